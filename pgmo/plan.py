@@ -1,0 +1,90 @@
+"""A plan: one offset per request, the peak it needs, and how it was found.
+
+The pool answers request ``i`` of an iteration with ``offsets[i]`` into one
+arena of ``peak`` bytes.  The peak is always recomputed from the offsets, so a
+plan can never claim less memory than its placements use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .io import read_trace_and_offsets, TraceFormatError, write_trace
+from .trace import Trace
+from .validate import check_offsets, find_conflict
+
+__all__ = ["Plan", "read_plan"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Offsets (in block order) for a trace, with the peak and solve facts."""
+
+    trace: Trace
+    offsets: tuple[int, ...]
+    method: str = "given"
+    seconds: float = 0.0  # wall time the solver spent
+    optimal: bool | None = None  # True when proven optimal, None when unknown
+    info: dict[str, Any] = field(default_factory=dict, compare=False)  # solver extras
+
+    def __post_init__(self) -> None:
+        offsets = tuple(int(o) for o in self.offsets)
+        if len(offsets) != len(self.trace):
+            raise ValueError(f"{len(offsets)} offsets for {len(self.trace)} blocks")
+        object.__setattr__(self, "offsets", offsets)
+        if self.optimal is None and self.peak == self.lower_bound:
+            object.__setattr__(self, "optimal", True)
+
+    @property
+    def peak(self) -> int:
+        """Bytes the arena needs: the highest ``offset + size``."""
+        cached = self.__dict__.get("_peak")
+        if cached is None:
+            cached = max((o + b.size for o, b in zip(self.offsets, self.trace.blocks)), default=0)
+            object.__setattr__(self, "_peak", cached)
+        return cached
+
+    @property
+    def lower_bound(self) -> int:
+        return self.trace.lower_bound()
+
+    @property
+    def ratio(self) -> float:
+        """peak / lower bound (1.0 is optimal)."""
+        return self.peak / self.lower_bound if self.lower_bound else 1.0
+
+    def is_valid(self) -> bool:
+        return find_conflict(self.trace.blocks, self.offsets) is None
+
+    def validate(self) -> "Plan":
+        """Raise :class:`~pgmo.validate.PlanError` if two live blocks share an address."""
+        check_offsets(self.trace.blocks, self.offsets)
+        return self
+
+    def write(self, path) -> None:
+        """Write ``id,lower,upper,size,offset`` CSV, or JSON with solve facts."""
+        write_trace(self.trace, path, offsets=self.offsets,
+                    extra_metadata={"plan": self.summary()})
+
+    def summary(self) -> dict[str, Any]:
+        return {"method": self.method, "n": len(self.trace), "lower_bound": self.lower_bound,
+                "peak": self.peak, "ratio": round(self.ratio, 6), "seconds": round(self.seconds, 4),
+                "optimal": self.optimal}
+
+    def __repr__(self) -> str:
+        return (f"Plan(n={len(self.trace)}, method={self.method!r}, peak={self.peak}, "
+                f"lower_bound={self.lower_bound}, ratio={self.ratio:.4f}, "
+                f"seconds={self.seconds:.3f})")
+
+
+def read_plan(path, inclusive: bool = False, validate: bool = True) -> Plan:
+    """Read a CSV/JSON with an ``offset`` column; by default reject invalid packings."""
+    trace, offsets = read_trace_and_offsets(path, inclusive)
+    if offsets is None:
+        raise TraceFormatError("missing column: a plan needs offsets", path=str(path),
+                               line=1, field="offset")
+    plan = Plan(trace, tuple(offsets), method="file")
+    if validate:
+        plan.validate()
+    return plan
