@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 import os
 import tempfile
@@ -122,15 +123,15 @@ class _Collector:
             self.offsets.append(off)
 
 
-def _open_text(path: Path, mode: str):
+def _open_text(path: Path):
     if path.name.endswith(".gz"):
-        return gzip.open(path, mode + "t", encoding="utf-8", newline="")
-    return open(path, mode, encoding="utf-8", newline="")
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return open(path, "r", encoding="utf-8", newline="")
 
 
 def _read_csv(path: Path, inclusive: bool) -> tuple[list[Block], list[int] | None]:
     name = str(path)
-    with _open_text(path, "r") as fh:
+    with _open_text(path) as fh:
         reader = csv.reader(fh)
         header = None
         for header in reader:
@@ -174,7 +175,7 @@ def _read_csv(path: Path, inclusive: bool) -> tuple[list[Block], list[int] | Non
 def _read_json(path: Path, inclusive: bool) -> tuple[list[Block], list[int] | None, dict]:
     name = str(path)
     try:
-        with _open_text(path, "r") as fh:
+        with _open_text(path) as fh:
             doc = json.load(fh)
     except json.JSONDecodeError as exc:
         raise TraceFormatError(f"not valid JSON: {exc.msg}", path=name, line=exc.lineno) from None
@@ -253,22 +254,20 @@ def blocks_from_rows(rows: Iterable[Sequence[int]]) -> tuple[Block, ...]:
 
 
 def _atomic_write(path: Path, write) -> None:
+    """Render to memory, then replace ``path`` in one step: never a half-written file."""
+    buf = io.StringIO(newline="")
+    write(buf)
+    data = buf.getvalue().encode("utf-8")
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data, mtime=0)  # mtime=0: reproducible bytes
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
     try:
-        with _open_text(tmp_path if not path.name.endswith(".gz") else
-                        tmp_path.with_name(tmp_path.name + ".gz"), "w") as fh:
-            write(fh)
-        if path.name.endswith(".gz"):
-            os.replace(tmp_path.with_name(tmp_path.name + ".gz"), path)
-            tmp_path.unlink(missing_ok=True)
-        else:
-            os.replace(tmp_path, path)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
     except BaseException:
-        tmp_path.unlink(missing_ok=True)
-        tmp_path.with_name(tmp_path.name + ".gz").unlink(missing_ok=True)
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 

@@ -1,0 +1,95 @@
+"""Pictures of a plan, like Figure 1 of Sekiyama et al.: blocks over time x address.
+
+The upper panel draws each block as a rectangle (lifetime along x, its
+address range along y) with the peak and the lower bound as lines; the lower
+panel draws the bytes live at each tick, whose maximum is the lower bound.
+Needs matplotlib (``pip install pgmo[plot]``); imported only when used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .plan import Plan
+from .trace import Trace
+
+__all__ = ["live_bytes", "plot_plan"]
+
+
+def live_bytes(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Ticks and bytes live right after each tick (frees at t before allocs at t)."""
+    lowers, uppers, sizes = (np.asarray(c, dtype=np.int64) for c in trace.columns())
+    ticks = np.concatenate([lowers, uppers])
+    deltas = np.concatenate([sizes, -sizes])
+    order = np.lexsort((deltas, ticks))  # frees (negative) first at equal ticks
+    ticks, live = ticks[order], np.cumsum(deltas[order])
+    # Keep the last value at each tick: what is live from that tick on.
+    last = np.r_[ticks[1:] != ticks[:-1], True]
+    return ticks[last], live[last]
+
+
+def _unit(nbytes: int) -> tuple[float, str]:
+    for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if nbytes >= 4 * scale:
+            return float(scale), name
+    return 1.0, "bytes"
+
+
+def plot_plan(plan: Plan | None, path, trace: Trace | None = None, title: str | None = None,
+              dpi: int = 120) -> Path:
+    """Write a PNG (or any matplotlib format, by suffix) of ``plan`` to ``path``.
+
+    With ``plan=None`` only the live-bytes curve of ``trace`` is drawn.
+    """
+    try:
+        import matplotlib
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("plotting needs matplotlib: pip install 'pgmo[plot]'") from exc
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
+
+    trace = plan.trace if plan is not None else trace
+    if trace is None:
+        raise ValueError("plot_plan needs a plan or a trace")
+    lb = trace.lower_bound()
+    top = plan.peak if plan is not None else lb
+    scale, unit = _unit(top)
+    fig, axes = plt.subplots(2 if plan is not None else 1, 1, sharex=True, squeeze=False,
+                             figsize=(10, 7 if plan is not None else 3.5),
+                             gridspec_kw={"height_ratios": [3, 1]} if plan is not None else None)
+    axes = axes[:, 0]
+    if plan is not None:
+        ax = axes[0]
+        lo, up, sz = (np.asarray(c, dtype=np.float64) for c in trace.columns())
+        off = np.asarray(plan.offsets, dtype=np.float64)
+        y0, y1 = off / scale, (off + sz) / scale
+        verts = np.stack([np.stack([lo, y0], 1), np.stack([up, y0], 1),
+                          np.stack([up, y1], 1), np.stack([lo, y1], 1)], 1)
+        colours = plt.get_cmap("viridis")(np.log1p(sz) / max(np.log1p(sz).max(), 1.0))
+        ax.add_collection(PolyCollection(verts, facecolors=colours, edgecolors="black",
+                                         linewidths=0.2 if len(trace) < 2000 else 0.0))
+        ax.axhline(plan.peak / scale, color="tab:red", lw=1, label=f"peak {plan.peak:,} B")
+        ax.axhline(lb / scale, color="tab:green", lw=1, ls="--", label=f"lower bound {lb:,} B")
+        ax.set_xlim(min(lo.min(), 0), up.max())
+        ax.set_ylim(0, plan.peak / scale * 1.05)
+        ax.set_ylabel(f"address ({unit})")
+        ax.legend(loc="upper right", fontsize=8)
+        ax.set_title(title or f"{Path(trace.source).name if trace.source else 'trace'}: "
+                     f"{plan.method}, {len(trace)} blocks, peak/LB = {plan.ratio:.4f}")
+    ax = axes[-1]
+    ticks, live = live_bytes(trace)
+    ax.step(ticks, live / scale, where="post", color="tab:blue", lw=1)
+    ax.axhline(lb / scale, color="tab:green", lw=1, ls="--")
+    ax.set_ylabel(f"live ({unit})")
+    ax.set_xlabel("event tick")
+    if plan is None:
+        ax.set_title(title or f"live bytes, lower bound {lb:,} B")
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
+    return out

@@ -1,0 +1,249 @@
+"""A documented generator of *synthetic* training and inference traces.
+
+Real traces are recorded by pgmo's profiling mode on a GPU.  Where none was
+available, pgmo ships traces made here instead, and labels them so
+(``metadata["synthetic"] = True``).  The generator mimics what a Chainer
+iteration asks of the allocator, one event-clock tick per alloc and per free:
+
+* forward: each layer allocates its output (kept for backward) and a short
+  workspace freed at once;
+* backward: layers in reverse allocate the input gradient and the weight
+  gradient; a layer's output and the gradient flowing into it are freed once
+  the layer is done;
+* the optimizer update allocates one temporary per parameter, then weight
+  gradients are freed at the end of the iteration.
+
+Shapes come from real architectures' layer lists (channels, spatial size,
+batch), so the sizes and lifetimes have the structure of the paper's
+workloads, but the traces are not measurements.  Regenerate the bundled set
+with ``python -m pgmo.synth --write-bundled``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from .trace import Trace
+
+__all__ = ["Recorder", "cnn_training", "cnn_inference", "seq2seq_training",
+           "ARCHITECTURES", "bundled_specs", "write_bundled"]
+
+FLOAT_BYTES = 4
+ROUND = 512  # CuPy rounds requests to 512 B; recorded traces hold rounded sizes
+
+
+def _round(nbytes: int) -> int:
+    return max(ROUND, -(-nbytes // ROUND) * ROUND)
+
+
+class Recorder:
+    """An event clock that turns alloc/free calls into a pgmo trace."""
+
+    def __init__(self) -> None:
+        self.tick = 0
+        self.rows: list[list[int]] = []  # [id, lower, upper, size]; upper=-1 while live
+
+    def alloc(self, nbytes: int) -> int:
+        self.rows.append([len(self.rows), self.tick, -1, _round(nbytes)])
+        self.tick += 1
+        return len(self.rows) - 1
+
+    def free(self, handle: int) -> None:
+        row = self.rows[handle]
+        if row[2] != -1:
+            raise ValueError(f"block {handle} freed twice")
+        row[2] = self.tick
+        self.tick += 1
+
+    def trace(self, **metadata) -> Trace:
+        """Close every block still live at the end of the iteration and build the trace."""
+        for row in self.rows:
+            if row[2] == -1:
+                row[2] = self.tick
+                self.tick += 1
+        meta = {"synthetic": True, "recorded_by": "pgmo.synth (generator, not a measurement)"}
+        meta.update(metadata)
+        return Trace.from_tuples(self.rows, meta)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A layer's output shape per sample and parameter count (floats)."""
+
+    out_elems: int  # output elements per sample
+    params: int  # weights + biases
+    workspace_elems: int = 0  # per-sample scratch (im2col and the like)
+
+
+def _conv(c_out: int, hw: int, c_in: int, k: int) -> Layer:
+    return Layer(c_out * hw * hw, c_out * c_in * k * k + c_out, c_in * k * k * hw * hw // 4)
+
+
+def _alexnet() -> list[Layer]:
+    return [_conv(96, 55, 3, 11), Layer(96 * 27 * 27, 0), _conv(256, 27, 96, 5),
+            Layer(256 * 13 * 13, 0), _conv(384, 13, 256, 3), _conv(384, 13, 384, 3),
+            _conv(256, 13, 384, 3), Layer(256 * 6 * 6, 0), Layer(4096, 9216 * 4096 + 4096),
+            Layer(4096, 4096 * 4096 + 4096), Layer(1000, 4096 * 1000 + 1000)]
+
+
+def _resnet50() -> list[Layer]:
+    layers = [_conv(64, 112, 3, 7), Layer(64 * 56 * 56, 0)]
+    c_in = 64
+    for blocks, mid, out, hw in ((3, 64, 256, 56), (4, 128, 512, 28), (6, 256, 1024, 14),
+                                 (3, 512, 2048, 7)):
+        for _ in range(blocks):
+            layers += [_conv(mid, hw, c_in, 1), Layer(mid * hw * hw, 2 * mid),
+                       _conv(mid, hw, mid, 3), Layer(mid * hw * hw, 2 * mid),
+                       _conv(out, hw, mid, 1), Layer(out * hw * hw, 2 * out)]
+            c_in = out
+    return layers + [Layer(2048, 0), Layer(1000, 2048 * 1000 + 1000)]
+
+
+def _googlenet() -> list[Layer]:
+    layers = [_conv(64, 112, 3, 7), Layer(64 * 56 * 56, 0), _conv(192, 56, 64, 3),
+              Layer(192 * 28 * 28, 0)]
+    c_in = 192
+    for out, hw in ((256, 28), (480, 28), (512, 14), (512, 14), (512, 14), (528, 14),
+                    (832, 14), (832, 7), (1024, 7)):
+        quarter = out // 4
+        for k in (1, 3, 5, 1):  # the four inception branches
+            layers.append(_conv(quarter, hw, c_in, k))
+        layers.append(Layer(out * hw * hw, 0))  # concat
+        c_in = out
+    return layers + [Layer(1024, 0), Layer(1000, 1024 * 1000 + 1000)]
+
+
+def _inception_resnet_v2() -> list[Layer]:
+    layers = [_conv(32, 149, 3, 3), _conv(64, 147, 32, 3), _conv(192, 71, 64, 3),
+              Layer(320 * 35 * 35, 0)]
+    for repeats, c, hw in ((10, 320, 35), (20, 1088, 17), (10, 2080, 8)):
+        for _ in range(repeats):
+            layers += [_conv(32 if hw == 35 else 192, hw, c, 1),
+                       _conv(48 if hw == 35 else 192, hw, 32 if hw == 35 else 192, 3),
+                       _conv(c, hw, 128, 1), Layer(c * hw * hw, 0)]
+    return layers + [Layer(1536, 0), Layer(1000, 1536 * 1000 + 1000)]
+
+
+ARCHITECTURES = {"alexnet": _alexnet, "googlenet": _googlenet, "resnet50": _resnet50,
+                 "inception_resnet_v2": _inception_resnet_v2}
+
+
+def cnn_training(arch: str, batch: int, scale: float = 1.0) -> Trace:
+    """One training iteration of ``arch`` at ``batch`` (sizes times ``scale``)."""
+    layers = ARCHITECTURES[arch]()
+    rec = Recorder()
+
+    def nbytes(elems: int, per_sample: bool = True) -> int:
+        return int(elems * (batch if per_sample else 1) * FLOAT_BYTES * scale)
+
+    x = rec.alloc(nbytes(3 * 224 * 224))
+    outputs = [x]
+    for layer in layers:
+        if layer.workspace_elems:
+            rec.free(rec.alloc(nbytes(layer.workspace_elems)))
+        outputs.append(rec.alloc(nbytes(layer.out_elems)))
+    loss = rec.alloc(FLOAT_BYTES)
+    grad = rec.alloc(nbytes(layers[-1].out_elems))
+    wgrads = []
+    for i in range(len(layers) - 1, -1, -1):
+        layer = layers[i]
+        gin = rec.alloc(nbytes(layers[i - 1].out_elems if i else 3 * 224 * 224))
+        if layer.params:
+            wgrads.append(rec.alloc(nbytes(layer.params, per_sample=False)))
+        if layer.workspace_elems:
+            rec.free(rec.alloc(nbytes(layer.workspace_elems)))
+        rec.free(outputs[i + 1])
+        rec.free(grad)
+        grad = gin
+    rec.free(grad)
+    rec.free(outputs[0])
+    rec.free(loss)
+    for w in wgrads:  # optimizer: one temporary per parameter, then grads are cleared
+        rec.free(rec.alloc(rec.rows[w][3]))
+        rec.free(w)
+    return rec.trace(model=arch, batch_size=batch, kind="training", scale=scale)
+
+
+def cnn_inference(arch: str, batch: int = 1, scale: float = 1.0) -> Trace:
+    """One forward pass: each output lives until the next layer has used it."""
+    layers = ARCHITECTURES[arch]()
+    rec = Recorder()
+    prev = rec.alloc(int(3 * 224 * 224 * batch * FLOAT_BYTES * scale))
+    for layer in layers:
+        if layer.workspace_elems:
+            rec.free(rec.alloc(int(layer.workspace_elems * batch * FLOAT_BYTES * scale)))
+        out = rec.alloc(int(layer.out_elems * batch * FLOAT_BYTES * scale))
+        rec.free(prev)
+        prev = out
+    rec.free(prev)
+    return rec.trace(model=arch, batch_size=batch, kind="inference", scale=scale)
+
+
+def seq2seq_training(batch: int = 64, hidden: int = 512, vocab: int = 4000, layers: int = 3,
+                     seed: int = 0, max_len: int = 50) -> Trace:
+    """One NStepLSTM encoder-decoder iteration on sentences of random length 1..max_len."""
+    rng = random.Random(seed)
+    src_len, tgt_len = rng.randint(1, max_len), rng.randint(1, max_len)
+    rec = Recorder()
+    step = batch * hidden * FLOAT_BYTES
+    saved = []
+    for length in (src_len, tgt_len):  # encoder then decoder
+        for _ in range(layers):
+            xs = rec.alloc(step * length)
+            hx, cx = rec.alloc(step), rec.alloc(step)
+            saved += [xs, hx, cx, rec.alloc(4 * step * length)]  # gates kept for backward
+    logits = rec.alloc(batch * tgt_len * vocab * FLOAT_BYTES)
+    loss = rec.alloc(FLOAT_BYTES)
+    glogits = rec.alloc(batch * tgt_len * vocab * FLOAT_BYTES)
+    rec.free(logits)
+    for handle in reversed(saved):
+        g = rec.alloc(rec.rows[handle][3])
+        rec.free(handle)
+        rec.free(g)
+    rec.free(glogits)
+    rec.free(loss)
+    return rec.trace(model="seq2seq", batch_size=batch, kind="training", seed=seed,
+                     src_len=src_len, tgt_len=tgt_len)
+
+
+def bundled_specs() -> dict[str, callable]:
+    """Name -> generator of every trace shipped in ``pgmo/traces``."""
+    return {
+        "synthetic-alexnet-train-b32": lambda: cnn_training("alexnet", 32),
+        "synthetic-googlenet-train-b32": lambda: cnn_training("googlenet", 32),
+        "synthetic-resnet50-train-b32": lambda: cnn_training("resnet50", 32),
+        "synthetic-inception_resnet_v2-train-b32":
+            lambda: cnn_training("inception_resnet_v2", 32),
+        "synthetic-resnet50-infer-b1": lambda: cnn_inference("resnet50", 1),
+        "synthetic-seq2seq-train-b64": lambda: seq2seq_training(64, seed=0),
+    }
+
+
+def write_bundled(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, make in bundled_specs().items():
+        path = directory / f"{name}.json.gz"
+        make().write(path)
+        written.append(path)
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write-bundled", action="store_true",
+                        help="regenerate pgmo/traces/*.json.gz")
+    args = parser.parse_args(argv)
+    if args.write_bundled:
+        for path in write_bundled(Path(__file__).parent / "traces"):
+            print(path)
+    else:
+        parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
