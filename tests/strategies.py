@@ -44,3 +44,49 @@ def event_traces(draw, max_blocks: int = 30, max_size: int = 4096) -> Trace:
         (lower if kind == "a" else upper)[j] = tick
     rows = [(i, lower[i], upper[i], sizes[i]) for i in range(n)]
     return Trace.from_tuples(rows, {"generator": "hypothesis-events"})
+
+
+@st.composite
+def workloads(draw, max_variants: int = 3, max_iterations: int = 10, max_ops: int = 24,
+              max_size: int = 20000):
+    """Non-hot pool workloads: a base iteration and mutated variants in a drawn order.
+
+    An iteration is ``(ops, hold)``: ops are ``("a", size)`` allocate,
+    ``("f", k)`` free live block ``k % live`` (blocks held from earlier
+    iterations included), ``("i", 0)`` toggle interrupt; with ``hold`` the
+    blocks still live at the end are kept into the next iteration.  The base
+    runs twice first so the pool profiles and optimizes; the variants (a size
+    changed, an op inserted, deleted or moved: other sizes, order and count, held
+    references, interrupts) then make it depart from its plan.
+    """
+    size = st.one_of(st.sampled_from([100, 1000, 1500, 4096, 9000, max_size]),
+                     st.integers(1, max_size))
+    op = st.one_of(
+        st.tuples(st.just("a"), size),
+        st.tuples(st.just("a"), size),
+        st.tuples(st.just("f"), st.integers(0, 10_000)),
+        st.tuples(st.just("f"), st.integers(0, 10_000)),
+        st.tuples(st.just("i"), st.just(0)),
+    )
+    hold = st.sampled_from([False, False, False, True])
+    base = draw(st.lists(op, min_size=1, max_size=max_ops))
+    variants = [(base, draw(hold))]
+    for _ in range(draw(st.integers(0, max_variants))):
+        ops = list(base)
+        for _ in range(draw(st.integers(1, 3))):
+            pos = draw(st.integers(0, len(ops)))
+            how = draw(st.sampled_from(["replace", "insert", "delete", "swap"]))
+            if how == "insert" or not ops:
+                ops.insert(pos, draw(op))
+            elif how == "delete":
+                del ops[pos % len(ops)]
+            elif how == "swap":
+                j = pos % len(ops)
+                k = min(j + 1, len(ops) - 1)
+                ops[j], ops[k] = ops[k], ops[j]
+            else:
+                ops[pos % len(ops)] = draw(op)
+        variants.append((ops, draw(hold)))
+    order = [0, 0] + draw(st.lists(st.integers(0, len(variants) - 1),
+                                   max_size=max_iterations - 2))
+    return [variants[k] for k in order]

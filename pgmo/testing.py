@@ -1,0 +1,321 @@
+"""Run and check the pool without a GPU: a host-memory backend and ``replay``.
+
+:func:`host_pool` builds a :class:`~pgmo.pool.ProfileGuidedMemoryPool` whose
+arena and fallback are real host memory, so pointers are real addresses that
+tests can write to.  :func:`replay` drives any pool through traces, writes a
+distinct pattern into every block at malloc and checks it at free: a block
+that another block overwrote (the one failure a pool must never have) shows
+up as ``corrupted``.  It also checks directly that no two live blocks share
+an address (``overlaps``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import contextlib
+import ctypes
+import gc
+import threading
+from typing import Any, Iterable
+
+import numpy as np
+
+from .trace import Trace
+
+__all__ = ["HostMemory", "HostFallback", "host_pool", "replay", "Checker", "events"]
+
+_ALIGN = 512
+
+
+class _HostBuffer:
+    """Raw host memory, 512-byte aligned; its death returns it to its HostMemory."""
+
+    __slots__ = ("ptr", "size", "_array", "_memory")
+
+    def __init__(self, memory: "HostMemory", size: int):
+        self._array = np.empty(size + _ALIGN, np.uint8)
+        base = self._array.ctypes.data
+        self.ptr = (base + _ALIGN - 1) // _ALIGN * _ALIGN
+        self.size = size
+        self._memory = memory
+
+    def __del__(self):
+        self._memory._give_back(self.size)
+
+
+class HostMemory:
+    """A pretend device: raw allocations of host memory, up to ``capacity`` bytes.
+
+    Raises MemoryError past the capacity, as cudaMalloc fails when the GPU
+    is full; that is how OutOfMemoryError paths are tested on the CPU.
+    """
+
+    def __init__(self, capacity: int | None = None):
+        self.capacity = capacity
+        self.in_use = 0
+        self.allocations = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, size: int) -> _HostBuffer:
+        with self._lock:
+            if self.capacity is not None and self.in_use + size > self.capacity:
+                raise MemoryError(f"host device full: {size} bytes requested, "
+                                  f"{self.capacity - self.in_use} left")
+            self.in_use += size
+            self.allocations += 1
+        try:
+            return _HostBuffer(self, size)
+        except BaseException:
+            self._give_back(size)
+            raise
+
+    def _give_back(self, size: int) -> None:
+        with self._lock:
+            self.in_use -= size
+
+
+class _FallbackBlock:
+    """A block lent by HostFallback; dropping it caches the buffer again."""
+
+    __slots__ = ("ptr", "size", "_buffer", "_returned")
+
+    def __del__(self):
+        self._returned.append(self._buffer)
+
+
+class HostFallback:
+    """A caching pool over :class:`HostMemory`, standing in for CuPy's stock pool.
+
+    It keeps freed buffers by size and reuses exact matches; on a limit or a
+    full device it frees its cache and retries, then raises CuPy's
+    ``OutOfMemoryError`` (as CuPy's pool does).  Frees only append to a deque,
+    so they are safe from any thread and from garbage collection.
+    """
+
+    def __init__(self, memory: HostMemory):
+        self.memory = memory
+        self._cache: dict[int, list[_HostBuffer]] = collections.defaultdict(list)
+        self._returned: collections.deque[_HostBuffer] = collections.deque()
+        self._used = 0
+        self._free = 0
+        self._limit = 0
+        self._lock = threading.RLock()
+
+    def _collect(self) -> None:
+        while self._returned:
+            buffer = self._returned.popleft()
+            self._cache[buffer.size].append(buffer)
+            self._used -= buffer.size
+            self._free += buffer.size
+
+    def malloc(self, size: int) -> _FallbackBlock:
+        rs = (size + _ALIGN - 1) // _ALIGN * _ALIGN
+        with self._lock:
+            self._collect()
+            cached = self._cache.get(rs)
+            if cached:
+                buffer = cached.pop()
+                self._free -= rs
+            else:
+                buffer = self._new_buffer(rs)
+            self._used += rs
+        block = _FallbackBlock()
+        block.ptr, block.size, block._buffer, block._returned = (
+            buffer.ptr, rs, buffer, self._returned)
+        return block
+
+    def _new_buffer(self, rs: int) -> _HostBuffer:
+        from cupy.cuda.memory import OutOfMemoryError
+
+        for attempt in range(3):
+            if attempt:
+                if attempt == 2:
+                    gc.collect()
+                    self._collect()
+                self._release_cache()
+            if self._limit and self.total_bytes() + rs > self._limit:
+                continue
+            try:
+                return self.memory(rs)
+            except MemoryError:
+                continue
+        raise OutOfMemoryError(rs, self.total_bytes(), self._limit)
+
+    def _release_cache(self) -> None:
+        self._cache.clear()
+        self._free = 0
+
+    def used_bytes(self) -> int:
+        with self._lock:
+            self._collect()
+            return self._used
+
+    def free_bytes(self) -> int:
+        with self._lock:
+            self._collect()
+            return self._free
+
+    def total_bytes(self) -> int:
+        with self._lock:
+            self._collect()
+            return self._used + self._free
+
+    def n_free_blocks(self) -> int:
+        with self._lock:
+            self._collect()
+            return sum(len(v) for v in self._cache.values())
+
+    def free_all_blocks(self, stream=None) -> None:
+        with self._lock:
+            self._collect()
+            self._release_cache()
+
+    def set_limit(self, size=None, fraction=None) -> None:
+        self._limit = int(size or 0)
+
+    def get_limit(self) -> int:
+        return self._limit
+
+
+def host_pool(capacity: int | None = None, **kw: Any):
+    """A ProfileGuidedMemoryPool on host memory; works without a GPU or a driver.
+
+    The solver method defaults to ``"bestfit"`` here (fast, for tests);
+    pass ``method="best"`` for the pool's own default.
+
+    ``capacity`` plays the device's memory size (None: unbounded); other
+    keywords go to the pool (``warmup``, ``method``, ``time_limit``,
+    ``plan_path``).
+    """
+    from .pool import ProfileGuidedMemoryPool
+
+    memory = HostMemory(capacity)
+    kw.setdefault("method", "bestfit")
+    pool = ProfileGuidedMemoryPool(memory, fallback=HostFallback(memory), device_id=0,
+                                   context=None, total_memory=capacity or 2 ** 40, **kw)
+    pool.host_memory = True
+    return pool
+
+
+# ------------------------------------------------------------------- checks
+class Checker:
+    """Writes a unique 32-bit pattern into each block and verifies it at free.
+
+    Also tracks live address ranges to count overlaps directly.  Works on
+    host pointers (numpy over the address) and, for a CUDA pool, on device
+    memory through CuPy.
+    """
+
+    def __init__(self, host: bool):
+        self.host = host
+        self.serial = 0
+        self.corrupted = 0
+        self.overlaps = 0
+        self.checked_bytes = 0
+        self._starts: list[tuple[int, int]] = []  # (ptr, serial), sorted
+        self._ends: dict[int, int] = {}  # serial -> end address
+
+    def alloc(self, pool, size: int) -> tuple[Any, int, int]:
+        memptr = pool.malloc(size)
+        self.serial += 1
+        serial = self.serial
+        if size > 0:
+            ptr = memptr.ptr
+            end = ptr + max(size, memptr.mem.size)
+            key = (ptr, serial)
+            k = bisect.bisect_left(self._starts, key)
+            if k and self._ends[self._starts[k - 1][1]] > ptr:
+                self.overlaps += 1
+            if k < len(self._starts) and self._starts[k][0] < end:
+                self.overlaps += 1
+            self._starts.insert(k, key)
+            self._ends[serial] = end
+            self._write(memptr, size, serial)
+        return memptr, size, serial
+
+    def free(self, handle: tuple[Any, int, int]) -> bool:
+        """Verify and drop the caller's reference; False when corrupted."""
+        memptr, size, serial = handle
+        ok = True
+        if size > 0:
+            ok = self._verify(memptr, size, serial)
+            if not ok:
+                self.corrupted += 1
+            self.checked_bytes += size
+            k = bisect.bisect_left(self._starts, (memptr.ptr, serial))
+            del self._starts[k]
+            del self._ends[serial]
+        return ok
+
+    def _views(self, memptr, size: int):
+        words = size // 4
+        if self.host:
+            raw = np.frombuffer((ctypes.c_uint8 * size).from_address(memptr.ptr), np.uint8)
+            return raw[:words * 4].view(np.uint32), raw[words * 4:]
+        import cupy
+
+        raw = cupy.ndarray((size,), cupy.uint8, memptr=memptr)
+        return raw[:words * 4].view(cupy.uint32), raw[words * 4:]
+
+    def _write(self, memptr, size: int, serial: int) -> None:
+        words, tail = self._views(memptr, size)
+        words.fill(serial & 0xFFFFFFFF)
+        tail.fill(serial & 0xFF)
+
+    def _verify(self, memptr, size: int, serial: int) -> bool:
+        words, tail = self._views(memptr, size)
+        bad = (words != (serial & 0xFFFFFFFF)).any() or (tail != (serial & 0xFF)).any()
+        return not bool(bad)
+
+
+def events(trace: Trace) -> list[tuple[int, int, int]]:
+    """``(tick, kind, block index)`` in time order, frees (kind 0) before allocs at a tick."""
+    evs = [(b.upper, 0, i) for i, b in enumerate(trace.blocks)]
+    evs += [(b.lower, 1, i) for i, b in enumerate(trace.blocks)]
+    evs.sort()
+    return evs
+
+
+def replay(traces: Trace | Iterable[Trace], pool, *, interrupted: bool = False,
+           check: bool = True) -> dict:
+    """Drive ``pool`` through one iteration per trace, checking every block.
+
+    Each trace becomes an alloc/free event sequence (sorted by tick, frees
+    first at a tick); mallocs go to ``pool.malloc`` and frees drop the last
+    reference.  With ``interrupted`` every iteration runs inside
+    ``pool.interrupted()`` (fallback mode).  Returns ``corrupted`` (blocks
+    whose pattern changed), ``overlaps`` (live blocks sharing addresses),
+    ``iterations``, ``requests``, ``checked_bytes``, ``modes`` (the pool mode
+    in each iteration) and ``stats`` (``pool.stats()`` at the end).
+    """
+    if isinstance(traces, Trace):
+        traces = [traces]
+    checker = Checker(host=getattr(pool, "host_memory", False))
+    modes = []
+    requests = 0
+    for trace in traces:
+        blocks = trace.blocks
+        live: dict[int, tuple] = {}
+        with pool.iteration():
+            with pool.interrupted() if interrupted else contextlib.nullcontext():
+                modes.append(pool.mode)
+                for _, kind, i in events(trace):
+                    if kind:
+                        if check:
+                            live[i] = checker.alloc(pool, blocks[i].size)
+                        else:
+                            live[i] = (pool.malloc(blocks[i].size),)
+                        requests += 1
+                    else:
+                        handle = live.pop(i)
+                        if check:
+                            checker.free(handle)
+                        del handle
+        for handle in live.values():  # blocks without a free in the trace
+            if check:
+                checker.free(handle)
+        live.clear()
+    return {"corrupted": checker.corrupted, "overlaps": checker.overlaps,
+            "iterations": len(modes), "requests": requests,
+            "checked_bytes": checker.checked_bytes, "modes": modes, "stats": pool.stats()}

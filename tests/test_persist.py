@@ -1,0 +1,140 @@
+"""Saved profiles and plans: a round trip skips profiling; a bad file is refused clearly."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import pgmo
+from pgmo.persist import PlanFileError, _checksum
+from pgmo.pool import PlanFileError as PoolPlanFileError
+from pgmo.testing import host_pool, replay
+
+HOT = pgmo.Trace.from_tuples([(0, 0, 2, 1000), (1, 1, 4, 2000), (2, 3, 6, 3000),
+                              (3, 5, 7, 500), (4, 2, 9, 700)])
+
+
+def trained_pool(**kw):
+    pool = host_pool(warmup=1, **kw)
+    replay([HOT] * 2, pool)
+    assert pool.plan is not None
+    return pool
+
+
+def test_plan_error_is_a_value_error_and_exported_by_the_pool_module():
+    assert issubclass(PlanFileError, ValueError)
+    assert PoolPlanFileError is PlanFileError
+
+
+@pytest.mark.parametrize("name", ["plan.json", "plan.json.gz"])
+def test_round_trip_skips_profiling(tmp_path, name):
+    src = trained_pool()
+    path = tmp_path / name
+    src.save(path)
+    dst = host_pool(warmup=1)
+    plan = dst.load(path)
+    assert plan.offsets == src.plan.offsets and plan.peak == src.plan.peak
+    assert [b.size for b in dst.profile] == [b.size for b in src.profile]
+    res = replay([HOT] * 3, dst)  # warm-up, then the plan at once: no profiling iteration
+    assert res["modes"] == ["profiling", "optimized", "optimized"]
+    assert res["corrupted"] == 0
+    assert res["stats"]["planned_requests"] == 2 * len(HOT)
+    assert res["stats"]["reoptimizations"] == 0
+
+
+def test_state_bytes_round_trip():
+    src = trained_pool()
+    data = src.state_bytes()
+    dst = host_pool(warmup=0)
+    dst.load_state_bytes(data)
+    assert dst.mode == "optimized" and dst.plan.offsets == src.plan.offsets
+
+
+def test_save_before_any_plan_is_a_clear_error(tmp_path):
+    with pytest.raises(RuntimeError, match="no plan to save yet"):
+        host_pool().save(tmp_path / "x.json")
+
+
+def damaged_variants(data: bytes):
+    doc = json.loads(data)
+    yield "truncated", data[: len(data) // 2], "damaged or truncated"
+    flipped = bytearray(data)
+    pos = data.index(b'"offsets":[') + len('"offsets":[')
+    flipped[pos] = ord("9") if flipped[pos] != ord("9") else ord("8")
+    yield "flipped byte", bytes(flipped), "checksum mismatch"
+    bad = dict(doc, sha256="0" * 64)
+    yield "wrong checksum", json.dumps(bad).encode(), "checksum mismatch"
+    yield "wrong version", json.dumps(dict(doc, version=99)).encode(), "version 99"
+    yield "not ours", json.dumps({"hello": 1}).encode(), "not a pgmo plan file"
+    # A consistent checksum over a plan that overlaps live blocks: still refused.
+    payload = json.loads(json.dumps(doc["payload"]))
+    payload["offsets"] = [0] * len(payload["offsets"])
+    yield ("overlapping offsets", json.dumps(dict(doc, payload=payload,
+                                                  sha256=_checksum(payload))).encode(),
+           "overlaps")
+    payload = json.loads(json.dumps(doc["payload"]))
+    payload["sizes"][0] += 512
+    yield ("profile and plan disagree", json.dumps(dict(doc, payload=payload,
+                                                        sha256=_checksum(payload))).encode(),
+           "does not fit its profile")
+
+
+@pytest.mark.parametrize("case", [c[0] for c in damaged_variants(trained_pool().state_bytes())])
+def test_damaged_or_mismatched_files_are_refused_and_the_pool_profiles(tmp_path, case):
+    good = trained_pool().state_bytes()
+    data, why = next((d, w) for c, d, w in damaged_variants(good) if c == case)
+    path = tmp_path / "plan.json"
+    path.write_bytes(data)
+    pool = trained_pool()  # has a plan: loading a bad file must drop it, not keep a wrong one
+    with pytest.raises(PlanFileError, match=why) as err:
+        pool.load(path)
+    assert str(path) in str(err.value)
+    assert pool.plan is None and pool.mode == "profiling"
+    res = replay([HOT] * 3, pool)  # profiles again, then optimizes
+    assert res["corrupted"] == 0 and res["modes"][-1] == "optimized"
+    with pytest.raises(PlanFileError):
+        host_pool().load_state_bytes(data)
+
+
+def test_damaged_gzip_and_missing_file(tmp_path):
+    path = tmp_path / "plan.json.gz"
+    path.write_bytes(gzip.compress(b"{}")[:10])
+    with pytest.raises(PlanFileError, match="damaged gzip"):
+        host_pool().load(path)
+    with pytest.raises(PlanFileError, match="cannot read"):
+        host_pool().load(tmp_path / "missing.json")
+
+
+def test_plan_path_saves_and_reloads(tmp_path, caplog):
+    path = tmp_path / "auto.json"
+    first = trained_pool(plan_path=path)
+    assert path.exists()
+    second = host_pool(warmup=0, plan_path=path)
+    assert second.mode == "optimized" and second.plan.offsets == first.plan.offsets
+    path.write_bytes(b"garbage")
+    third = host_pool(warmup=0, plan_path=path)  # logged, ignored, profiles
+    assert third.plan is None and third.mode == "profiling"
+    assert "ignoring saved plan" in caplog.text
+
+
+def test_load_in_a_new_process(tmp_path):
+    path = tmp_path / "plan.json"
+    trained_pool().save(path)
+    code = textwrap.dedent(f"""
+        import pgmo
+        from pgmo.testing import host_pool, replay
+        hot = pgmo.Trace.from_tuples({[(b.id, b.lower, b.upper, b.size) for b in HOT]!r})
+        pool = host_pool(warmup=0)
+        pool.load({str(path)!r})
+        res = replay([hot] * 2, pool)
+        print(res["modes"], res["corrupted"], res["stats"]["planned_requests"])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"['optimized', 'optimized'] 0 {2 * len(HOT)}"

@@ -1,0 +1,256 @@
+"""Replays with a byte pattern in every block: the pool never corrupts data, in any mode."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import pgmo
+from pgmo.testing import Checker, host_pool, replay
+
+from .strategies import event_traces, traces, workloads
+
+SHARED = [Path(os.environ.get("PGMO_SHARED", "/work/shared")) / "dsa-benchmarks",
+          Path(__file__).resolve().parents[1].parent / "shared" / "dsa-benchmarks"]
+DSA = next((p for p in SHARED if p.is_dir()), None)
+needs_dsa = pytest.mark.skipif(DSA is None, reason="shared dsa-benchmarks not present")
+
+
+def scaled(trace: pgmo.Trace, max_peak: int = 4 << 20) -> pgmo.Trace:
+    """Shrink sizes so a host replay stays cheap; lifetimes untouched."""
+    k = max(1, -(-trace.lower_bound() // max_peak))
+    return pgmo.Trace.from_tuples([(b.id, b.lower, b.upper, max(1, b.size // k))
+                                   for b in trace.blocks])
+
+
+def assert_clean(res, pool):
+    assert res["corrupted"] == 0
+    assert res["overlaps"] == 0
+    st = res["stats"]
+    assert st["used_bytes"] + st["free_bytes"] == st["total_bytes"]
+    assert st["live_bytes"] == 0 and st["used_bytes"] == 0
+    assert st["peak_used"] >= 0
+
+
+def bundled_names():
+    try:
+        from pgmo import bundled
+    except ImportError:
+        return []
+    return bundled.names()
+
+
+@pytest.mark.parametrize("name", bundled_names() or ["<none>"])
+def test_bundled_traces_in_all_modes(name):
+    if name == "<none>":
+        pytest.skip("no bundled traces")
+    from pgmo import bundled
+
+    trace = scaled(bundled.load(name))
+    pool = host_pool(warmup=1)
+    res = replay([trace] * 4, pool)
+    assert_clean(res, pool)
+    assert res["modes"] == ["profiling", "profiling", "optimized", "optimized"]
+    st = res["stats"]
+    assert st["planned_requests"] == 2 * len(trace)
+    assert st["fallback_requests"] == 0 and st["reoptimizations"] == 0
+    assert st["planned_peak"] >= st["lower_bound"] > 0
+    fb = replay([trace], pool, interrupted=True)
+    assert_clean(fb, pool)
+    assert fb["modes"] == ["fallback"]
+    assert fb["stats"]["interrupted_requests"] == len(trace)
+
+
+DSA_FILES = ["omnimalloc-small/c.8.csv", "minimalloc/challenging/A.1048576.csv",
+             "minimalloc/challenging/K.1048576.csv", "idealloc/iree/iree_mobilenet.csv",
+             "idealloc/iree/iree_mobilebert.csv", "idealloc/somas_tensors/resnet50.csv",
+             "idealloc/somas_tensors/tiny_bert.csv", "idealloc/somas_tensors/bert_base.csv",
+             "idealloc/iopddl/G_1.csv"]
+
+
+@needs_dsa
+@pytest.mark.parametrize("rel", DSA_FILES)
+def test_dsa_benchmark_traces_in_all_modes(rel):
+    path = DSA / rel
+    if not path.exists():
+        pytest.skip(f"{rel} not present")
+    trace = pgmo.read_trace(path, inclusive="iree" in rel)
+    trace = scaled(trace)
+    pool = host_pool(warmup=1)
+    res = replay([trace] * 3, pool)
+    assert_clean(res, pool)
+    assert res["modes"][-1] == "optimized"
+    assert res["stats"]["planned_requests"] == len(trace)
+    assert res["stats"]["fallback_requests"] == 0
+    fb = replay([trace], pool, interrupted=True)
+    assert_clean(fb, pool)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(t=event_traces(max_blocks=25), u=traces(max_blocks=20))
+def test_random_traces_alternating(t, u):
+    """Hot runs of one trace, then another trace: departures, never corruption."""
+    pool = host_pool(warmup=1)
+    res = replay([t, t, t, u, t, u, u, t], pool)
+    assert_clean(res, pool)
+
+
+def drive(pool, workload):
+    """Run a hypothesis workload; return the checker after freeing everything."""
+    checker = Checker(host=True)
+    held = []
+    for ops, hold in workload:
+        live = held
+        interrupted = False
+        with pool.iteration():
+            for kind, x in ops:
+                if kind == "a":
+                    live.append(checker.alloc(pool, x))
+                elif kind == "f" and live:
+                    handle = live.pop(x % len(live))
+                    checker.free(handle)
+                    del handle
+                elif kind == "i":
+                    (pool.resume if interrupted else pool.interrupt)()
+                    interrupted = not interrupted
+                expected = sum(-(-h[1] // 512) * 512 for h in live)
+                assert pool.stats()["live_bytes"] == expected
+            if interrupted:
+                pool.resume()
+            if not hold:
+                while live:
+                    handle = live.pop()
+                    checker.free(handle)
+                    del handle
+        held = live
+        st = pool.stats()
+        assert st["used_bytes"] >= 0
+        assert st["used_bytes"] + st["free_bytes"] == st["total_bytes"]
+        assert st["peak_used"] >= st["used_bytes"] == st["live_bytes"]
+        assert st["mode"] in ("profiling", "optimized")
+    while held:
+        handle = held.pop()
+        checker.free(handle)
+        del handle
+    return checker
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(w=workloads())
+def test_non_hot_workloads_never_corrupt(w):
+    pool = host_pool(warmup=1)
+    checker = drive(pool, w)
+    assert checker.corrupted == 0 and checker.overlaps == 0
+    st = pool.stats()
+    assert st["used_bytes"] == st["live_bytes"] == 0
+    assert st["requests"] == sum(1 for ops, _ in w for k, _ in ops if k == "a")
+
+
+def variable_length_trace(rng: random.Random) -> pgmo.Trace:
+    """A decoder-like iteration: length 1..12 steps, each step's blocks live to backward."""
+    length = rng.randint(1, 12)
+    rows, tick, stack = [], 0, []
+    for step in range(length):
+        for size in (4096, 2048 * (1 + step % 3)):
+            rows.append([len(rows), tick, None, size])
+            stack.append(len(rows) - 1)
+            tick += 1
+        tmp = len(rows)
+        rows.append([tmp, tick, tick + 1, 8192])
+        tick += 2
+    for i in reversed(stack):
+        rows[i][2] = tick
+        tick += 1
+    return pgmo.Trace.from_tuples([tuple(r) for r in rows])
+
+
+def test_reoptimizations_become_rare_on_a_variable_length_workload():
+    rng = random.Random(7)
+    pool = host_pool(warmup=1)
+    counts = []
+    corrupted = 0
+    for _ in range(150):
+        res = replay([variable_length_trace(rng)], pool)
+        corrupted += res["corrupted"] + res["overlaps"]
+        counts.append(res["stats"]["reoptimizations"])
+    early = counts[49] - counts[0]
+    late = counts[149] - counts[99]
+    assert corrupted == 0
+    assert early >= 1
+    assert late <= 1 and late < early
+    st = pool.stats()
+    assert st["planned_requests"] > st["fallback_requests"]
+
+
+def test_seq2seq_sizes_converge():
+    from pgmo import synth
+
+    pool = host_pool(warmup=1)
+    counts = []
+    for seed in range(90):
+        t = synth.seq2seq_training(batch=2, hidden=16, vocab=40, layers=2, seed=seed)
+        res = replay([t], pool)
+        assert res["corrupted"] == 0 and res["overlaps"] == 0
+        counts.append(res["stats"]["reoptimizations"])
+    assert counts[-1] - counts[59] <= 1
+    assert counts[29] >= 1
+
+
+def test_concurrent_stats_and_frees_from_other_threads():
+    """The owner's lock-free path must stay exclusive when other threads join in."""
+    import queue
+    import threading
+
+    trace = pgmo.Trace.from_tuples([(i, i, i + 3, 1000 + 512 * (i % 5)) for i in range(40)])
+    pool = host_pool(warmup=1)
+    replay([trace] * 2, pool)
+    assert pool.mode == "optimized"
+    stop = threading.Event()
+    lock = threading.Lock()  # guards the checker's own bookkeeping
+    handoff: queue.Queue = queue.Queue()
+    checker = Checker(host=True)
+    errors = []
+
+    def watcher():
+        while not stop.is_set():
+            st = pool.stats()
+            if st["used_bytes"] + st["free_bytes"] != st["total_bytes"]:
+                errors.append(st)
+
+    def freer():
+        while not (stop.is_set() and handoff.empty()):
+            try:
+                handle = handoff.get(timeout=0.01)
+            except queue.Empty:
+                continue
+            with lock:
+                if not checker.free(handle):
+                    errors.append("corrupted")
+            del handle
+
+    threads = [threading.Thread(target=watcher), threading.Thread(target=freer)]
+    for t in threads:
+        t.start()
+    events = sorted([(b.upper, 0, i) for i, b in enumerate(trace.blocks)]
+                    + [(b.lower, 1, i) for i, b in enumerate(trace.blocks)])
+    for _ in range(30):
+        live = {}
+        with pool.iteration():
+            for _, kind, i in events:
+                if kind:
+                    with lock:
+                        live[i] = checker.alloc(pool, trace.blocks[i].size)
+                else:
+                    handoff.put(live.pop(i))  # freed by the other thread, later
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert checker.corrupted == 0 and checker.overlaps == 0
+    st = pool.stats()
+    assert st["live_bytes"] == st["used_bytes"] == 0
+    assert st["planned_requests"] > 0  # the arena was in use while the threads ran
