@@ -1,0 +1,169 @@
+"""Measuring helpers shared by the examples: pools, device memory, timing, tables.
+
+On the CPU (``--device -1``) Chainer and the examples compute with NumPy, which
+never calls CuPy's allocator: the pool is still installed and iterations are
+still marked (so the same code runs unchanged on a GPU), but there are no GPU
+bytes to report and the tables say ``n/a (CPU)``.
+"""
+
+import time
+
+NA = "n/a (CPU)"
+
+
+def make_pool(device_id, **options):
+    """A pgmo pool: on the GPU the real one, on the CPU one backed by host memory."""
+    if device_id < 0:
+        from pgmo.testing import host_pool
+
+        return host_pool(**options)
+    from pgmo import ProfileGuidedMemoryPool
+
+    return ProfileGuidedMemoryPool(**options)
+
+
+def synchronize(device_id):
+    """Wait for queued GPU work so that wall-clock times mean something."""
+    if device_id >= 0:
+        import cupy
+
+        cupy.cuda.Device(device_id).synchronize()
+
+
+def pool_bytes(device_id, pool=None):
+    """Bytes held by CuPy's default pool plus those held by ``pool`` (GPU only).
+
+    Parameters allocated before a pgmo pool is installed stay in CuPy's default
+    pool, so the sum is what the process holds either way.
+    """
+    if device_id < 0:
+        return None
+    import cupy
+
+    held = cupy.get_default_memory_pool().total_bytes()
+    if pool is not None:
+        held += pool.stats()["total_bytes"]
+    return held
+
+
+def device_bytes_in_use(device_id):
+    """Device memory in use by everyone (driver's view: total minus free)."""
+    if device_id < 0:
+        return None
+    import cupy
+
+    with cupy.cuda.Device(device_id):
+        free, total = cupy.cuda.runtime.memGetInfo()
+    return total - free
+
+
+def release_cached(device_id):
+    """Give CuPy's cached blocks back, between runs measured in one process."""
+    if device_id >= 0:
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+class Peak:
+    """The largest of the values seen; ``None`` values (CPU) are ignored."""
+
+    def __init__(self):
+        self.value = None
+
+    def add(self, value):
+        if value is not None and (self.value is None or value > self.value):
+            self.value = value
+        return value
+
+
+class Stopwatch:
+    """Times between successive ``lap()`` calls, after synchronizing the device."""
+
+    def __init__(self, device_id):
+        self.device_id = device_id
+        self.laps = []
+        self._last = None
+
+    def start(self):
+        synchronize(self.device_id)
+        self._last = time.perf_counter()
+
+    def lap(self):
+        synchronize(self.device_id)
+        now = time.perf_counter()
+        self.laps.append(now - self._last)
+        self._last = now
+        return self.laps[-1]
+
+    def restart(self):
+        """Start the next lap now (time spent since the last lap is left out)."""
+        self._last = time.perf_counter()
+
+    def steady_ms(self):
+        """Median lap in ms, leaving out the first (warm-up, profiling) lap when possible."""
+        laps = sorted(self.laps[1:] or self.laps)
+        return 1e3 * laps[len(laps) // 2] if laps else float("nan")
+
+
+def mib(value):
+    """Bytes as MiB text, or ``n/a (CPU)`` for None."""
+    return NA if value is None else f"{value / 2**20:.1f} MiB"
+
+
+def print_table(title, columns, rows):
+    """Print rows (sequences of values) under their column names, aligned."""
+    cells = [[str(c) for c in columns]] + [[str(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    line = "  ".join("-" * w for w in widths)
+    print(f"\n{title}")
+    print(line)
+    for k, row in enumerate(cells):
+        print("  ".join(v.rjust(w) if k and i else v.ljust(w)
+                        for i, (v, w) in enumerate(zip(row, widths))))
+        if k == 0:
+            print(line)
+    print(line)
+
+
+class Recorder:
+    """Per-iteration time, and the steady-state peaks of pool bytes and device memory.
+
+    pgmo serves its warm-up and profiled iterations from its fallback (a stock
+    pool), so those iterations hold what CuPy's pool would; when pgmo takes its
+    arena it releases the fallback's cached blocks itself.  The peaks are
+    tracked from then on: the memory the plan needs.  With CuPy's pool every
+    iteration counts.
+    """
+
+    def __init__(self, device_id, pool=None):
+        self.device_id = device_id
+        self.pool = pool
+        self.watch = Stopwatch(device_id)
+        self.peak_pool = Peak()
+        self.peak_device = Peak()
+
+    def start(self):
+        self.watch.start()
+
+    def record(self):
+        """Close one iteration: returns (seconds, pool bytes, device bytes)."""
+        seconds = self.watch.lap()
+        steady = self.pool is None or self.pool.mode == "optimized"
+        held = pool_bytes(self.device_id, self.pool)
+        used = device_bytes_in_use(self.device_id)
+        if steady:
+            self.peak_pool.add(held)
+            self.peak_device.add(used)
+        self.watch.restart()  # the sampling is not the iteration's time
+        return seconds, held, used
+
+    @property
+    def iterations(self):
+        return len(self.watch.laps)
+
+    def peak_text(self, peak):
+        """A peak for the summary: MiB, ``n/a (CPU)``, or why there is none."""
+        if self.device_id < 0:
+            return NA
+        return "no plan yet" if peak.value is None else mib(peak.value)

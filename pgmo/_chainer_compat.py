@@ -1,0 +1,83 @@
+"""Let Chainer 7.8.1 (the last release, 2020) import on today's NumPy and Python.
+
+Chainer is frozen, while NumPy 2 removed names it uses and Python 3.12 dropped
+``numpy.distutils``.  :func:`apply` fixes exactly the two things that stop
+``import chainer`` and the layers pgmo's examples use; it must run before
+Chainer is first imported, which ``import pgmo.chainer`` does for the user.
+
+What is patched, and why:
+
+* ``numpy.sctypes`` (removed in NumPy 2.0) is restored with its NumPy 1.x
+  content, only when missing.  ``chainer.functions.array.as_strided`` builds a
+  table from ``np.sctypes['int']`` at import time, so ``import chainer`` fails
+  without it.  Restoring a removed name changes nothing for code that never
+  uses it.
+* ``chainer._environment_check`` is replaced, before Chainer imports it, by a
+  module whose ``check()`` does nothing.  The original imports
+  ``numpy.distutils`` (absent on Python >= 3.12, deprecated before) and
+  ``pkg_resources`` (removed in setuptools 82), and its three checks are moot
+  here: Python 3.5.0 (pgmo needs >= 3.10), a macOS Accelerate warning read
+  from ``numpy.distutils`` (which no longer describes how NumPy is built), and
+  a pin of CuPy to ``>=7.7,<8`` that would only warn about the CuPy pgmo uses.
+
+Not patched, because nothing pgmo uses needs it: ``numpy.float`` in
+``F.resize_images`` (removed in NumPy 1.24).  NumPy behaviour is otherwise
+untouched, and :func:`apply` is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+
+import numpy
+
+logger = logging.getLogger(__name__)
+
+_ENV_CHECK = "chainer._environment_check"
+
+
+def _numpy1_sctypes() -> dict[str, list[type]]:
+    """The ``numpy.sctypes`` table of NumPy 1.x: scalar types by kind, by size."""
+    return {
+        "int": [numpy.int8, numpy.int16, numpy.int32, numpy.int64],
+        "uint": [numpy.uint8, numpy.uint16, numpy.uint32, numpy.uint64],
+        "float": [numpy.float16, numpy.float32, numpy.float64, numpy.longdouble],
+        "complex": [numpy.complex64, numpy.complex128, numpy.clongdouble],
+        "others": [bool, object, bytes, str, numpy.void],
+    }
+
+
+def _restore_sctypes() -> bool:
+    """Put back ``numpy.sctypes`` if this NumPy removed it; True if it did."""
+    if hasattr(numpy, "sctypes"):  # NumPy 1.x, or already restored
+        return False
+    numpy.sctypes = _numpy1_sctypes()
+    return True
+
+
+def _quiet_environment_check() -> bool:
+    """Pre-register a no-op ``chainer._environment_check``; True if it did.
+
+    ``chainer/__init__.py`` runs ``from chainer import _environment_check`` and
+    then ``_environment_check.check()``; the import finds this module in
+    ``sys.modules`` and never executes the original file.  Once Chainer has
+    been imported the original has already run (and so worked), and nothing
+    is done.
+    """
+    if "chainer" in sys.modules or _ENV_CHECK in sys.modules:
+        return False
+    module = types.ModuleType(_ENV_CHECK, "Replaced by pgmo._chainer_compat: "
+                              "the original needs numpy.distutils and pkg_resources.")
+    module.check = lambda: None
+    sys.modules[_ENV_CHECK] = module
+    return True
+
+
+def apply() -> None:
+    """Make ``import chainer`` work on NumPy 2 and Python >= 3.12 (idempotent)."""
+    if _restore_sctypes():
+        logger.debug("restored numpy.sctypes for Chainer")
+    if _quiet_environment_check():
+        logger.debug("replaced %s (needs numpy.distutils, pkg_resources)", _ENV_CHECK)

@@ -1,0 +1,164 @@
+"""Chainer trainer extension: one training update = one profiled pgmo iteration.
+
+Usage::
+
+    from pgmo.chainer import ProfileGuidedMemory
+    trainer.extend(ProfileGuidedMemory())        # or ProfileGuidedMemory(pool)
+    trainer.extend(extensions.PrintReport(['iteration', 'pgmo/arena_bytes']))
+
+Importing this module first applies :mod:`pgmo._chainer_compat`, so Chainer
+7.8.1 imports on NumPy 2 and Python >= 3.12 without the user patching anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable
+
+import numpy
+
+from . import _chainer_compat
+
+_chainer_compat.apply()
+
+try:
+    import chainer
+    from chainer import training
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "pgmo.chainer needs Chainer 7.8.1; install it with "
+        "PIP_CONSTRAINT=constraints-chainer.txt PIP_BUILD_CONSTRAINT=constraints-chainer.txt "
+        "pip install 'pgmo[chainer]'") from error
+
+__all__ = ["ProfileGuidedMemory"]
+
+logger = logging.getLogger(__name__)
+
+#: Name of the serialized pool state inside the extension's snapshot group.
+STATE_KEY = "pool_state"
+
+
+class ProfileGuidedMemory(training.Extension):
+    """Run every ``updater.update()`` as one :meth:`pool.iteration`.
+
+    ``initialize`` wraps the updater's ``update`` and the first update installs
+    the pool as CuPy's allocator, so the pool sees the same request sequence
+    every iteration while other extensions (evaluators, snapshots) allocate
+    between iterations, outside the plan.  The pool's integer stats are
+    reported from inside the wrapped update, i.e. in the trainer's reporter
+    scope, so LogReport/PrintReport show them as ``pgmo/<stat>`` in the same
+    iteration.  ``finalize`` restores the allocator and the original
+    ``update``, also when training fails.  ``serialize`` stores the pool's
+    profile and plan, so a trainer resumed from a snapshot keeps the plan
+    instead of profiling again.
+
+    Args:
+        pool: a :class:`pgmo.ProfileGuidedMemoryPool`; by default a new one is
+            made (on first use) with ``pool_options``.
+        keys: which ``pool.stats()`` entries to report; default: every integer.
+        prefix: prefix of the reported keys.
+        pool_options: keyword arguments for the default pool (``warmup``,
+            ``method``, ``time_limit``, ``plan_path``...).
+    """
+
+    trigger = 1, "iteration"
+    # Initializers run by descending priority, outside the trainer's try/finally:
+    # the lowest priority wraps the update only once every other one has worked.
+    priority = 0
+    default_name = "ProfileGuidedMemory"
+
+    def __init__(self, pool=None, *, keys: Iterable[str] | None = None,
+                 prefix: str = "pgmo/", **pool_options: Any):
+        if pool is not None and pool_options:
+            raise TypeError("give either a pool or options for a new pool, not both: "
+                            f"got a pool and {sorted(pool_options)}")
+        self._pool = pool
+        self._pool_options = pool_options
+        self._keys = None if keys is None else tuple(keys)
+        self._prefix = prefix
+        self._updater = None
+        self._installed = False
+        self._had_own_update = False
+        self._own_update = None
+
+    @property
+    def pool(self):
+        """The pool in use; the default one is created here on first access."""
+        if self._pool is None:
+            from .pool import ProfileGuidedMemoryPool
+
+            self._pool = ProfileGuidedMemoryPool(**self._pool_options)
+        return self._pool
+
+    def initialize(self, trainer) -> None:
+        """Wrap ``updater.update`` so that each update is one pool iteration.
+
+        The pool becomes CuPy's allocator at the first update, inside the
+        trainer's ``try``/``finally`` that calls :meth:`finalize`: a trainer
+        that fails before its loop (an extension's ``initialize`` or a
+        before-training call) leaves CuPy's allocator alone.
+        """
+        if self._updater is not None:  # a run that failed before training: start afresh
+            self.finalize()
+        updater = trainer.updater
+        pool = self.pool
+        self._had_own_update = "update" in vars(updater)
+        self._own_update = vars(updater).get("update")
+        original_update = updater.update
+
+        def update():
+            if not self._installed:
+                pool.install()
+                self._installed = True
+            with pool.iteration():
+                original_update()
+            self._report()
+
+        updater.update = update
+        self._updater = updater
+        logger.debug("%s.update wrapped in pgmo iterations", type(updater).__name__)
+
+    def _report(self) -> None:
+        """Report the pool's stats into the current (trainer's) reporter scope."""
+        stats = self.pool.stats()
+        keys = self._keys
+        if keys is None:
+            keys = [k for k, v in stats.items()
+                    if isinstance(v, (int, numpy.integer)) and not isinstance(v, bool)]
+        chainer.report({self._prefix + k: stats[k] for k in keys})
+
+    def __call__(self, trainer) -> None:
+        """Nothing to do per iteration: the work happens in the wrapped update."""
+
+    def finalize(self, trainer=None) -> None:
+        """Restore the updater's own ``update`` and the previous allocator."""
+        updater, self._updater = self._updater, None
+        if updater is None:
+            return
+        if self._had_own_update:
+            updater.update = self._own_update
+        else:
+            del updater.update
+        self._own_update = None
+        if self._installed:
+            self._installed = False
+            self.pool.uninstall()
+        logger.debug("%s.update restored, pgmo pool uninstalled", type(updater).__name__)
+
+    def serialize(self, serializer) -> None:
+        """Save or load the pool's profile and plan as a uint8 array."""
+        if isinstance(serializer, chainer.serializer.Serializer):
+            # Before the first plan (warm-up, profiling) there is nothing to keep.
+            data = self.pool.state_bytes() if self.pool.plan is not None else b""
+            serializer(STATE_KEY, numpy.frombuffer(data, dtype=numpy.uint8))
+            return
+        state = serializer(STATE_KEY, None)
+        if state is None or len(state) == 0:
+            return
+        from .pool import PlanFileError
+
+        try:
+            self.pool.load_state_bytes(numpy.asarray(state, dtype=numpy.uint8).tobytes())
+        except PlanFileError as error:
+            logger.warning("pgmo: the snapshot's pool state is unusable (%s); "
+                           "the pool profiles again", error)

@@ -1,0 +1,171 @@
+"""Every example runs on the CPU (``--device -1``) at tiny sizes for two iterations.
+
+The examples are run as a user runs them, in a subprocess; on the CPU they
+cannot show GPU memory, so these tests check that they run the whole path
+(pool made, extension installed, iterations marked) and say ``n/a (CPU)``
+instead of printing numbers they do not have.
+"""
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pgmo import _chainer_compat
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+pytest.importorskip("cupy")
+_chainer_compat.apply()
+pytest.importorskip("chainer")
+
+pytestmark = pytest.mark.chainer
+
+
+def run_example(script, *args, timeout=300):
+    """Run ``examples/<script>`` with ``args``; return its output, failing on a non-zero exit."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    result = subprocess.run([sys.executable, os.path.join(EXAMPLES, script), *map(str, args)],
+                            capture_output=True, text=True, timeout=timeout, env=env)
+    assert result.returncode == 0, \
+        f"{script} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def summary_rows(output):
+    """The summary table's rows, split on runs of spaces."""
+    table = output[output.index("Summary"):].splitlines()
+    rules = [i for i, line in enumerate(table) if line.startswith("---")]
+    return [re.split(r"\s{2,}", line.strip()) for line in table[rules[1] + 1:rules[2]]]
+
+
+def iteration_lines(output, title):
+    """The ``iter N ...`` lines printed under the run whose heading starts with ``title``."""
+    part = output[output.index(title):]
+    part = part[:part.index("\n\n")] if "\n\n" in part else part
+    return [line for line in part.splitlines() if line.strip().startswith("iter ")]
+
+
+def load_example(name):
+    """Import ``examples/<name>.py`` as a module, leaving ``sys.path`` as it was."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}",
+                                                  os.path.join(EXAMPLES, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved
+    return module
+
+
+def test_one_liner_on_cpu():
+    out = run_example("one_liner.py", "--device", -1, "--iterations", 2, "--batchsize", 8,
+                      "--inputs", 32, "--hidden", 16, "--classes", 4)
+    assert len(iteration_lines(out, "pool stock")) == 2
+    pgmo_lines = iteration_lines(out, "pool pgmo")
+    assert len(pgmo_lines) == 2 and all("profiling" in line for line in pgmo_lines)
+    rows = summary_rows(out)
+    assert [row[:2] for row in rows] == [["stock", "2"], ["pgmo", "2"]]
+    assert rows[1][2:5] == ["n/a (CPU)"] * 3  # no GPU bytes to show, and none made up
+
+
+# Smallest inputs each model accepts keep the CPU runs short.
+TINY = {"alexnet": 39, "googlenet": 32, "resnet50": 32, "inception-resnet-v2": 75}
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_train_imagenet_trains_every_arch_with_pgmo_on_cpu(arch):
+    out = run_example("train_imagenet.py", "--arch", arch, "--pool", "pgmo", "--device", -1,
+                      "--batchsize", 2, "--iterations", 2, "--classes", 10,
+                      "--insize", TINY[arch])
+    lines = iteration_lines(out, f"{arch}, train, pool pgmo")
+    assert [line.split()[1] for line in lines] == ["1", "2"]
+    assert all(np.isfinite(float(line.split()[3])) for line in lines)  # the loss
+    [row] = summary_rows(out)
+    assert row[:7] == [arch, "pgmo", "train", "2", "2", "n/a (CPU)", "n/a (CPU)"]
+    assert float(row[7]) > 0  # ms per iteration
+    assert row[8:] == ["n/a (CPU)", "n/a (CPU)"]  # pgmo's mode and counts mean nothing here
+
+
+def test_train_imagenet_stock_and_pgmo_inference_on_cpu():
+    out = run_example("train_imagenet.py", "--arch", "googlenet", "--inference",
+                      "--pool", "stock", "pgmo", "--device", -1, "--iterations", 2,
+                      "--classes", 10, "--insize", 32)
+    rows = summary_rows(out)
+    assert [row[:5] for row in rows] == [["googlenet", "stock", "inference", "1", "2"],
+                                         ["googlenet", "pgmo", "inference", "1", "2"]]
+    lines = iteration_lines(out, "googlenet, inference, pool pgmo")
+    assert len(lines) == 2 and all("profiling" in line for line in lines)
+
+
+def test_train_imagenet_rejects_an_input_too_small_for_the_model():
+    result = subprocess.run([sys.executable, os.path.join(EXAMPLES, "train_imagenet.py"),
+                             "--arch", "inception-resnet-v2", "--insize", "64", "--device", "-1"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--insize 64 is too small for inception-resnet-v2 (at least 75)" in result.stderr
+
+
+def test_seq2seq_trains_and_translates_on_cpu():
+    out = run_example("seq2seq.py", "--device", -1, "--vocab", 50, "--units", 16, "--layers", 1,
+                      "--batchsize", 4, "--iterations", 2, "--translate", 2, "--max-output", 12,
+                      "--pool", "pgmo", "stock")
+    # PrintReport's lines, one per iteration, for both runs.
+    report = [line.replace("\x1b[J", "").split() for line in out.splitlines()
+              if line.replace("\x1b[J", "").strip()[:1].isdigit()]
+    assert [r[0] for r in report] == ["1", "2", "1", "2"]
+    generated = [int(m) for m in re.findall(r"out\s+(\d+)", out)]
+    assert len(generated) == 4 and all(1 <= n <= 12 for n in generated)
+    rows = summary_rows(out)
+    assert [row[:4] for row in rows] == [
+        ["train", "pgmo", "4", "2"], ["inference", "pgmo", "1", "2"],
+        ["train", "stock", "4", "2"], ["inference", "stock", "1", "2"]]
+    assert rows[0][4:8] == ["n/a (CPU)"] * 4
+
+
+def test_seq2seq_synthetic_pairs_are_variable_length_and_learnable():
+    seq2seq = load_example("seq2seq")
+    pairs = seq2seq.synthetic_pairs(300, vocab=20, min_length=1, max_length=50, seed=3)
+    lengths = [len(s) for s, _ in pairs]
+    assert min(lengths) == 1 and max(lengths) == 50
+    rename = {}
+    for source, target in pairs:
+        assert source.dtype == target.dtype == np.int32
+        assert len(target) == len(source)
+        assert source.min() >= 2 and source.max() < 20  # ids 0 and 1 are reserved
+        for word, renamed in zip(source[::-1], target):
+            assert rename.setdefault(word, renamed) == renamed  # one fixed renaming
+    assert sorted(rename.values()) == sorted(rename)  # a permutation of the words
+
+
+def test_seq2seq_translate_stops_at_the_length_limit_and_drops_eos():
+    seq2seq = load_example("seq2seq")
+    model = seq2seq.Seq2seq(vocab=12, units=8, layers=2)
+    sources = [np.array([2, 3, 4], np.int32), np.array([5], np.int32)]
+    outputs = model.translate(sources, max_length=7)
+    assert len(outputs) == 2
+    for words in outputs:
+        assert len(words) <= 7 and seq2seq.EOS not in words
+
+
+def test_inception_resnet_v2_layers_train_at_the_smallest_input():
+    """Every kind of block learns at the smallest input; smaller inputs fail clearly."""
+    sys.path.insert(0, EXAMPLES)
+    try:
+        from models import InceptionResNetV2
+    finally:
+        sys.path.remove(EXAMPLES)
+    model = InceptionResNetV2(n_classes=5, repeats=(1, 1, 0))
+    x = np.random.default_rng(0).standard_normal((2, 3, 75, 75), dtype=np.float32)
+    assert model.forward(x).shape == (2, 5)
+    loss = model(x, np.array([0, 4], np.int32))
+    loss.backward()
+    assert np.isfinite(float(loss.array))
+    assert all(p.grad is not None for p in model.params())
+    with pytest.raises(Exception, match="positive"):
+        model.forward(x[:, :, :74, :74])  # below min_insize the strides leave nothing
