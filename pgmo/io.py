@@ -124,12 +124,20 @@ class _Collector:
 
 
 def _open_text(path: Path):
+    # utf-8-sig skips a byte-order mark (spreadsheet exports start with one).
     if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, "r", encoding="utf-8", newline="")
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, "r", encoding="utf-8-sig", newline="")
 
 
 def _read_csv(path: Path, inclusive: bool) -> tuple[list[Block], list[int] | None]:
+    try:
+        return _read_csv_rows(path, inclusive)
+    except (UnicodeDecodeError, csv.Error, OSError, EOFError) as exc:
+        raise TraceFormatError(f"cannot be read as UTF-8 CSV: {exc}", path=str(path)) from None
+
+
+def _read_csv_rows(path: Path, inclusive: bool) -> tuple[list[Block], list[int] | None]:
     name = str(path)
     with _open_text(path) as fh:
         reader = csv.reader(fh)
@@ -253,6 +261,16 @@ def blocks_from_rows(rows: Iterable[Sequence[int]]) -> tuple[Block, ...]:
     return tuple(acc.blocks)
 
 
+def _new_file_mode(path: Path) -> int:
+    """Keep an existing file's permissions; a new file gets what open() would give."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def _atomic_write(path: Path, write) -> None:
     """Render to memory, then replace ``path`` in one step: never a half-written file."""
     buf = io.StringIO(newline="")
@@ -265,6 +283,7 @@ def _atomic_write(path: Path, write) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        os.chmod(tmp, _new_file_mode(path))  # mkstemp makes 0600 files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

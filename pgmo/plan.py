@@ -7,6 +7,7 @@ plan can never claim less memory than its placements use.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -29,7 +30,11 @@ class Plan:
     info: dict[str, Any] = field(default_factory=dict, compare=False)  # solver extras
 
     def __post_init__(self) -> None:
-        offsets = tuple(int(o) for o in self.offsets)
+        try:  # operator.index accepts ints and NumPy integers, never floats
+            offsets = tuple(operator.index(o) for o in self.offsets)
+        except TypeError:
+            bad = next(o for o in self.offsets if not hasattr(o, "__index__"))
+            raise ValueError(f"offsets must be integers, got {bad!r}") from None
         if len(offsets) != len(self.trace):
             raise ValueError(f"{len(offsets)} offsets for {len(self.trace)} blocks")
         object.__setattr__(self, "offsets", offsets)

@@ -36,7 +36,8 @@ def find_conflict(blocks: Sequence[Block], offsets: Sequence[int]) -> str | None
         return f"{len(offsets)} offsets for {len(blocks)} blocks"
     for b, off in zip(blocks, offsets):
         if not isinstance(off, int) or isinstance(off, bool) or off < 0:
-            return f"{_describe(b, 0)[:-1]}) has invalid offset {off!r}"
+            return (f"block id={b.id} (lifetime [{b.lower}, {b.upper}), size {b.size}) "
+                    f"has invalid offset {off!r}")
     # Frees (kind 0) before allocs (kind 1) at the same tick: half-open lifetimes.
     events = [(b.upper, 0, i) for i, b in enumerate(blocks)]
     events += [(b.lower, 1, i) for i, b in enumerate(blocks)]

@@ -30,11 +30,12 @@ DEFAULT_TIME_LIMIT = 10.0  # seconds, for "best" and "exact"
 
 
 def solve(trace: Trace, method: str = "best", time_limit: float | None = None,
-          progress: bool = False) -> Plan:
+          progress: bool = False, backend: str = "auto") -> Plan:
     """Pack ``trace``; return a validated :class:`~pgmo.plan.Plan`.
 
     ``time_limit`` bounds ``best`` and ``exact`` (default 10 s); ``bestfit``
-    ignores it.  ``progress`` shows a tqdm bar on long solves.
+    ignores it.  ``progress`` shows a tqdm bar on long solves.  ``backend``
+    picks the exact solver: ``auto``, ``cpsat`` or ``highs``.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -55,7 +56,8 @@ def solve(trace: Trace, method: str = "best", time_limit: float | None = None,
     else:
         from .exact import exact_offsets
 
-        offsets, optimal, info = exact_offsets(trace, time_limit=limit, progress=progress)
+        offsets, optimal, info = exact_offsets(trace, time_limit=limit, progress=progress,
+                                               backend=backend)
     plan = Plan(trace, tuple(offsets), method=method, seconds=time.perf_counter() - start,
                 optimal=optimal, info=info)
     return plan.validate()
