@@ -1,0 +1,80 @@
+"""Improve a packing by searching over the skyline's block priorities.
+
+The paper's best-fit (:mod:`.bestfit`) is a decoder: given a priority order
+over blocks it builds a packing in O(n log n).  Its fixed priority (longest
+lifetime first) is one point in the space of orders; searching that space
+finds lower peaks.  (On the MiniMalloc suite this beat searching placement
+orders for a first-fit decoder by a wide margin in our trials, and unlike
+first-fit it needs no per-pair neighbour lists, so it runs on 60k-block
+traces too, just with fewer moves.)
+
+Move: with probability 1/2 take a block that reaches the current peak and
+raise its priority to a random higher rank; otherwise move one to three
+random blocks to random ranks.  Keep the move when (peak, number of blocks at
+the peak) does not get worse; sideways moves let the search drift across
+plateaus.  Stop at the deadline or when the target (the lower bound) is met.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Callable, Sequence
+
+from .bestfit import skyline_offsets
+
+__all__ = ["SkylineSearch"]
+
+
+class SkylineSearch:
+    """Stochastic local search over priority orders of the skyline best-fit."""
+
+    def __init__(self, lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int],
+                 seed: int = 0):
+        self.cols = (list(lowers), list(uppers), list(sizes))
+        self.n = len(sizes)
+        self.rng = random.Random(seed)
+
+    def evaluate(self, priority: Sequence[int]) -> tuple[list[int], int, list[int]]:
+        """(offsets, peak, blocks at the peak) for one priority order."""
+        sizes = self.cols[2]
+        offsets = skyline_offsets(*self.cols, priority)
+        tops = [o + s for o, s in zip(offsets, sizes)]
+        peak = max(tops)
+        return offsets, peak, [i for i, top in enumerate(tops) if top == peak]
+
+    def run(self, priority: Sequence[int], deadline: float, target: int,
+            on_improve: Callable[[int], None] | None = None) -> tuple[list[int], int, int]:
+        """Search from ``priority`` until ``deadline`` or peak <= ``target``.
+
+        Returns (best offsets, best peak, moves tried).  The first evaluation
+        (of ``priority`` itself) always happens, so the result is never worse
+        than the starting order's packing; later moves start only when one
+        more evaluation (timed on the first) still ends before the deadline.
+        """
+        rng, n = self.rng, self.n
+        current = list(priority)
+        started = time.perf_counter()
+        best_off, best_peak, critical = self.evaluate(current)
+        eval_cost = time.perf_counter() - started  # so the last move ends by the deadline
+        score = (best_peak, len(critical))
+        moves = 0
+        while best_peak > target and n > 1 and time.perf_counter() + eval_cost < deadline:
+            moves += 1
+            candidate = list(current)
+            if rng.random() < 0.5:
+                i = rng.choice(critical)
+                a = candidate.index(i)
+                candidate.insert(rng.randrange(a + 1), candidate.pop(a))
+            else:
+                for _ in range(rng.randint(1, 3)):
+                    candidate.insert(rng.randrange(n), candidate.pop(rng.randrange(n)))
+            offsets, peak, crit = self.evaluate(candidate)
+            new_score = (peak, len(crit))
+            if new_score <= score:
+                current, score, critical = candidate, new_score, crit
+                if peak < best_peak:
+                    best_off, best_peak = offsets, peak
+                    if on_improve:
+                        on_improve(peak)
+        return best_off, best_peak, moves

@@ -1,0 +1,210 @@
+#!/usr/bin/env python
+"""Benchmark pgmo's packing methods on DSA instances; print Markdown tables.
+
+Usage::
+
+    python scripts/bench_solver.py ../shared/dsa-benchmarks --time-limit 10 -o table.md
+
+For every instance CSV found (``solutions/`` folders are skipped) it solves
+with each method through :func:`pgmo.solve` and prints one table per folder:
+n, lower bound (LB), best known peak, then per method the peak, the seconds
+and the ratios peak/LB and peak/best-known.  Summary lines give the mean
+ratios per method for each folder and over all instances.
+
+Best known peaks come from ``--best-known`` CSVs (``instance,peak``; the
+instance is matched against the end of the file path without ``.csv``; the
+bundled ``scripts/best_known_peaks.csv`` is always read) and from
+MiniMalloc-style ``solutions/NAME.peakN.csv`` files next to the instances.
+Files matching ``--inclusive`` (default ``*/iree/*``) have inclusive
+lifetimes.  ``exact`` only runs on instances with at most ``--exact-max-n``
+blocks, and a missing or failing exact solver is reported, not fatal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import fnmatch
+import re
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pgmo
+
+BUNDLED_BEST_KNOWN = Path(__file__).with_name("best_known_peaks.csv")
+SOLUTION_NAME = re.compile(r"^(?P<stem>.+)\.peak(?P<peak>\d+)\.csv$")
+
+
+def find_instances(inputs: list[str]) -> list[Path]:
+    """CSV files given or found under the given folders, skipping ``solutions/``."""
+    found = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            for csv_path in sorted(path.rglob("*.csv")):
+                if "solutions" not in csv_path.relative_to(path).parts[:-1]:
+                    found.append(csv_path)
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise SystemExit(f"bench_solver: no such file or folder: {item}")
+    return found
+
+
+def read_best_known(paths: list[Path]) -> dict[str, int]:
+    """``instance -> peak`` from CSVs with columns ``instance,peak``."""
+    known: dict[str, int] = {}
+    for path in paths:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                known[row["instance"].strip().removesuffix(".csv")] = int(row["peak"])
+    return known
+
+
+def solution_peaks(instance: Path) -> dict[str, int]:
+    """Peaks named by ``solutions/*.peakN.csv`` beside the instance (or its folder)."""
+    peaks = {}
+    for folder in (instance.parent / "solutions", instance.parent.parent / "solutions"):
+        if folder.is_dir():
+            for sol in folder.glob("*.peak*.csv"):
+                m = SOLUTION_NAME.match(sol.name)
+                if m:
+                    peaks[m["stem"]] = int(m["peak"])
+    return peaks
+
+
+def best_known_for(instance: Path, known: dict[str, int]) -> int | None:
+    stem = instance.name.removesuffix(".csv")
+    from_solutions = solution_peaks(instance).get(stem)
+    if from_solutions is not None:
+        return from_solutions
+    key_path = instance.as_posix().removesuffix(".csv")
+    matches = [k for k in known if key_path == k or key_path.endswith("/" + k)]
+    return known[max(matches, key=len)] if matches else None
+
+
+def run_method(trace, method: str, time_limit: float, exact_max_n: int):
+    """(peak, seconds, note) for one method; never raises."""
+    if method == "exact" and len(trace) > exact_max_n:
+        return None, None, f"skipped: n > {exact_max_n}"
+    start = time.perf_counter()
+    try:
+        plan = pgmo.solve(trace, method=method, time_limit=time_limit)
+    except (ImportError, NotImplementedError) as exc:
+        return None, None, f"unavailable: {exc}"
+    except Exception as exc:  # a failing method must not stop the benchmark
+        return None, time.perf_counter() - start, f"error: {type(exc).__name__}: {exc}"
+    note = "optimal" if plan.optimal else ""
+    return plan.peak, time.perf_counter() - start, note
+
+
+def fmt_ratio(peak, ref):
+    return f"{peak / ref:.4f}" if peak is not None and ref else "-"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("inputs", nargs="+", help="instance CSV files or folders of them")
+    ap.add_argument("--methods", default="bestfit,best",
+                    help="comma-separated methods (bestfit,best,exact); default bestfit,best")
+    ap.add_argument("--time-limit", type=float, default=10.0, help="seconds per instance for best/exact")
+    ap.add_argument("--best-known", action="append", default=[], type=Path,
+                    help="CSV 'instance,peak' of best known peaks (repeatable)")
+    ap.add_argument("--inclusive", default="*/iree/*",
+                    help="glob of files whose lifetimes are inclusive at both ends")
+    ap.add_argument("--exact-max-n", type=int, default=60, help="run exact only up to this many blocks")
+    ap.add_argument("-o", "--output", type=Path, help="also write the tables to this Markdown file")
+    args = ap.parse_args(argv)
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for m in methods:
+        if m not in pgmo.METHODS:
+            ap.error(f"unknown method {m!r}; choose from {', '.join(pgmo.METHODS)}")
+    known_files = ([BUNDLED_BEST_KNOWN] if BUNDLED_BEST_KNOWN.exists() else []) + args.best_known
+    known = read_best_known(known_files)
+    instances = find_instances(args.inputs)
+    if not instances:
+        raise SystemExit("bench_solver: no instance CSV files found")
+
+    lines: list[str] = []
+
+    def summary_line(by_lb, by_best):
+        parts = []
+        for m in methods:
+            part = [f"**{m}**"]
+            if by_lb[m]:
+                part.append(f"peak/LB {sum(by_lb[m]) / len(by_lb[m]):.4f} (n={len(by_lb[m])})")
+            if by_best[m]:
+                part.append(f"peak/best-known {sum(by_best[m]) / len(by_best[m]):.4f} "
+                            f"(n={len(by_best[m])})")
+            if len(part) == 1:
+                part.append("no results")
+            parts.append(" ".join(part))
+        return "; ".join(parts)
+
+    def emit(line=""):
+        print(line, flush=True)
+        lines.append(line)
+
+    header = ["instance", "n", "LB", "best known"]
+    for m in methods:
+        header += [f"{m} peak", f"{m} s", f"{m} /LB", f"{m} /best"]
+    ratios_lb: dict[str, list[float]] = defaultdict(list)
+    ratios_best: dict[str, list[float]] = defaultdict(list)
+    folder_lb: dict[str, list[float]] = defaultdict(list)
+    folder_best: dict[str, list[float]] = defaultdict(list)
+    notes: list[str] = []
+    current_folder = None
+
+    def folder_summary():
+        if current_folder is not None:
+            emit()
+            emit("Folder means: " + summary_line(folder_lb, folder_best))
+            folder_lb.clear()
+            folder_best.clear()
+
+    for path in instances:
+        folder = path.parent.as_posix()
+        if folder != current_folder:
+            folder_summary()
+            current_folder = folder
+            emit()
+            emit(f"### {folder}")
+            emit()
+            emit("| " + " | ".join(header) + " |")
+            emit("|" + "---|" * len(header))
+        inclusive = fnmatch.fnmatch(path.as_posix(), args.inclusive)
+        trace = pgmo.read_trace(path, inclusive=inclusive)
+        lb = trace.lower_bound()
+        best = best_known_for(path, known)
+        row = [path.stem + (" (incl.)" if inclusive else ""), str(len(trace)), str(lb),
+               str(best) if best is not None else "-"]
+        for m in methods:
+            peak, seconds, note = run_method(trace, m, args.time_limit, args.exact_max_n)
+            if note and note != "optimal":
+                notes.append(f"{path.stem} {m}: {note}")
+            if peak is None:
+                row += ["-", f"{seconds:.2f}" if seconds is not None else "-", "-", "-"]
+                continue
+            ratios_lb[m].append(peak / lb)
+            folder_lb[m].append(peak / lb)
+            if best:
+                ratios_best[m].append(peak / best)
+                folder_best[m].append(peak / best)
+            row += [str(peak), f"{seconds:.2f}", fmt_ratio(peak, lb), fmt_ratio(peak, best)]
+        emit("| " + " | ".join(row) + " |")
+
+    folder_summary()
+    emit()
+    emit("Summary (all instances): " + summary_line(ratios_lb, ratios_best))
+    for note in notes:
+        emit(f"- {note}")
+    if args.output:
+        args.output.write_text("\n".join(lines).lstrip("\n") + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
