@@ -221,7 +221,7 @@ def parse_args(argv=None):
     parser.add_argument("--warmup", type=int, default=1, help="pgmo warm-up iterations")
     parser.add_argument("--method", default="best", help="pgmo solver (see pgmo.METHODS)")
     parser.add_argument("--time-limit", type=float, default=10.0, help="pgmo solver seconds")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the data and the weights")
     args = parser.parse_args(argv)
     for name in ("units", "layers", "batchsize", "iterations", "sentences", "min_length",
                  "translate_batch", "max_output", "log_interval"):
@@ -249,6 +249,7 @@ def main(argv=None):
                             args.seed)
     rows = []
     for pool_name in args.pool:
+        np.random.seed(args.seed)  # Chainer's initializers draw from NumPy: same weights per pool
         model = Seq2seq(args.vocab, args.units, args.layers)
         model.to_device(device)
         print(f"\ntraining, pool {pool_name}: {args.layers} x {args.units} LSTM, vocabulary "

@@ -1,10 +1,19 @@
-"""Shared fixtures: CuPy's allocator is restored after every test; ``gpu`` tests skip without a device."""
+"""Shared test set-up: Hypothesis profiles, CuPy's allocator restored after every test,
+``gpu`` tests skipped without a device."""
 
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
+from hypothesis import settings
+
+# Slow 2-core CI machines: no per-example deadline; under CI the examples are
+# derandomized so that a run can be reproduced exactly.
+settings.register_profile("pgmo", deadline=None, print_blob=True)
+settings.register_profile("pgmo-ci", parent=settings.get_profile("pgmo"), derandomize=True)
+settings.load_profile("pgmo-ci" if os.environ.get("CI") else "pgmo")
 
 
 @functools.lru_cache(maxsize=None)

@@ -120,7 +120,8 @@ def test_seq2seq_trains_and_translates_on_cpu():
               if line.replace("\x1b[J", "").strip()[:1].isdigit()]
     assert [r[0] for r in report] == ["1", "2", "1", "2"]
     generated = [int(m) for m in re.findall(r"out\s+(\d+)", out)]
-    assert len(generated) == 4 and all(1 <= n <= 12 for n in generated)
+    # At most --max-output words; an untrained decoder may emit EOS first (0 words).
+    assert len(generated) == 4 and all(0 <= n <= 12 for n in generated)
     rows = summary_rows(out)
     assert [row[:4] for row in rows] == [
         ["train", "pgmo", "4", "2"], ["inference", "pgmo", "1", "2"],
