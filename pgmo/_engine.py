@@ -300,23 +300,27 @@ class Engine:
                             self._n = i + 1
                             self._tick = t + 1
                             self._obs_lowers[i] = t
-                            lease = self.ArenaLease(arena.ptr + o, rs, None, self._device_id)
-                            lease.arena = arena
-                            lease.index = i
-                            lease.iteration = it = self._iteration
-                            lease.on_free = None
-                            self._slot[i] = it  # never the lease: it must be free to die
-                            used = self._used + rs
-                            self._used = used
-                            if used > self.peak_used:
-                                self.peak_used = used
-                            self.planned_requests += 1
-                            return self._pointer(lease, 0)
+                            return self._hand_out(arena, o, rs, i)
                     return self._serve(size)
             finally:
                 self._busy = False
         with self:
             return self._serve(size)
+
+    def _hand_out(self, arena: _Arena, o: int, rs: int, i: int) -> Any:
+        """Give request ``i`` its planned block ``arena + o`` (already checked safe)."""
+        lease = self.ArenaLease(arena.ptr + o, rs, None, self._device_id)
+        lease.arena = arena
+        lease.index = i
+        lease.iteration = it = self._iteration
+        lease.on_free = None
+        self._slot[i] = it  # never the lease: it must be free to die
+        used = self._used + rs
+        self._used = used
+        if used > self.peak_used:
+            self.peak_used = used
+        self.planned_requests += 1
+        return self._pointer(lease, 0)
 
     def _refresh_fast(self) -> None:
         """Whether :meth:`malloc` may take its inline path (see there)."""
@@ -347,18 +351,7 @@ class Engine:
                     if o >= 0:
                         arena = self._arena
                         if not arena.overdue or self._clear(arena, o, o + rs):
-                            lease = self.ArenaLease(arena.ptr + o, rs, None, self._device_id)
-                            lease.arena = arena
-                            lease.index = i
-                            lease.iteration = it = self._iteration
-                            lease.on_free = None
-                            self._slot[i] = it  # never the lease: it must be free to die
-                            used = self._used + rs
-                            self._used = used
-                            if used > self.peak_used:
-                                self.peak_used = used
-                            self.planned_requests += 1
-                            return self._pointer(lease, 0)
+                            return self._hand_out(arena, o, rs, i)
                     self._obs_sizes[i] = rs
                 else:
                     self._obs_sizes[i] = rs

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from .io import read_trace_and_offsets, TraceFormatError, write_trace
 from .trace import Trace

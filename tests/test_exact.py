@@ -7,7 +7,6 @@ import itertools
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +16,7 @@ from pgmo.solver import exact
 from pgmo.solver.exact import ExactSolverUnavailable, exact_offsets
 
 from .strategies import traces
+from .benchmarks import BENCH, needs_bench
 
 def _backend(name: str, module: str):
     missing = importlib.util.find_spec(module.split(".")[0]) is None
@@ -26,16 +26,6 @@ def _backend(name: str, module: str):
 BACKENDS = (_backend("cpsat", "ortools"), _backend("highs", "scipy"))
 
 
-def _benchmarks() -> Path | None:
-    for root in (Path(__file__).resolve().parents[1] / ".." / "shared" / "dsa-benchmarks",
-                 Path("/work/shared/dsa-benchmarks")):
-        if root.is_dir():
-            return root
-    return None
-
-
-BENCH = _benchmarks()
-needs_bench = pytest.mark.skipif(BENCH is None, reason="shared dsa-benchmarks not present")
 OMNI = sorted((BENCH / "omnimalloc-small").glob("*.csv")) if BENCH else []
 
 

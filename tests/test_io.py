@@ -16,18 +16,9 @@ import pgmo
 from pgmo.io import TraceFormatError, read_trace_and_offsets
 
 from .strategies import event_traces, traces
+from .benchmarks import BENCH, needs_bench
 
 
-def _benchmarks() -> Path | None:
-    for root in (Path(__file__).resolve().parents[1] / ".." / "shared" / "dsa-benchmarks",
-                 Path("/work/shared/dsa-benchmarks")):
-        if root.is_dir():
-            return root
-    return None
-
-
-BENCH = _benchmarks()
-needs_bench = pytest.mark.skipif(BENCH is None, reason="shared dsa-benchmarks not present")
 
 HEADER = "id,lower,upper,size\n"
 

@@ -4,26 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pgmo
 from pgmo import Plan, PlanError, Trace, TraceFormatError, read_plan
+from .benchmarks import BENCH, needs_bench
 
 
-def _benchmarks() -> Path | None:
-    for root in (Path(__file__).resolve().parents[1] / ".." / "shared" / "dsa-benchmarks",
-                 Path("/work/shared/dsa-benchmarks")):
-        if root.is_dir():
-            return root
-    return None
-
-
-BENCH = _benchmarks()
 SOLUTIONS = sorted((BENCH / "minimalloc" / "solutions").glob("*.csv")) if BENCH else []
-needs_bench = pytest.mark.skipif(BENCH is None, reason="shared dsa-benchmarks not present")
 
 TRACE = Trace.from_tuples([("a", 0, 4, 8), ("b", 2, 6, 4), ("c", 4, 8, 8)])
 

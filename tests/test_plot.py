@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 
 from pgmo import Trace, solve
 from pgmo.plot import live_bytes, plot_plan

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import random
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,12 +10,9 @@ from hypothesis import HealthCheck, given, settings
 import pgmo
 from pgmo.testing import Checker, host_pool, replay
 
+from .benchmarks import BENCH, needs_bench
 from .strategies import event_traces, traces, workloads
 
-SHARED = [Path(os.environ.get("PGMO_SHARED", "/work/shared")) / "dsa-benchmarks",
-          Path(__file__).resolve().parents[1].parent / "shared" / "dsa-benchmarks"]
-DSA = next((p for p in SHARED if p.is_dir()), None)
-needs_dsa = pytest.mark.skipif(DSA is None, reason="shared dsa-benchmarks not present")
 
 
 def scaled(trace: pgmo.Trace, max_peak: int = 4 << 20) -> pgmo.Trace:
@@ -72,10 +67,10 @@ DSA_FILES = ["omnimalloc-small/c.8.csv", "minimalloc/challenging/A.1048576.csv",
              "idealloc/iopddl/G_1.csv"]
 
 
-@needs_dsa
+@needs_bench
 @pytest.mark.parametrize("rel", DSA_FILES)
 def test_dsa_benchmark_traces_in_all_modes(rel):
-    path = DSA / rel
+    path = BENCH / rel
     if not path.exists():
         pytest.skip(f"{rel} not present")
     trace = pgmo.read_trace(path, inclusive="iree" in rel)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -22,12 +21,9 @@ from pgmo.solver.local_search import SkylineSearch
 from pgmo.solver.skyline_dfs import capacity_search, skyline_dfs
 from pgmo.validate import find_conflict
 
+from .benchmarks import BENCH, needs_bench
 from .strategies import event_traces, traces
 
-HERE = Path(__file__).resolve().parent
-BENCH = next((p for p in (Path("/work/shared/dsa-benchmarks"),
-                          HERE.parent.parent / "shared" / "dsa-benchmarks") if p.is_dir()), None)
-needs_bench = pytest.mark.skipif(BENCH is None, reason="shared dsa-benchmarks not available")
 
 
 def peak_of(trace: Trace, offsets) -> int:
