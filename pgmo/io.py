@@ -30,6 +30,7 @@ __all__ = [
     "read_trace_and_offsets",
     "write_trace",
     "blocks_from_rows",
+    "write_bytes_atomically",
     "JSON_FORMAT",
 ]
 
@@ -272,12 +273,21 @@ def _new_file_mode(path: Path) -> int:
 
 
 def _atomic_write(path: Path, write) -> None:
-    """Render to memory, then replace ``path`` in one step: never a half-written file."""
+    """Render text to memory with ``write(fh)``, then store it with :func:`write_bytes_atomically`."""
     buf = io.StringIO(newline="")
     write(buf)
-    data = buf.getvalue().encode("utf-8")
+    write_bytes_atomically(path, buf.getvalue().encode("utf-8"))
+
+
+def write_bytes_atomically(path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` in one step: never a half-written file.
+
+    A name ending in ``.gz`` is gzip-compressed (mtime=0: reproducible bytes);
+    an existing file keeps its permissions.
+    """
+    path = Path(path)
     if path.name.endswith(".gz"):
-        data = gzip.compress(data, mtime=0)  # mtime=0: reproducible bytes
+        data = gzip.compress(data, mtime=0)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

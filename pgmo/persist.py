@@ -16,6 +16,7 @@ import json
 import os
 from pathlib import Path
 
+from .io import write_bytes_atomically
 from .plan import Plan
 from .trace import Block, Trace
 
@@ -104,13 +105,7 @@ def loads(data: bytes, source: str = "<bytes>"):
 
 def save(path: str | os.PathLike, arrays, plan: Plan, extra: dict | None = None) -> None:
     """Write atomically (temp file + rename) so a crash never leaves half a plan."""
-    path = Path(path)
-    data = dumps(arrays, plan, extra)
-    if path.name.endswith(".gz"):
-        data = gzip.compress(data)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_bytes_atomically(path, dumps(arrays, plan, extra))
 
 
 def load(path: str | os.PathLike):
