@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .trace import Trace
+from .trace import Trace, events
 
 __all__ = ["HostMemory", "HostFallback", "host_pool", "replay", "Checker", "events"]
 
@@ -269,14 +269,6 @@ class Checker:
         return not bool(bad)
 
 
-def events(trace: Trace) -> list[tuple[int, int, int]]:
-    """``(tick, kind, block index)`` in time order, frees (kind 0) before allocs at a tick."""
-    evs = [(b.upper, 0, i) for i, b in enumerate(trace.blocks)]
-    evs += [(b.lower, 1, i) for i, b in enumerate(trace.blocks)]
-    evs.sort()
-    return evs
-
-
 def replay(traces: Trace | Iterable[Trace], pool, *, interrupted: bool = False,
            check: bool = True) -> dict:
     """Drive ``pool`` through one iteration per trace, checking every block.
@@ -300,7 +292,7 @@ def replay(traces: Trace | Iterable[Trace], pool, *, interrupted: bool = False,
         with pool.iteration():
             with pool.interrupted() if interrupted else contextlib.nullcontext():
                 modes.append(pool.mode)
-                for _, kind, i in events(trace):
+                for _, kind, i in events(blocks):
                     if kind:
                         if check:
                             live[i] = checker.alloc(pool, blocks[i].size)

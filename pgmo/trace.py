@@ -29,7 +29,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-__all__ = ["Block", "Trace", "max_load"]
+__all__ = ["Block", "Trace", "max_load", "FREE", "ALLOC", "events"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,21 @@ class Block:
 
     def overlaps_in_time(self, other: "Block") -> bool:
         return self.lower < other.upper and other.lower < self.upper
+
+
+FREE, ALLOC = 0, 1  # event kinds; FREE sorts first at equal ticks
+
+
+def events(blocks: Sequence[Block]) -> list[tuple[int, int, int]]:
+    """``(tick, kind, index)`` in time order, frees before allocs at a tick.
+
+    That order is what half-open lifetimes mean: a block freed at t and one
+    allocated at t are never live together.
+    """
+    evs = [(b.upper, FREE, i) for i, b in enumerate(blocks)]
+    evs += [(b.lower, ALLOC, i) for i, b in enumerate(blocks)]
+    evs.sort()
+    return evs
 
 
 def max_load(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int]) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Sequence
 
-from .trace import Block
+from .trace import FREE, Block, events
 
 __all__ = ["PlanError", "find_conflict", "check_offsets"]
 
@@ -38,14 +38,10 @@ def find_conflict(blocks: Sequence[Block], offsets: Sequence[int]) -> str | None
         if not isinstance(off, int) or isinstance(off, bool) or off < 0:
             return (f"block id={b.id} (lifetime [{b.lower}, {b.upper}), size {b.size}) "
                     f"has invalid offset {off!r}")
-    # Frees (kind 0) before allocs (kind 1) at the same tick: half-open lifetimes.
-    events = [(b.upper, 0, i) for i, b in enumerate(blocks)]
-    events += [(b.lower, 1, i) for i, b in enumerate(blocks)]
-    events.sort()
     live_keys: list[tuple[int, int]] = []  # (offset, index), sorted
-    for _, kind, i in events:
+    for _, kind, i in events(blocks):
         key = (offsets[i], i)
-        if kind == 0:
+        if kind == FREE:
             pos = bisect_left(live_keys, key)
             del live_keys[pos]
             continue
