@@ -26,8 +26,8 @@ lower bound of ``u`` is the trace's max load, and one pair of overlapping
 blocks has its order fixed (mirroring all addresses maps any packing to one
 with the opposite order), which halves the search.
 
-The warm start is the best of :mod:`.best`, :mod:`.bestfit` and a small
-first-fit-by-size of our own; each is validated before use, so a missing or
+The warm start is the best of :mod:`.best`, :mod:`.bestfit` and first-fit
+by size (:func:`.greedy.gap_fit_offsets`); each is validated before use, so a missing or
 broken heuristic only costs quality, never correctness.  The result is never
 worse than the warm start, and ``optimal`` is True only when the solver proved
 it or the peak equals the max load.
@@ -50,10 +50,11 @@ from typing import Any, Sequence
 
 from ..trace import Trace
 from ..validate import find_conflict
+from .greedy import ORDERS, gap_fit_offsets
 
 __all__ = [
     "exact_offsets", "ExactSolverUnavailable", "BACKENDS", "MAX_BLOCKS", "MAX_PAIRS",
-    "overlapping_pairs", "count_overlapping_pairs", "first_fit_by_size", "compact",
+    "overlapping_pairs", "count_overlapping_pairs", "compact",
 ]
 
 log = logging.getLogger(__name__)
@@ -139,30 +140,6 @@ def overlapping_pairs(lowers: Sequence[int], uppers: Sequence[int]) -> list[tupl
     return pairs
 
 
-def first_fit_by_size(lowers: Sequence[int], uppers: Sequence[int],
-                      sizes: Sequence[int]) -> list[int]:
-    """Largest (then longest-lived) block first, each at the lowest gap that fits.
-
-    Our own warm start, O(n^2): always a candidate, so the exact method
-    works even when :mod:`.best` and :mod:`.bestfit` are missing or fail.
-    """
-    n = len(sizes)
-    order = sorted(range(n), key=lambda i: (-sizes[i], lowers[i] - uppers[i], i))
-    offsets = [0] * n
-    placed: list[int] = []
-    for i in order:
-        busy = sorted((offsets[j], offsets[j] + sizes[j]) for j in placed
-                      if lowers[i] < uppers[j] and lowers[j] < uppers[i])
-        off = 0
-        for start, end in busy:
-            if start >= off + sizes[i]:
-                break
-            off = max(off, end)
-        offsets[i] = off
-        placed.append(i)
-    return offsets
-
-
 def _peak(offsets: Sequence[int], sizes: Sequence[int]) -> int:
     return max((o + s for o, s in zip(offsets, sizes)), default=0)
 
@@ -222,7 +199,9 @@ def warm_start(trace: Trace, budget: float, progress: bool = False
 
     consider("best", best)
     consider("bestfit", bestfit)
-    consider("first_fit_by_size", lambda: (first_fit_by_size(lowers, uppers, sizes), {}))
+    # Always there (numpy only): exact works even when the other heuristics fail.
+    consider("first_fit_by_size", lambda: (gap_fit_offsets(
+        lowers, uppers, sizes, ORDERS["size-lifetime"](lowers, uppers, sizes), "first"), {}))
     peak, name, offsets, extra = min(candidates, key=lambda c: c[0])
     return offsets, name, extra
 
