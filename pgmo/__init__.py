@@ -1,39 +1,56 @@
 """pgmo: profile-guided GPU memory pool for CuPy and Chainer.
 
-The core (traces, solvers, plans) is pure Python and imports no CuPy; the
-pool and testing helpers are loaded on first use so that ``import pgmo`` works
-on machines without CuPy.
+The core (traces, formats, solvers, plans) is pure Python and imports no
+CuPy.  Everything else is reachable from the package too, loaded on first
+use: ``pgmo.ProfileGuidedMemoryPool`` and ``pgmo.testing`` import CuPy only
+when asked for, ``pgmo.chainer`` imports Chainer.
 """
 
 from __future__ import annotations
 
-from .io import TraceFormatError, read_trace, write_trace
-from .plan import Plan, read_plan
-from .solver import METHODS, solve
-from .trace import Block, Trace
-from .validate import PlanError
+import importlib
 
-__version__ = "0.1.0"
+from .errors import PlanError, PlanFileError, TraceFormatError
+from .formats import read_trace, write_trace
+from .plan import Plan, read_plan
+from .solver import METHODS, SolverOptions, solve
+from .trace import Block, Trace
+
+__version__ = "0.2.0"
 
 __all__ = [
-    "Block", "Trace", "Plan", "PlanError", "TraceFormatError", "METHODS",
-    "read_trace", "write_trace", "read_plan", "solve",
-    "ProfileGuidedMemoryPool", "replay", "__version__",
+    "Block", "Trace", "Plan", "PlanError", "PlanFileError", "TraceFormatError", "METHODS",
+    "SolverOptions", "read_trace", "write_trace", "read_plan", "solve",
+    "ProfileGuidedMemoryPool", "PoolStats", "replay", "host_pool", "__version__",
 ]
 
+#: Names loaded on first use: (module, attribute or None for the module itself).
 _LAZY = {
     "ProfileGuidedMemoryPool": ("pgmo.pool", "ProfileGuidedMemoryPool"),
+    "PoolStats": ("pgmo.stats", "PoolStats"),
     "replay": ("pgmo.testing", "replay"),
+    "host_pool": ("pgmo.testing", "host_pool"),
+    "testing": ("pgmo.testing", None),
+    "pool": ("pgmo.pool", None),
+    "chainer": ("pgmo.chainer", None),
+    "bundled": ("pgmo.bundled", None),
+    "synth": ("pgmo.synth", None),
+    "formats": ("pgmo.formats", None),
+    "engine": ("pgmo.engine", None),
 }
 
 
 def __getattr__(name: str):
-    """Import CuPy-backed names only when asked for."""
+    """Import the names that need CuPy or Chainer (and big modules) only when asked for."""
     if name in _LAZY:
-        import importlib
-
         module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(module), attr)
+        value = importlib.import_module(module)
+        if attr is not None:
+            value = getattr(value, attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'pgmo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -62,21 +62,16 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from .plan import Plan
-from .trace import Block, Trace
+from .trace import Trace
+from .units import ALIGNMENT, round_size
 
 __all__ = ["Engine", "PlainMemory", "lease_types", "ALIGNMENT", "round_size"]
 
 log = logging.getLogger("pgmo.pool")
 
-ALIGNMENT = 512  # CuPy rounds every request up to 512 bytes
 _MASK = -ALIGNMENT
 
 _get_ident = threading.get_ident
-
-
-def round_size(size: int) -> int:
-    """Round up to CuPy's 512-byte allocation unit."""
-    return (size + ALIGNMENT - 1) & _MASK
 
 
 class PlainMemory:
@@ -878,33 +873,20 @@ def _merge(prof: Arrays, obs: Arrays) -> Arrays:
 
 
 def _to_trace(arrays: Arrays) -> Trace:
-    """The recorded profile as a Trace; survivors live until the horizon."""
+    """The recorded profile as a Trace; survivors are open blocks."""
     sizes, lowers, uppers = arrays
-    horizon = max([u for u in uppers if u is not None] + [lo + 1 for lo in lowers], default=0)
-    survivors = [i for i, u in enumerate(uppers) if u is None]
-    blocks = [Block(i, lo, horizon if up is None else up, s)
-              for i, (s, lo, up) in enumerate(zip(sizes, lowers, uppers))]
-    return Trace(tuple(blocks), {"recorded_by": "pgmo", "survivors": survivors})
+    return Trace.from_columns(lowers, uppers, sizes, {"recorded_by": "pgmo"})
 
 
 def _planned_trace(profile: Trace) -> Trace:
     """The blocks the arena serves: all but those alive past the iteration's end."""
-    survivors = set(profile.metadata.get("survivors", ()))
-    blocks = tuple(b for b in profile.blocks if b.id not in survivors)
-    return Trace(blocks, {**profile.metadata, "pinned": sorted(survivors)})
+    return profile.without_open()
 
 
 def _check_plan_matches(arrays: Arrays, plan: Plan) -> None:
     """A plan must place exactly the profile's non-survivor blocks, validly."""
     sizes, lowers, uppers = arrays
-    if not (len(sizes) == len(lowers) == len(uppers)):
-        raise ValueError("profile columns have different lengths")
     for i in range(1, len(lowers)):
         if lowers[i] <= lowers[i - 1]:
             raise ValueError(f"profile request {i} is not after request {i - 1}")
-    expected = {i: (lowers[i], uppers[i], sizes[i]) for i in range(len(sizes))
-                if uppers[i] is not None}
-    got = {b.id: (b.lower, b.upper, b.size) for b in plan.trace.blocks}
-    if expected != got:
-        raise ValueError("the plan's blocks do not match the profile")
-    plan.validate()
+    plan.check_fits(_to_trace(arrays))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .io import read_trace
+from .formats import read_trace
 from .trace import Trace
 
 __all__ = ["names", "path", "load", "TRACE_DIR"]

@@ -1,12 +1,17 @@
 """The ``pgmo`` command: solve, check and plot traces; run the demo.
 
-Errors are one line on stderr and a non-zero exit (2 for bad input, 1 for a
-plan that fails ``check``); no tracebacks unless ``PGMO_DEBUG=1``.
+Every command that takes a trace reads every format pgmo knows (see
+:mod:`pgmo.formats`), recognised by content.  The solver flags come from
+:class:`~pgmo.solver.options.SolverOptions`, so they and their defaults are
+the API's.  Errors are one line on stderr and a non-zero exit (2 for bad
+input, 1 for a plan that fails ``check``); no tracebacks unless
+``PGMO_DEBUG=1``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -14,11 +19,13 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__
-from .io import TraceFormatError, read_trace, read_trace_and_offsets
+from .errors import PlanError, TraceFormatError
+from .formats import FORMATS, ReadOptions, load
 from .plan import Plan
-from .solver import METHODS, solve
+from .solver import solve
+from .solver import options as solver_options
 from .trace import Trace
-from .validate import PlanError, find_conflict
+from .validate import find_conflict
 
 log = logging.getLogger("pgmo")
 
@@ -27,20 +34,24 @@ class CliError(Exception):
     """A user-facing problem: printed as one line, exit status 2."""
 
 
-def _add_solver_options(p: argparse.ArgumentParser, default_method: str = "best") -> None:
-    p.add_argument("--method", choices=METHODS, default=default_method,
-                   help=f"packing method (default: {default_method})")
-    p.add_argument("--time-limit", type=float, default=None, metavar="S",
-                   help="seconds for 'best' and 'exact' (default: 10)")
+def _add_input_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=sorted(FORMATS), default=None,
+                   help="trace format (default: recognised from the file's content)")
     p.add_argument("--inclusive", action="store_true",
                    help="lifetimes include 'upper' (IREE files); converted to half-open")
 
 
-def _progress_default() -> bool:
-    return sys.stderr.isatty()
+def _read(path: str, args) -> tuple[Trace, list[int] | None]:
+    loaded = load(path, args.format, ReadOptions(inclusive=args.inclusive))
+    return loaded.trace, loaded.offsets
 
 
-def _report(plan: Plan, out=None) -> None:
+def _options(args) -> solver_options.SolverOptions:
+    progress = sys.stderr.isatty() if getattr(args, "progress", None) is None else args.progress
+    return solver_options.from_arguments(args, progress=progress)
+
+
+def _report(plan: Plan, verbose: bool, out=None) -> None:
     out = out or sys.stdout
     status = "optimal" if plan.optimal else "feasible"
     print(f"n           {len(plan.trace)}", file=out)
@@ -48,13 +59,17 @@ def _report(plan: Plan, out=None) -> None:
     print(f"peak        {plan.peak}  ({status})", file=out)
     print(f"peak/LB     {plan.ratio:.4f}", file=out)
     print(f"time        {plan.seconds:.3f} s  ({plan.method})", file=out)
+    if verbose:
+        for key, value in plan.info.items():
+            text = value if isinstance(value, (str, int, float, bool)) or value is None \
+                else json.dumps(value, default=str)
+            print(f"  {key:20} {text}", file=out)
 
 
 def cmd_solve(args) -> int:
-    trace = read_trace(args.file, inclusive=args.inclusive)
-    plan = solve(trace, method=args.method, time_limit=args.time_limit,
-                 progress=_progress_default() if args.progress is None else args.progress)
-    _report(plan)
+    trace, _ = _read(args.file, args)
+    plan = solve(trace, _options(args))
+    _report(plan, args.verbose)
     if args.output:
         plan.write(args.output)
         print(f"wrote       {args.output}")
@@ -70,20 +85,27 @@ def _same_blocks(trace: Trace, plan_trace: Trace) -> str | None:
     return None
 
 
-def cmd_check(args) -> int:
-    trace = read_trace(args.file, inclusive=args.inclusive)
-    plan_trace, offsets = read_trace_and_offsets(args.plan, inclusive=args.inclusive)
+def _plan_for(trace: Trace, args) -> tuple[Trace, list[int]]:
+    """Read ``args.plan``; its blocks must be the trace's closed blocks."""
+    plan_trace, offsets = _read(args.plan, args)
     if offsets is None:
-        raise CliError(f"{args.plan}: no 'offset' column: not a plan")
-    mismatch = _same_blocks(trace, plan_trace)
+        raise CliError(f"{args.plan}: no offsets: not a plan")
+    planned = trace.without_open()
+    mismatch = _same_blocks(planned, plan_trace.without_open())
     if mismatch:
         raise CliError(f"{args.plan} does not belong to {args.file}: {mismatch}")
-    why = find_conflict(trace.blocks, offsets)
+    return planned, offsets
+
+
+def cmd_check(args) -> int:
+    trace, _ = _read(args.file, args)
+    planned, offsets = _plan_for(trace, args)
+    why = find_conflict(planned.blocks, offsets)
     if why is not None:
         print(f"pgmo: invalid plan {args.plan}: {why}", file=sys.stderr)
         return 1
-    plan = Plan(trace, tuple(offsets), method="file")
-    print(f"valid: {len(trace)} blocks, peak {plan.peak}, lower bound {plan.lower_bound}, "
+    plan = Plan(planned, tuple(offsets), method="file")
+    print(f"valid: {len(planned)} blocks, peak {plan.peak}, lower bound {plan.lower_bound}, "
           f"peak/LB {plan.ratio:.4f}")
     return 0
 
@@ -91,16 +113,12 @@ def cmd_check(args) -> int:
 def cmd_plot(args) -> int:
     from .plot import plot_plan
 
-    trace = read_trace(args.file, inclusive=args.inclusive)
+    trace, _ = _read(args.file, args)
     if args.plan:
-        plan_trace, offsets = read_trace_and_offsets(args.plan, inclusive=args.inclusive)
-        mismatch = _same_blocks(trace, plan_trace) if offsets is not None else "no offset column"
-        if mismatch:
-            raise CliError(f"{args.plan}: cannot plot with {args.file}: {mismatch}")
-        plan = Plan(trace, tuple(offsets), method=f"plan {Path(args.plan).name}").validate()
+        planned, offsets = _plan_for(trace, args)
+        plan = Plan(planned, tuple(offsets), method=f"plan {Path(args.plan).name}").validate()
     else:
-        plan = solve(trace, method=args.method, time_limit=args.time_limit,
-                     progress=_progress_default())
+        plan = solve(trace, _options(args))
     out = plot_plan(plan, args.output)
     print(f"wrote {out} ({plan.method}, peak/LB {plan.ratio:.4f})")
     return 0
@@ -117,28 +135,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pgmo", description="Profile-guided memory optimization: plan GPU memory offline.")
     parser.add_argument("--version", action="version", version=f"pgmo {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what the solvers do")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log what the solvers do and print their report")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    trace_help = ("trace: MiniMalloc CSV, pgmo JSON or a pool's saved plan "
+                  "(format recognised from the content)")
 
     p = sub.add_parser("solve", help="pack a trace and print the plan against the lower bound")
-    p.add_argument("file", help="trace: MiniMalloc CSV (id,lower,upper,size) or pgmo JSON")
-    _add_solver_options(p)
+    p.add_argument("file", help=trace_help)
+    solver_options.add_arguments(p)
+    _add_input_options(p)
     p.add_argument("-o", "--output", help="write id,lower,upper,size,offset CSV (or .json)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: when stderr is a terminal)")
     p.set_defaults(func=cmd_solve)
 
     p = sub.add_parser("check", help="verify that a plan is a valid packing of a trace")
-    p.add_argument("file", help="the trace")
-    p.add_argument("plan", help="CSV or JSON with an offset column")
-    p.add_argument("--inclusive", action="store_true", help="lifetimes include 'upper'")
+    p.add_argument("file", help=trace_help)
+    p.add_argument("plan", help="a plan: a trace with an offset column, or a saved pool plan")
+    _add_input_options(p)
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("plot", help="draw blocks over time x address, like the paper's Figure 1")
-    p.add_argument("file", help="the trace")
-    p.add_argument("--plan", help="plan CSV to draw (default: solve with --method)")
+    p.add_argument("file", help=trace_help)
+    p.add_argument("--plan", help="plan to draw (default: solve with the solver options)")
     p.add_argument("-o", "--output", required=True, help="picture to write, e.g. plan.png")
-    _add_solver_options(p, default_method="bestfit")
+    solver_options.add_arguments(p)
+    _add_input_options(p)
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("demo", help="solve a bundled trace, compare with the paper's method, "

@@ -11,8 +11,9 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .io import read_trace_and_offsets, TraceFormatError, write_trace
-from .trace import Trace
+from .errors import PlanError, TraceFormatError
+from .formats import load, write_trace
+from .trace import Trace, packing_peak
 from .validate import check_offsets, find_conflict
 
 __all__ = ["Plan", "read_plan"]
@@ -20,14 +21,17 @@ __all__ = ["Plan", "read_plan"]
 
 @dataclass(frozen=True)
 class Plan:
-    """Offsets (in block order) for a trace, with the peak and solve facts."""
+    """Offsets (in block order) for a trace of closed blocks, with the peak and solve facts.
+
+    ``info`` is the solver's report (strategy, nodes, restarts, proof, gap...).
+    """
 
     trace: Trace
     offsets: tuple[int, ...]
     method: str = "given"
     seconds: float = 0.0  # wall time the solver spent
     optimal: bool | None = None  # True when proven optimal, None when unknown
-    info: dict[str, Any] = field(default_factory=dict, compare=False)  # solver extras
+    info: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         try:  # operator.index accepts ints and NumPy integers, never floats
@@ -37,6 +41,9 @@ class Plan:
             raise ValueError(f"offsets must be integers, got {bad!r}") from None
         if len(offsets) != len(self.trace):
             raise ValueError(f"{len(offsets)} offsets for {len(self.trace)} blocks")
+        if self.trace.open_ids:
+            raise ValueError("a plan places blocks with a lifetime: close the open blocks "
+                             "(trace.closed()) or leave them out (trace.without_open())")
         object.__setattr__(self, "offsets", offsets)
         if self.optimal is None and self.peak == self.lower_bound:
             object.__setattr__(self, "optimal", True)
@@ -46,7 +53,7 @@ class Plan:
         """Bytes the arena needs: the highest ``offset + size``."""
         cached = self.__dict__.get("_peak")
         if cached is None:
-            cached = max((o + b.size for o, b in zip(self.offsets, self.trace.blocks)), default=0)
+            cached = packing_peak(self.offsets, [b.size for b in self.trace.blocks])
             object.__setattr__(self, "_peak", cached)
         return cached
 
@@ -63,9 +70,21 @@ class Plan:
         return find_conflict(self.trace.blocks, self.offsets) is None
 
     def validate(self) -> "Plan":
-        """Raise :class:`~pgmo.validate.PlanError` if two live blocks share an address."""
+        """Raise :class:`~pgmo.errors.PlanError` if two live blocks share an address."""
         check_offsets(self.trace.blocks, self.offsets)
         return self
+
+    def check_fits(self, profile: Trace) -> "Plan":
+        """Raise PlanError unless this plan places exactly ``profile``'s closed blocks, validly."""
+        expected = profile.without_open().blocks
+        mine = self.trace.blocks
+        if len(mine) != len(expected):
+            raise PlanError(f"the plan places {len(mine)} blocks, the profile has "
+                            f"{len(expected)} closed ones")
+        for a, b in zip(expected, mine):
+            if a != b:
+                raise PlanError(f"block id={a.id} differs: the profile has {a}, the plan {b}")
+        return self.validate()
 
     def write(self, path) -> None:
         """Write ``id,lower,upper,size,offset`` CSV, or JSON with solve facts."""
@@ -83,13 +102,19 @@ class Plan:
                 f"seconds={self.seconds:.3f})")
 
 
-def read_plan(path, inclusive: bool = False, validate: bool = True) -> Plan:
-    """Read a CSV/JSON with an ``offset`` column; by default reject invalid packings."""
-    trace, offsets = read_trace_and_offsets(path, inclusive)
+def read_plan(path, inclusive: bool = False, validate: bool = True,
+              format: str | None = None) -> Plan:
+    """Read a plan: a CSV/JSON trace with an ``offset`` column, or a pool's saved plan.
+
+    By default an invalid packing is rejected (naming the two blocks).
+    """
+    from .formats import ReadOptions
+
+    trace, offsets = load(path, format, ReadOptions(inclusive=inclusive))
     if offsets is None:
         raise TraceFormatError("missing column: a plan needs offsets", path=str(path),
                                line=1, field="offset")
-    plan = Plan(trace, tuple(offsets), method="file")
+    plan = Plan(trace.without_open(), tuple(offsets), method="file")
     if validate:
         plan.validate()
     return plan

@@ -37,6 +37,11 @@ def _unit(nbytes: int) -> tuple[float, str]:
     return 1.0, "bytes"
 
 
+def _human(nbytes: int) -> str:
+    scale, unit = _unit(nbytes)
+    return f"{nbytes:,} B" if unit == "bytes" else f"{nbytes / scale:,.2f} {unit}"
+
+
 def plot_plan(plan: Plan | None, path, trace: Trace | None = None, title: str | None = None,
               dpi: int = 120) -> Path:
     """Write a PNG (or any matplotlib format, by suffix) of ``plan`` to ``path``.
@@ -49,7 +54,9 @@ def plot_plan(plan: Plan | None, path, trace: Trace | None = None, title: str | 
         raise ImportError("plotting needs matplotlib: pip install 'pgmo[plot]'") from exc
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
+    from matplotlib.cm import ScalarMappable
     from matplotlib.collections import PolyCollection
+    from matplotlib.colors import LogNorm
 
     trace = plan.trace if plan is not None else trace
     if trace is None:
@@ -58,6 +65,7 @@ def plot_plan(plan: Plan | None, path, trace: Trace | None = None, title: str | 
     top = plan.peak if plan is not None else lb
     scale, unit = _unit(top)
     fig, axes = plt.subplots(2 if plan is not None else 1, 1, sharex=True, squeeze=False,
+                             layout="constrained",
                              figsize=(10, 7 if plan is not None else 3.5),
                              gridspec_kw={"height_ratios": [3, 1]} if plan is not None else None)
     axes = axes[:, 0]
@@ -68,26 +76,36 @@ def plot_plan(plan: Plan | None, path, trace: Trace | None = None, title: str | 
         y0, y1 = off / scale, (off + sz) / scale
         verts = np.stack([np.stack([lo, y0], 1), np.stack([up, y0], 1),
                           np.stack([up, y1], 1), np.stack([lo, y1], 1)], 1)
-        colours = plt.get_cmap("viridis")(np.log1p(sz) / max(np.log1p(sz).max(), 1.0))
-        ax.add_collection(PolyCollection(verts, facecolors=colours, edgecolors="black",
+        size_scale, size_unit = _unit(int(sz.max()))
+        norm = LogNorm(vmin=sz.min() / size_scale, vmax=max(sz.max(), sz.min() * 1.01) / size_scale)
+        cmap = plt.get_cmap("viridis")
+        ax.add_collection(PolyCollection(verts, facecolors=cmap(norm(sz / size_scale)),
+                                         edgecolors="black",
                                          linewidths=0.2 if len(trace) < 2000 else 0.0))
-        ax.axhline(plan.peak / scale, color="tab:red", lw=1, label=f"peak {plan.peak:,} B")
-        ax.axhline(lb / scale, color="tab:green", lw=1, ls="--", label=f"lower bound {lb:,} B")
+        # One bar beside both panels keeps their time axes aligned.
+        fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes), pad=0.01,
+                     fraction=0.04, label=f"block size ({size_unit})")
+        ax.axhline(plan.peak / scale, color="tab:red", lw=1,
+                   label=f"peak {_human(plan.peak)}")
+        ax.axhline(lb / scale, color="tab:green", lw=1, ls="--",
+                   label=f"lower bound {_human(lb)}")
         ax.set_xlim(min(lo.min(), 0), up.max())
         ax.set_ylim(0, plan.peak / scale * 1.05)
         ax.set_ylabel(f"address ({unit})")
         ax.legend(loc="upper right", fontsize=8)
-        ax.set_title(title or f"{Path(trace.source).name if trace.source else 'trace'}: "
-                     f"{plan.method}, {len(trace)} blocks, peak/LB = {plan.ratio:.4f}")
+        name = Path(trace.source).name if trace.source else "trace"
+        ax.set_title(title or f"{name}: {plan.method}, {len(trace):,} blocks, peak "
+                              f"{_human(plan.peak)} = {plan.ratio:.4f} x lower bound "
+                              f"{_human(lb)}")
     ax = axes[-1]
     ticks, live = live_bytes(trace)
     ax.step(ticks, live / scale, where="post", color="tab:blue", lw=1)
     ax.axhline(lb / scale, color="tab:green", lw=1, ls="--")
     ax.set_ylabel(f"live ({unit})")
-    ax.set_xlabel("event tick")
+    ax.set_xlabel("event tick (one per alloc and per free)")
     if plan is None:
-        ax.set_title(title or f"live bytes, lower bound {lb:,} B")
-    fig.tight_layout()
+        ax.set_title(title or f"bytes live over time; lower bound {_human(lb)}")
+
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=dpi)

@@ -29,12 +29,13 @@ import cupy
 from cupy.cuda import memory as _memory
 from cupy.cuda import memory_hook as _memory_hook
 
-from . import persist
-from ._engine import Engine, round_size
-from .persist import PlanFileError
+from ._engine import Engine
+from .errors import PlanFileError
+from .formats import planfile
 from .plan import Plan
 from .stats import PoolStats
 from .trace import Trace
+from .units import round_size
 
 __all__ = ["ProfileGuidedMemoryPool", "PlanFileError"]
 
@@ -285,8 +286,8 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
     # ---------------------------------------------------------- saved plans
     def save(self, path) -> None:
         """Save the profile and the plan in use (JSON with a checksum)."""
-        arrays, plan = self._saveable()
-        persist.save(path, arrays, plan, self._file_extra())
+        profile, plan = self._saveable()
+        planfile.save(path, profile, plan.offsets, plan.method, self._file_extra())
 
     def load(self, path) -> Plan:
         """Use a saved plan from the next iteration on (after warm-up).
@@ -294,22 +295,22 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         Raises :class:`PlanFileError` on a damaged or mismatched file; the
         pool then forgets any plan and profiles again.
         """
-        return self._use_loaded(lambda: persist.load(path))
+        return self._use_loaded(lambda: planfile.load(path))
 
     def state_bytes(self) -> bytes:
         """The content of :meth:`save`, in memory (for snapshots)."""
-        arrays, plan = self._saveable()
-        return persist.dumps(arrays, plan, self._file_extra())
+        profile, plan = self._saveable()
+        return planfile.dumps(profile, plan.offsets, plan.method, self._file_extra())
 
     def load_state_bytes(self, data: bytes) -> Plan:
-        return self._use_loaded(lambda: persist.loads(data))
+        return self._use_loaded(lambda: planfile.loads(data))
 
     def _saveable(self):
-        arrays, plan = self._engine.profile_arrays(), self._engine.plan
-        if arrays is None or plan is None:
+        profile, plan = self._engine.profile, self._engine.plan
+        if profile is None or plan is None:
             raise RuntimeError("no plan to save yet: run the warm-up and profiled "
                                "iterations (or call optimize()) first")
-        return arrays, plan
+        return profile, plan
 
     def _file_extra(self) -> dict:
         from . import __version__
@@ -318,14 +319,18 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
 
     def _use_loaded(self, read: Callable[[], Any]) -> Plan:
         try:
-            arrays, plan = read()
+            saved = read()
+            profile = saved.profile
+            plan = Plan(profile.without_open(), tuple(saved.offsets), method=saved.method)
+            arrays = ([b.size for b in profile], [b.lower for b in profile],
+                      [b.upper for b in profile])
             self._engine.set_plan(arrays, plan)
         except PlanFileError:
             self._engine.reset()
             raise
         except ValueError as e:
             self._engine.reset()
-            raise PlanFileError(f"saved plan does not fit: {e}") from None
+            raise PlanFileError(f"saved plan does not fit its profile: {e}") from None
         return plan
 
     def _plan_installed(self, plan: Plan) -> None:

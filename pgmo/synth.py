@@ -26,47 +26,32 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from .formats import write_trace
+from .recorder import EventRecorder
 from .trace import Trace
+from .units import ALIGNMENT
 
 __all__ = ["Recorder", "cnn_training", "cnn_inference", "seq2seq_training",
            "ARCHITECTURES", "bundled_specs", "write_bundled"]
 
 FLOAT_BYTES = 4
-ROUND = 512  # CuPy rounds requests to 512 B; recorded traces hold rounded sizes
+ROUND = ALIGNMENT  # recorded traces hold sizes rounded as CuPy rounds them
 
 
-def _round(nbytes: int) -> int:
-    return max(ROUND, -(-nbytes // ROUND) * ROUND)
-
-
-class Recorder:
-    """An event clock that turns alloc/free calls into a pgmo trace."""
+class Recorder(EventRecorder):
+    """The event clock with CuPy's rounding; its traces are labelled synthetic."""
 
     def __init__(self) -> None:
-        self.tick = 0
-        self.rows: list[list[int]] = []  # [id, lower, upper, size]; upper=-1 while live
+        super().__init__(round_to=ROUND)
 
     def alloc(self, nbytes: int) -> int:
-        self.rows.append([len(self.rows), self.tick, -1, _round(nbytes)])
-        self.tick += 1
-        return len(self.rows) - 1
-
-    def free(self, handle: int) -> None:
-        row = self.rows[handle]
-        if row[2] != -1:
-            raise ValueError(f"block {handle} freed twice")
-        row[2] = self.tick
-        self.tick += 1
+        return super().alloc(max(nbytes, 1))  # an empty buffer still takes one unit
 
     def trace(self, **metadata) -> Trace:
         """Close every block still live at the end of the iteration and build the trace."""
-        for row in self.rows:
-            if row[2] == -1:
-                row[2] = self.tick
-                self.tick += 1
         meta = {"synthetic": True, "recorded_by": "pgmo.synth (generator, not a measurement)"}
         meta.update(metadata)
-        return Trace.from_tuples(self.rows, meta)
+        return super().trace(close_open=True, **meta)
 
 
 @dataclass(frozen=True)
@@ -162,7 +147,7 @@ def cnn_training(arch: str, batch: int, scale: float = 1.0) -> Trace:
     rec.free(outputs[0])
     rec.free(loss)
     for w in wgrads:  # optimizer: one temporary per parameter, then grads are cleared
-        rec.free(rec.alloc(rec.rows[w][3]))
+        rec.free(rec.alloc(rec.size(w)))
         rec.free(w)
     return rec.trace(model=arch, batch_size=batch, kind="training", scale=scale)
 
@@ -200,7 +185,7 @@ def seq2seq_training(batch: int = 64, hidden: int = 512, vocab: int = 4000, laye
     glogits = rec.alloc(batch * tgt_len * vocab * FLOAT_BYTES)
     rec.free(logits)
     for handle in reversed(saved):
-        g = rec.alloc(rec.rows[handle][3])
+        g = rec.alloc(rec.size(handle))
         rec.free(handle)
         rec.free(g)
     rec.free(glogits)
@@ -227,7 +212,7 @@ def write_bundled(directory: Path) -> list[Path]:
     written = []
     for name, make in bundled_specs().items():
         path = directory / f"{name}.json.gz"
-        make().write(path)
+        write_trace(make(), path)
         written.append(path)
     return written
 

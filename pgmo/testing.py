@@ -22,10 +22,10 @@ from typing import Any, Iterable
 import numpy as np
 
 from .trace import Trace, events
+from .units import ALIGNMENT as _ALIGN
 
 __all__ = ["HostMemory", "HostFallback", "host_pool", "replay", "Checker", "events"]
 
-_ALIGN = 512
 
 
 class _HostBuffer:

@@ -5,6 +5,10 @@ A *block* is one allocation request: ``size`` bytes, allocated at event tick
 alloc and every free, so lifetimes are half-open intervals ``[lower, upper)``:
 a block freed at tick t and one allocated at tick t may share addresses.
 
+A block still live when the recording ended is *open* (``upper is None``):
+the pool pins such a request to its fallback, and every bound or packing
+treats it as live until the trace's :attr:`~Trace.horizon`.
+
 A four-block example (time runs right, address runs up)::
 
     address
@@ -21,6 +25,9 @@ A four-block example (time runs right, address runs up)::
 
 The *lower bound* of a trace is its max load: the largest total size of
 blocks live at one instant.  No packing can have a smaller peak.
+
+This module is the bottom of pgmo's core: it imports nothing else from pgmo
+but :mod:`pgmo.errors`.
 """
 
 from __future__ import annotations
@@ -29,24 +36,63 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-__all__ = ["Block", "Trace", "max_load", "FREE", "ALLOC", "events"]
+from .errors import TraceFormatError
+
+__all__ = ["Block", "Trace", "max_load", "packing_peak", "intervals_overlap", "events",
+           "FREE", "ALLOC", "block_from_values", "to_int", "to_id"]
+
+
+def intervals_overlap(lo_a: int, hi_a: int, lo_b: int, hi_b: int) -> bool:
+    """Whether half-open ``[lo_a, hi_a)`` and ``[lo_b, hi_b)`` share a point.
+
+    The one overlap test of pgmo: lifetimes on the event clock and address
+    ranges in an arena are both half-open.
+    """
+    return lo_a < hi_b and lo_b < hi_a
+
+
+def packing_peak(offsets: Sequence[int], sizes: Sequence[int]) -> int:
+    """Bytes a packing needs: the highest ``offset + size`` (0 when empty)."""
+    return max((o + s for o, s in zip(offsets, sizes)), default=0)
+
+
+def max_load(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int]) -> int:
+    """Largest total size live at one instant (frees at t before allocs at t)."""
+    deltas = [(u, -s) for u, s in zip(uppers, sizes)]
+    deltas += [(lo, s) for lo, s in zip(lowers, sizes)]
+    # At equal ticks the negative deltas (frees) sort first.
+    deltas.sort()
+    live = best = 0
+    for _, delta in deltas:
+        live += delta
+        if live > best:
+            best = live
+    return best
 
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """One request: ``size`` bytes live during ``[lower, upper)``."""
+    """One request: ``size`` bytes live during ``[lower, upper)``; open if ``upper`` is None."""
 
     id: int | str  # caller's identifier (request index when recorded by pgmo)
     lower: int  # alloc tick, inclusive
-    upper: int  # free tick, exclusive; upper > lower
+    upper: int | None  # free tick, exclusive, > lower; None: never freed while recorded
     size: int  # bytes, > 0
 
     @property
+    def is_open(self) -> bool:
+        return self.upper is None
+
+    @property
     def lifetime(self) -> int:
+        if self.upper is None:
+            raise ValueError(f"block id={self.id} is open: it has no lifetime yet")
         return self.upper - self.lower
 
     def overlaps_in_time(self, other: "Block") -> bool:
-        return self.lower < other.upper and other.lower < self.upper
+        inf = float("inf")
+        return intervals_overlap(self.lower, inf if self.upper is None else self.upper,
+                                 other.lower, inf if other.upper is None else other.upper)
 
 
 FREE, ALLOC = 0, 1  # event kinds; FREE sorts first at equal ticks
@@ -56,35 +102,94 @@ def events(blocks: Sequence[Block]) -> list[tuple[int, int, int]]:
     """``(tick, kind, index)`` in time order, frees before allocs at a tick.
 
     That order is what half-open lifetimes mean: a block freed at t and one
-    allocated at t are never live together.
+    allocated at t are never live together.  Open blocks have no free event.
     """
-    evs = [(b.upper, FREE, i) for i, b in enumerate(blocks)]
+    evs = [(b.upper, FREE, i) for i, b in enumerate(blocks) if b.upper is not None]
     evs += [(b.lower, ALLOC, i) for i, b in enumerate(blocks)]
     evs.sort()
     return evs
 
 
-def max_load(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int]) -> int:
-    """Largest total size live at one instant (frees at t before allocs at t)."""
-    events = [(u, -s) for u, s in zip(uppers, sizes)]
-    events += [(lo, s) for lo, s in zip(lowers, sizes)]
-    # At equal ticks the negative deltas (frees) sort first.
-    events.sort()
-    live = best = 0
-    for _, delta in events:
-        live += delta
-        if live > best:
-            best = live
-    return best
+# ---------------------------------------------------------------- validation
+def to_int(value: Any, name: str, where: Mapping[str, Any]) -> int:
+    """An integer field, from an int or its text; a clear error otherwise."""
+    if isinstance(value, bool):
+        raise TraceFormatError(f"expected an integer, got {value!r}", field=name, **where)
+    if isinstance(value, int):
+        return value
+    if hasattr(value, "__index__"):  # NumPy integers
+        return int(value.__index__())
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise TraceFormatError(f"expected an integer, got {value!r}", field=name,
+                               **where) from None
 
 
+def to_id(value: Any, where: Mapping[str, Any]) -> int | str:
+    """Ids are integers when they look like one; MiniMalloc also allows names like 'b1'."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if not text:
+        raise TraceFormatError("empty id", field="id", **where)
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def block_from_values(ident: Any, lower: Any, upper: Any, size: Any,
+                      where: Mapping[str, Any], inclusive: bool = False) -> Block:
+    """Validate one row's fields into a Block; ``upper`` None or blank means open.
+
+    ``where`` (``path``/``line``) goes into the error.  ``inclusive`` reads a
+    lifetime that includes ``upper`` (IREE's files) as the half-open one.
+    """
+    ident = to_id(ident, where)
+    size = to_int(size, "size", where)
+    lower = to_int(lower, "lower", where)
+    open_block = upper is None or (isinstance(upper, str) and not upper.strip())
+    upper = None if open_block else to_int(upper, "upper", where)
+    if size <= 0:
+        raise TraceFormatError(f"size must be > 0, got {size}", field="size", **where)
+    if lower < 0:
+        raise TraceFormatError(f"lower must be >= 0, got {lower}", field="lower", **where)
+    if upper is not None:
+        given = upper
+        if inclusive:
+            upper += 1
+        if upper <= lower:
+            raise TraceFormatError(
+                f"upper must be > lower for a half-open lifetime [lower, upper), "
+                f"got lower={lower} upper={given}", field="upper", **where)
+    return Block(ident, lower, upper, size)
+
+
+class _UniqueIds:
+    """Catches a repeated block id, naming where it was first seen."""
+
+    def __init__(self, unit: str):
+        self.unit = unit
+        self.seen: dict[Any, Any] = {}
+
+    def check(self, block: Block, position: Any, where: Mapping[str, Any]) -> None:
+        if block.id in self.seen:
+            first = self.seen[block.id]
+            raise TraceFormatError(f"duplicate id {block.id} (first seen at {self.unit} "
+                                   f"{first})", field="id", **where)
+        self.seen[block.id] = position
+
+
+# ---------------------------------------------------------------------- trace
 @dataclass(frozen=True)
 class Trace:
     """An ordered, immutable collection of blocks plus free-form metadata.
 
     Block order matters to the pool: block ``i`` answers request ``i`` of an
     iteration.  ``metadata`` records how the trace was made (model, batch
-    size, device, "recorded by pgmo" or "synthetic").
+    size, device, "recorded by pgmo" or "synthetic").  This one type carries
+    a profile from recording through planning to saved files.
     """
 
     blocks: tuple[Block, ...]
@@ -98,16 +203,37 @@ class Trace:
 
     # -- construction -------------------------------------------------------
     @classmethod
-    def from_tuples(
-        cls, rows: Iterable[Sequence[int]], metadata: Mapping[str, Any] | None = None
-    ) -> "Trace":
+    def from_rows(cls, rows: Iterable[Sequence[Any]],
+                  metadata: Mapping[str, Any] | None = None) -> "Trace":
         """Build from ``(lower, upper, size)`` or ``(id, lower, upper, size)`` rows.
 
-        Validates like the file readers do, without a file name.
+        Validates as the file readers do; ``upper=None`` makes an open block.
         """
-        from .io import blocks_from_rows
+        ids = _UniqueIds("row")
+        blocks = []
+        for i, row in enumerate(rows):
+            row = tuple(row)
+            if len(row) == 3:
+                row = (i,) + row
+            where = {"line": i}
+            if len(row) != 4:
+                raise TraceFormatError(f"row {i}: expected (lower, upper, size) or "
+                                       f"(id, lower, upper, size), got {row!r}")
+            block = block_from_values(*row, where=where)
+            ids.check(block, i, where)
+            blocks.append(block)
+        return cls(tuple(blocks), metadata or {})
 
-        return cls(blocks_from_rows(rows), metadata or {})
+    from_tuples = from_rows  # the name used before pgmo 0.2
+
+    @classmethod
+    def from_columns(cls, lowers: Sequence[int], uppers: Sequence[int | None],
+                     sizes: Sequence[int], metadata: Mapping[str, Any] | None = None) -> "Trace":
+        """Block ``i`` is request ``i``: ``(lowers[i], uppers[i], sizes[i])``, trusted input."""
+        if not len(lowers) == len(uppers) == len(sizes):
+            raise ValueError(f"columns of different lengths: {len(lowers)} lowers, "
+                             f"{len(uppers)} uppers, {len(sizes)} sizes")
+        return cls(tuple(map(Block, range(len(sizes)), lowers, uppers, sizes)), metadata or {})
 
     # -- sequence protocol --------------------------------------------------
     def __len__(self) -> int:
@@ -119,14 +245,39 @@ class Trace:
     def __getitem__(self, i: int) -> Block:
         return self.blocks[i]
 
+    # -- open blocks --------------------------------------------------------
+    @property
+    def open_ids(self) -> tuple:
+        """Ids of the blocks still live when the recording ended."""
+        return tuple(b.id for b in self.blocks if b.upper is None)
+
+    def closed(self) -> "Trace":
+        """Open blocks live until the horizon: what they occupy if never freed."""
+        if all(b.upper is not None for b in self.blocks):
+            return self
+        end = self.horizon
+        blocks = tuple(b if b.upper is not None else Block(b.id, b.lower, end, b.size)
+                       for b in self.blocks)
+        return Trace(blocks, {**self.metadata, "closed_open_blocks": list(self.open_ids)},
+                     self.source)
+
+    def without_open(self) -> "Trace":
+        """Only the blocks that were freed: what the pool's arena serves."""
+        if all(b.upper is not None for b in self.blocks):
+            return self
+        return Trace(tuple(b for b in self.blocks if b.upper is not None),
+                     {**self.metadata, "pinned": list(self.open_ids)}, self.source)
+
     # -- derived facts ------------------------------------------------------
     def columns(self) -> tuple[list[int], list[int], list[int]]:
-        """``(lowers, uppers, sizes)`` as plain lists, for fast solvers."""
-        return (
-            [b.lower for b in self.blocks],
-            [b.upper for b in self.blocks],
-            [b.size for b in self.blocks],
-        )
+        """``(lowers, uppers, sizes)`` as plain lists (open blocks end at the horizon)."""
+        cached = self.__dict__.get("_columns")
+        if cached is None:
+            blocks = self.closed().blocks
+            cached = ([b.lower for b in blocks], [b.upper for b in blocks],
+                      [b.size for b in blocks])
+            object.__setattr__(self, "_columns", cached)
+        return list(cached[0]), list(cached[1]), list(cached[2])
 
     def lower_bound(self) -> int:
         """Max bytes live at once; cached because solvers and reports all ask."""
@@ -142,18 +293,15 @@ class Trace:
 
     @property
     def horizon(self) -> int:
-        """One past the last tick used."""
-        return max((b.upper for b in self.blocks), default=0)
+        """One past the last tick used (an open block's alloc tick counts)."""
+        return max((b.lower + 1 if b.upper is None else b.upper for b in self.blocks),
+                   default=0)
 
     def with_metadata(self, **extra: Any) -> "Trace":
         return dataclasses.replace(self, metadata={**self.metadata, **extra})
 
-    def write(self, path, offsets: Sequence[int] | None = None) -> None:
-        """Write as MiniMalloc CSV (``.csv``) or pgmo JSON (``.json``/``.json.gz``)."""
-        from .io import write_trace
-
-        write_trace(self, path, offsets=offsets)
-
     def __repr__(self) -> str:
         where = f", source={self.source!r}" if self.source else ""
-        return f"Trace(n={len(self)}, lower_bound={self.lower_bound()}{where})"
+        n_open = sum(b.upper is None for b in self.blocks)
+        opened = f", open={n_open}" if n_open else ""
+        return f"Trace(n={len(self)}{opened}, lower_bound={self.lower_bound()}{where})"

@@ -12,17 +12,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Sequence
 
+from .errors import PlanError
 from .trace import FREE, Block, events
 
 __all__ = ["PlanError", "find_conflict", "check_offsets"]
-
-
-class PlanError(ValueError):
-    """A packing is invalid; the message names the blocks involved."""
-
-    def __init__(self, message: str, blocks: tuple[Block, ...] = ()):
-        super().__init__(message)
-        self.blocks = blocks
 
 
 def _describe(b: Block, off: int) -> str:

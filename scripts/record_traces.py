@@ -280,7 +280,7 @@ def record(workload: Workload, device_id: int, out_dir: Path, env: dict, args,
             metadata["recorded_by"] = "scripts/record_traces.py CPU dry run (NumpyMirror)"
             metadata["note"] = DRY_RUN_NOTE
         path = out_dir / f"{name}{'.dry-run' if dry else ''}.json.gz"
-        pgmo.Trace(profile.blocks, metadata).write(path)
+        pgmo.write_trace(pgmo.Trace(profile.blocks, metadata), path)
         written.append(path)
         log.info("%s: %d requests, lower bound %.1f MiB, step %.2f s (warm-up %.2f s) -> %s",
                  name, len(profile), profile.lower_bound() / 2**20, seconds, warm, path)

@@ -10,7 +10,7 @@ def test_core_runs_without_loading_cupy_or_chainer(tmp_path):
     code = (
         "import sys, pgmo\n"
         "t = pgmo.Trace.from_tuples([(0, 4, 3), (1, 3, 2), (3, 6, 4)])\n"
-        f"t.write({str(tmp_path / 't.csv')!r})\n"
+        f"pgmo.write_trace(t, {str(tmp_path / 't.csv')!r})\n"
         f"t = pgmo.read_trace({str(tmp_path / 't.csv')!r})\n"
         "for method in ('bestfit', 'best'):\n"
         "    pgmo.solve(t, method=method, time_limit=1).validate()\n"

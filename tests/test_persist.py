@@ -11,7 +11,8 @@ import textwrap
 import pytest
 
 import pgmo
-from pgmo.persist import PlanFileError, _checksum
+from pgmo.errors import PlanFileError
+from pgmo.formats.planfile import _checksum
 from pgmo.pool import PlanFileError as PoolPlanFileError
 from pgmo.testing import host_pool, replay
 
@@ -106,7 +107,7 @@ def test_damaged_gzip_and_missing_file(tmp_path):
     path.write_bytes(gzip.compress(b"{}")[:10])
     with pytest.raises(PlanFileError, match="damaged gzip"):
         host_pool().load(path)
-    with pytest.raises(PlanFileError, match="cannot read"):
+    with pytest.raises(PlanFileError, match="no such file"):
         host_pool().load(tmp_path / "missing.json")
 
 

@@ -88,7 +88,7 @@ def test_read_plan_rejects_an_invalid_packing_naming_both_blocks(tmp_path):
 
 def test_read_plan_needs_an_offset_column(tmp_path):
     path = tmp_path / "trace.csv"
-    TRACE.write(path)
+    pgmo.write_trace(TRACE, path)
     with pytest.raises(TraceFormatError, match="a plan needs offsets") as err:
         read_plan(path)
     assert err.value.field == "offset" and str(path) in str(err.value)
@@ -113,11 +113,11 @@ def test_minimalloc_solutions_validate_at_their_file_name_peaks(path):
 @needs_bench
 def test_minimalloc_solution_with_one_block_moved_is_refused(tmp_path):
     path = SOLUTIONS[0]
-    trace, offsets = pgmo.io.read_trace_and_offsets(path)
+    trace, offsets = pgmo.formats.load(path)
     # Put block 0 where a block live at the same time sits.
     j = next(j for j in range(1, len(trace)) if trace[0].overlaps_in_time(trace[j]))
     offsets[0] = offsets[j]
     bad = tmp_path / "moved.csv"
-    trace.write(bad, offsets=offsets)
+    pgmo.write_trace(trace, bad, offsets=offsets)
     with pytest.raises(PlanError, match=rf"block id={trace[0].id} "):
         read_plan(bad)

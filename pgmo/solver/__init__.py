@@ -1,63 +1,62 @@
 """One entry point for every packing method: :func:`solve`.
 
-Methods:
+Methods (see :class:`~pgmo.solver.options.SolverOptions`):
 
 ``bestfit``
     The paper's heuristic (Sekiyama et al. 2018, Section 3.2), see
     :mod:`pgmo.solver.bestfit`.
 ``best`` (default)
-    Several greedy orderings and tie-breaks plus local repacking within a time
-    budget; keeps the lowest peak found.  See :mod:`pgmo.solver.best`.
+    Several greedy orderings and tie-breaks plus searches within a time limit
+    or a step budget; keeps the lowest peak found.  See :mod:`pgmo.solver.best`.
 ``exact``
     The paper's MIP / a CP-SAT model for small instances, warm-started from
     ``best``; reports whether optimality was proven.  See
     :mod:`pgmo.solver.exact`.
 
-Every plan leaving :func:`solve` has passed the independent validator.
+Each method is a function ``solve(trace, options, deadline) -> Packing`` of
+its module; ``deadline`` is a ``time.perf_counter()`` value (None: no limit)
+that already leaves time for the validation every plan goes through here.
 """
 
 from __future__ import annotations
 
+import importlib
 import time
+from typing import Any
 
 from ..plan import Plan
 from ..trace import Trace
+from .options import BACKENDS, METHODS, SolverOptions, solver_options
+from .packing import Packing
 
-__all__ = ["solve", "METHODS", "DEFAULT_TIME_LIMIT"]
+__all__ = ["solve", "METHODS", "BACKENDS", "SolverOptions", "Packing", "deadline_for"]
 
-METHODS = ("bestfit", "best", "exact")
-DEFAULT_TIME_LIMIT = 10.0  # seconds, for "best" and "exact"
+#: Seconds the validator needs per block (measured: about 4 us), reserved out of the limit.
+_VALIDATE_SECONDS_PER_BLOCK = 1e-5
 
 
-def solve(trace: Trace, method: str = "best", time_limit: float | None = None,
-          progress: bool = False, backend: str = "auto") -> Plan:
+def deadline_for(options: SolverOptions, n_blocks: int, start: float) -> float | None:
+    """When a method must stop so that :func:`solve` returns within the time limit."""
+    if options.time_limit is None:
+        return None
+    reserve = min(0.05 * options.time_limit, 0.01 + _VALIDATE_SECONDS_PER_BLOCK * n_blocks)
+    return start + options.time_limit - reserve
+
+
+def solve(trace: Trace, options: SolverOptions | None = None, **changes: Any) -> Plan:
     """Pack ``trace``; return a validated :class:`~pgmo.plan.Plan`.
 
-    ``time_limit`` bounds ``best`` and ``exact`` (default 10 s); ``bestfit``
-    ignores it.  ``progress`` shows a tqdm bar on long solves.  ``backend``
-    picks the exact solver: ``auto``, ``cpsat`` or ``highs``.
+    ``options`` (default :class:`SolverOptions`) with keyword ``changes``:
+    ``solve(trace, method="bestfit")``.  Open blocks (never freed) are packed
+    as live until the end of the trace.
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    options = solver_options(options, **changes)
+    trace = trace.closed()
     if len(trace) == 0:
-        return Plan(trace, (), method=method, optimal=True)
-    limit = DEFAULT_TIME_LIMIT if time_limit is None else float(time_limit)
+        return Plan(trace, (), method=options.method, optimal=True)
     start = time.perf_counter()
-    optimal = None
-    info: dict = {}
-    if method == "bestfit":
-        from .bestfit import bestfit_offsets
-
-        offsets = bestfit_offsets(*trace.columns())
-    elif method == "best":
-        from .best import best_offsets
-
-        offsets, info = best_offsets(trace, time_limit=limit, progress=progress)
-    else:
-        from .exact import exact_offsets
-
-        offsets, optimal, info = exact_offsets(trace, time_limit=limit, progress=progress,
-                                               backend=backend)
-    plan = Plan(trace, tuple(offsets), method=method, seconds=time.perf_counter() - start,
-                optimal=optimal, info=info)
+    method = importlib.import_module(f".{options.method}", __name__)
+    packing: Packing = method.solve(trace, options, deadline_for(options, len(trace), start))
+    plan = Plan(trace, tuple(packing.offsets), method=options.method,
+                seconds=time.perf_counter() - start, optimal=packing.optimal, info=packing.info)
     return plan.validate()

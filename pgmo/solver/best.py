@@ -25,13 +25,15 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..trace import Trace
+from ..trace import Trace, packing_peak
 from .bestfit import paper_priority, skyline_offsets
 from .greedy import ORDERS, gap_fit_offsets
 from .local_search import SkylineSearch
+from .options import SolverOptions
+from .packing import Packing
 from .skyline_dfs import capacity_search
 
-__all__ = ["best_offsets", "DFS_MAX_N", "DFS_SHARE"]
+__all__ = ["solve", "best_offsets", "DFS_MAX_N", "DFS_SHARE"]
 
 #: Largest trace given to the backtracking search (its steps scan the whole
 #: horizon with numpy; on the 60k-block traces one descent already takes
@@ -68,17 +70,22 @@ def _strategies(lowers, uppers, sizes) -> list[tuple[str, str, Callable[[], list
     return out
 
 
-def best_offsets(trace: Trace, time_limit: float = 10.0, progress: bool = False,
+def solve(trace: Trace, options: SolverOptions, deadline: float | None) -> Packing:
+    """The ``best`` method behind :func:`pgmo.solve`."""
+    if deadline is None:
+        raise ValueError("method 'best' without a time limit needs a step budget")
+    offsets, info = best_offsets(trace, deadline, progress=options.progress, seed=options.seed)
+    return Packing(offsets, True if info["reached_lower_bound"] else None, info)
+
+
+def best_offsets(trace: Trace, deadline: float, progress: bool = False,
                  seed: int = 0) -> tuple[list[int], dict]:
-    """Best packing found within ``time_limit`` seconds; returns (offsets, info)."""
-    started = time.perf_counter()
+    """Best packing found by ``deadline`` (a perf_counter value); returns (offsets, info)."""
     lowers, uppers, sizes = trace.columns()
     n, lb = len(sizes), trace.lower_bound()
-    # Keep part of the budget for solve()'s validation (~10 us per block).
-    deadline = started + time_limit - min(0.1 * time_limit, 0.05 + 2e-5 * n)
 
     def peak_of(offsets):
-        return max(o + s for o, s in zip(offsets, sizes))
+        return packing_peak(offsets, sizes)
 
     strategies = _strategies(lowers, uppers, sizes)
     bar = None

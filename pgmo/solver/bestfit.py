@@ -39,7 +39,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["bestfit_offsets", "skyline_offsets", "paper_priority"]
+__all__ = ["solve", "bestfit_offsets", "skyline_offsets", "paper_priority"]
 
 _INF = float("inf")
 #: Queries over more lower-sorted positions than this scan with numpy.
@@ -51,6 +51,13 @@ def paper_priority(lowers: Sequence[int], uppers: Sequence[int],
     """Block indices best first: longest lifetime, then larger size, then trace order."""
     n = len(sizes)
     return sorted(range(n), key=lambda i: (lowers[i] - uppers[i], -sizes[i], i))
+
+
+def solve(trace, options, deadline) -> "Packing":
+    """The ``bestfit`` method behind :func:`pgmo.solve` (ignores the time limit)."""
+    from .packing import Packing
+
+    return Packing(bestfit_offsets(*trace.columns()), None, {"strategy": "bestfit"})
 
 
 def bestfit_offsets(lowers: Sequence[int], uppers: Sequence[int],

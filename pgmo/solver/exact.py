@@ -48,18 +48,19 @@ import os
 import time
 from typing import Any, Sequence
 
-from ..trace import Trace
+from ..trace import Trace, packing_peak as _peak
 from ..validate import find_conflict
 from .greedy import ORDERS, gap_fit_offsets
+from .options import BACKENDS, SolverOptions
+from .packing import Packing
 
 __all__ = [
-    "exact_offsets", "ExactSolverUnavailable", "BACKENDS", "MAX_BLOCKS", "MAX_PAIRS",
+    "solve", "exact_offsets", "ExactSolverUnavailable", "BACKENDS", "MAX_BLOCKS", "MAX_PAIRS",
     "overlapping_pairs", "count_overlapping_pairs", "compact",
 ]
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "cpsat", "highs")
 MAX_BLOCKS = {"cpsat": 5000, "highs": 1000}
 MAX_PAIRS = {"cpsat": 2_000_000, "highs": 50_000}
 WARM_SHARE = 0.2  # of the time limit, for the heuristic warm start
@@ -140,10 +141,6 @@ def overlapping_pairs(lowers: Sequence[int], uppers: Sequence[int]) -> list[tupl
     return pairs
 
 
-def _peak(offsets: Sequence[int], sizes: Sequence[int]) -> int:
-    return max((o + s for o, s in zip(offsets, sizes)), default=0)
-
-
 def compact(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int],
             offsets: Sequence[int]) -> list[int]:
     """Drop every block as low as it goes, keeping the packing's bottom-to-top order.
@@ -191,7 +188,7 @@ def warm_start(trace: Trace, budget: float, progress: bool = False
 
     def best():
         from .best import best_offsets
-        return best_offsets(trace, time_limit=budget, progress=progress)
+        return best_offsets(trace, time.perf_counter() + budget, progress=progress)
 
     def bestfit():
         from .bestfit import bestfit_offsets
@@ -363,6 +360,17 @@ def _progress_bar(progress: bool, backend: str, upper: int, lb: int):
 
 
 # -- entry point ----------------------------------------------------------------
+_BACKEND_NAMES = {"cpsat": "OR-Tools CP-SAT", "highs": "HiGHS"}
+
+
+def solve(trace: Trace, options: SolverOptions, deadline: float | None) -> Packing:
+    """The ``exact`` method behind :func:`pgmo.solve`."""
+    limit = None if deadline is None else max(0.0, deadline - time.perf_counter())
+    offsets, optimal, info = exact_offsets(trace, time_limit=limit, progress=options.progress,
+                                           backend=options.backend)
+    return Packing(offsets, optimal, info)
+
+
 def exact_offsets(trace: Trace, time_limit: float | None = None, progress: bool = False,
                   backend: str = "auto", workers: int | None = None,
                   warm: Sequence[int] | None = None) -> tuple[list[int], bool, dict[str, Any]]:
@@ -389,15 +397,17 @@ def exact_offsets(trace: Trace, time_limit: float | None = None, progress: bool 
     if n == 0:
         return [], True, {"backend": chosen, "status": "empty trace", "bound": 0,
                           "seconds": 0.0}
+    name = _BACKEND_NAMES[chosen]
     if n > MAX_BLOCKS[chosen]:
         raise ValueError(
-            f"trace has {n} blocks, more than backend {chosen!r} takes "
-            f"({MAX_BLOCKS[chosen]}); use method='best' for traces this large")
+            f"this trace has {n:,} blocks; the exact method ({name}) takes at most "
+            f"{MAX_BLOCKS[chosen]:,}. Use the 'best' method for traces this large.")
     n_pairs = count_overlapping_pairs(lowers, uppers)
     if n_pairs > MAX_PAIRS[chosen]:
         raise ValueError(
-            f"trace has {n_pairs} pairs of blocks live at the same time, more than backend "
-            f"{chosen!r} takes ({MAX_PAIRS[chosen]}); use method='best' for traces this large")
+            f"this trace has {n_pairs:,} pairs of blocks live at the same time; the exact "
+            f"method ({name}) takes at most {MAX_PAIRS[chosen]:,}. Use the 'best' method "
+            f"for traces this large.")
     lb = trace.lower_bound()
 
     if time_limit is None:

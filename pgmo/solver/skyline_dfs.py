@@ -28,6 +28,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..trace import packing_peak
+
 __all__ = ["skyline_dfs", "probe", "capacity_search"]
 
 #: Step budget of one randomised try (at least 4 steps per block): small, so a
@@ -194,7 +196,7 @@ def capacity_search(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequenc
         probes.append((capacity, offsets is not None))
         if offsets is not None:
             best = offsets
-            best_peak = max(o + s for o, s in zip(offsets, sizes))
+            best_peak = packing_peak(offsets, sizes)
         else:
             failed_below = capacity
         share = 1 / 8

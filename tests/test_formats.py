@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pgmo
-from pgmo.io import TraceFormatError, read_trace_and_offsets
+from pgmo.formats import TraceFormatError, load as read_trace_and_offsets
 
 from .strategies import event_traces, traces
 from .benchmarks import BENCH, needs_bench
@@ -121,7 +121,7 @@ def test_minimalloc_string_ids_are_accepted(tmp_path):
     trace = pgmo.read_trace(path)
     assert [b.id for b in trace] == ["b1", "b2", 3]
     out = tmp_path / "out.csv"
-    trace.write(out)
+    pgmo.write_trace(trace, out)
     assert pgmo.read_trace(out).blocks == trace.blocks
 
 
@@ -227,10 +227,11 @@ def test_truncated_json_gz_is_a_trace_error(tmp_path):
     assert_names(err.value, path, None, None)
 
 
-def test_plain_json_named_gz_is_a_trace_error(tmp_path):
-    path = write(tmp_path, "plain.json.gz", json.dumps(good_doc()))
-    with pytest.raises(TraceFormatError, match="cannot be read"):
-        pgmo.read_trace(path)
+def test_compression_is_recognised_by_content_not_by_name(tmp_path):
+    plain = write(tmp_path, "plain.json.gz", json.dumps(good_doc()))
+    packed = tmp_path / "packed.json"
+    packed.write_bytes(gzip.compress(json.dumps(good_doc()).encode()))
+    assert pgmo.read_trace(plain).blocks == pgmo.read_trace(packed).blocks
 
 
 # -- round trips -----------------------------------------------------------------
@@ -258,8 +259,8 @@ def test_round_trip_keeps_blocks_offsets_and_json_metadata(case, suffix):
 
 def test_json_gz_is_really_gzip_and_json_is_not(tmp_path):
     trace = pgmo.Trace.from_tuples([(0, 2, 4)], {"model": "toy"})
-    trace.write(tmp_path / "t.json.gz")
-    trace.write(tmp_path / "t.json")
+    pgmo.write_trace(trace, tmp_path / "t.json.gz")
+    pgmo.write_trace(trace, tmp_path / "t.json")
     assert json.loads(gzip.decompress((tmp_path / "t.json.gz").read_bytes()))["rows"]
     assert json.loads((tmp_path / "t.json").read_text())["metadata"] == {"model": "toy"}
 
@@ -267,7 +268,7 @@ def test_json_gz_is_really_gzip_and_json_is_not(tmp_path):
 def test_writing_wrong_number_of_offsets_is_refused(tmp_path):
     trace = pgmo.Trace.from_tuples([(0, 2, 4), (1, 3, 4)])
     with pytest.raises(ValueError, match="1 offsets for 2 blocks"):
-        trace.write(tmp_path / "t.csv", offsets=[0])
+        pgmo.write_trace(trace, tmp_path / "t.csv", offsets=[0])
     assert not (tmp_path / "t.csv").exists()
 
 
@@ -280,14 +281,14 @@ FAILED_WRITES = [
 @pytest.mark.parametrize("suffix, what", FAILED_WRITES)
 def test_failed_write_leaves_existing_file_intact(tmp_path, suffix, what):
     path = tmp_path / ("t" + suffix)
-    pgmo.Trace.from_tuples([(0, 2, 4), (1, 3, 4)]).write(path)
+    pgmo.write_trace(pgmo.Trace.from_tuples([(0, 2, 4), (1, 3, 4)]), path)
     before = path.read_bytes()
     if what == "offset":  # an offset that is not a number
         bad, offsets, error = pgmo.Trace.from_tuples([(0, 2, 4), (1, 3, 4)]), [0, "four"], ValueError
     else:  # metadata that JSON cannot hold
         bad, offsets, error = pgmo.Trace.from_tuples([(0, 2, 4)], {"device": object()}), None, TypeError
     with pytest.raises(error):
-        bad.write(path, offsets=offsets)
+        pgmo.write_trace(bad, path, offsets=offsets)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no temp files left
 
@@ -297,10 +298,10 @@ def test_written_file_has_ordinary_permissions(tmp_path):
     umask = os.umask(0o022)
     try:
         path = tmp_path / "t.csv"
-        pgmo.Trace.from_tuples([(0, 2, 4)]).write(path)
+        pgmo.write_trace(pgmo.Trace.from_tuples([(0, 2, 4)]), path)
         assert path.stat().st_mode & 0o777 == 0o644
         path.chmod(0o640)
-        pgmo.Trace.from_tuples([(0, 2, 8)]).write(path)  # overwriting keeps the mode
+        pgmo.write_trace(pgmo.Trace.from_tuples([(0, 2, 8)]), path)  # overwriting keeps the mode
         assert path.stat().st_mode & 0o777 == 0o640
     finally:
         os.umask(umask)
@@ -308,14 +309,14 @@ def test_written_file_has_ordinary_permissions(tmp_path):
 
 def test_write_failing_at_the_disk_leaves_no_temp_file(tmp_path, monkeypatch):
     path = tmp_path / "t.csv"
-    pgmo.Trace.from_tuples([(0, 2, 4)]).write(path)
+    pgmo.write_trace(pgmo.Trace.from_tuples([(0, 2, 4)]), path)
     before = path.read_bytes()
 
     def disk_full(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(pgmo.io.os, "replace", disk_full)
+    monkeypatch.setattr(pgmo.formats.files.os, "replace", disk_full)
     with pytest.raises(OSError, match="No space left"):
-        pgmo.Trace.from_tuples([(0, 2, 8)]).write(path)
+        pgmo.write_trace(pgmo.Trace.from_tuples([(0, 2, 8)]), path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]

@@ -1,0 +1,123 @@
+"""Reading and writing traces in every format pgmo knows, detected by content.
+
+=================  ==============================================  =========
+name               what                                            writes
+=================  ==============================================  =========
+``minimalloc-csv`` MiniMalloc CSV: ``id,lower,upper,size[,offset]``  yes
+``pgmo-json``      pgmo JSON: the same rows plus metadata            yes
+``pgmo-plan``      a pool's saved plan (profile + offsets)           via pool
+=================  ==============================================  =========
+
+Any of them may be gzip-compressed.  The format is recognised from the
+file's first bytes, not its name; ``format=`` overrides.  Every problem raises
+:class:`~pgmo.errors.TraceFormatError` naming the file, the line (or block)
+and the field.  Writes are atomic.  More readers plug in with
+:func:`register`.
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..errors import TraceFormatError
+from ..trace import Trace
+from . import minimalloc, pgmo_json, planfile
+from .files import read_head, write_bytes_atomically
+from .model import Loaded, ReadOptions
+
+__all__ = ["Format", "FORMATS", "register", "detect", "load", "read_trace", "write_trace",
+           "Loaded", "ReadOptions", "TraceFormatError", "write_bytes_atomically"]
+
+
+@dataclass(frozen=True)
+class Format:
+    """One trace format: how to recognise it and how to read it."""
+
+    name: str
+    description: str
+    sniff: Callable[[bytes], bool]  # on the first bytes of the (decompressed) content
+    read: Callable[[Path, ReadOptions], Loaded]
+
+
+FORMATS: dict[str, Format] = {}
+
+
+def register(fmt: Format) -> Format:
+    """Add a reader; formats are tried in registration order when detecting."""
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+register(Format(planfile.NAME, "pgmo pool plan (saved by pool.save)", planfile.sniff,
+                planfile.read))
+register(Format(pgmo_json.NAME, "pgmo JSON trace", pgmo_json.sniff, pgmo_json.read))
+register(Format(minimalloc.NAME, "MiniMalloc CSV (header id,lower,upper,size)",
+                minimalloc.sniff, minimalloc.read))
+
+
+def detect(path) -> Format:
+    """The format of ``path``, from its content.
+
+    When no reader recognises the content, JSON goes to the pgmo JSON reader
+    and other text to the CSV reader, whose errors then say which field or
+    column is wrong.
+    """
+    path = Path(path)
+    head = read_head(path)
+    for fmt in FORMATS.values():
+        if fmt.sniff(head):
+            return fmt
+    stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if stripped[:1] in (b"{", b"["):
+        return FORMATS[pgmo_json.NAME]
+    if b"\0" not in head:
+        try:  # incremental: the head may end inside a multi-byte character
+            codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+            return FORMATS[minimalloc.NAME]
+        except UnicodeDecodeError:
+            pass
+    known = "; ".join(f.description for f in FORMATS.values())
+    raise TraceFormatError(f"unrecognised trace format (pgmo reads: {known}); "
+                           f"name one with --format", path=str(path))
+
+
+def load(path, format: str | None = None, options: ReadOptions | None = None) -> Loaded:
+    """Read any supported file: the trace and, when it holds a plan, its offsets."""
+    path = Path(path)
+    if format is None:
+        fmt = detect(path)
+    else:
+        try:
+            fmt = FORMATS[format]
+        except KeyError:
+            raise TraceFormatError(f"unknown format {format!r}; choose one of "
+                                   f"{', '.join(FORMATS)}", path=str(path)) from None
+        read_head(path)  # a missing file or a folder is reported as such
+    return fmt.read(path, options or ReadOptions())
+
+
+def read_trace(path, inclusive: bool = False, format: str | None = None, **options) -> Trace:
+    """Read a trace from any supported file (see the table above).
+
+    ``inclusive=True`` reads lifetimes that include ``upper`` (IREE's files).
+    Other keywords are :class:`ReadOptions` fields.
+    """
+    return load(path, format, ReadOptions(inclusive=inclusive, **options)).trace
+
+
+def write_trace(trace: Trace, path, offsets: Sequence[int] | None = None,
+                extra_metadata: dict | None = None) -> None:
+    """Write ``trace`` (and the offsets of its closed blocks) as JSON or CSV, by suffix.
+
+    ``.json``/``.json.gz`` write pgmo JSON (metadata kept); anything else
+    MiniMalloc CSV (``.gz``: compressed).
+    """
+    n_closed = sum(b.upper is not None for b in trace.blocks)
+    if offsets is not None and len(offsets) != n_closed:
+        raise ValueError(f"{len(offsets)} offsets for {n_closed} blocks")
+    name = Path(path).name
+    writer = pgmo_json if name.endswith((".json", ".json.gz")) else minimalloc
+    writer.write(trace, path, offsets, extra_metadata)

@@ -1,0 +1,152 @@
+"""The pool's saved plans: a profile and its packing, which a bad file can never replace.
+
+The file is JSON (gzip when the name ends in ``.gz``) holding the profile's
+columns (``uppers`` null for an open block), the offsets of its closed blocks
+and a SHA-256 checksum of their canonical JSON.  Loading checks, in order: it
+parses, the format and version are ours, the checksum matches, the columns
+are well-formed, and the offsets are a valid packing of exactly the profile's
+closed blocks.  Any failure raises :class:`~pgmo.errors.PlanFileError`
+naming the file and the reason.  Every trace command reads these files too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, NamedTuple, Sequence
+
+from ..errors import PlanFileError, TraceFormatError
+from ..trace import Block, Trace
+from ..units import ALIGNMENT
+from ..validate import find_conflict
+from .files import read_bytes, write_bytes_atomically
+from .model import Loaded, ReadOptions
+
+__all__ = ["NAME", "FORMAT", "VERSION", "SavedPlan", "dumps", "loads", "save", "load",
+           "sniff", "read"]
+
+NAME = "pgmo-plan"
+FORMAT = "pgmo-pool-plan"
+VERSION = 1
+_SNIFF = re.compile(rb'^\s*\{\s*"format"\s*:\s*"pgmo-pool-plan"')
+
+
+class SavedPlan(NamedTuple):
+    """A loaded plan file: the profile, offsets of its closed blocks, how they were found."""
+
+    profile: Trace
+    offsets: list[int]
+    method: str
+    extra: dict
+
+
+def _checksum(payload: dict) -> str:
+    canon = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def dumps(profile: Trace, offsets: Sequence[int], method: str,
+          extra: dict | None = None) -> bytes:
+    """Serialize a profile (block i = request i) and the offsets of its closed blocks."""
+    blocks = profile.blocks
+    closed = [b.id for b in blocks if b.upper is not None]
+    if list(range(len(blocks))) != [b.id for b in blocks]:
+        raise ValueError("a pool profile's block ids are its request indices 0..n-1")
+    if len(closed) != len(offsets):
+        raise ValueError(f"{len(offsets)} offsets for {len(closed)} closed blocks")
+    payload = {
+        "sizes": [b.size for b in blocks], "lowers": [b.lower for b in blocks],
+        "uppers": [b.upper for b in blocks], "ids": closed,
+        "offsets": [int(o) for o in offsets], "method": method,
+        "peak": max((o + blocks[i].size for i, o in zip(closed, offsets)), default=0),
+        "alignment": ALIGNMENT, "extra": extra or {},
+    }
+    doc = {"format": FORMAT, "version": VERSION, "payload": payload,
+           "sha256": _checksum(payload)}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _non_negative_ints(col: Any) -> bool:
+    return isinstance(col, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in col)
+
+
+def loads(data: bytes, source: str = "<bytes>") -> SavedPlan:
+    """Parse and check; raise PlanFileError naming ``source`` and the reason."""
+    def fail(why: str) -> PlanFileError:
+        return PlanFileError(f"{source}: {why}")
+
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise fail(f"not a pgmo plan file (damaged or truncated JSON: {e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise fail(f"not a pgmo plan file (format is not {FORMAT!r})")
+    if doc.get("version") != VERSION:
+        raise fail(f"plan file version {doc.get('version')!r} is not supported "
+                   f"(this pgmo reads version {VERSION})")
+    payload = doc.get("payload")
+    if not isinstance(payload, dict) or doc.get("sha256") != _checksum(payload):
+        raise fail("checksum mismatch: the file was modified or damaged")
+    try:
+        sizes, lowers, uppers = payload["sizes"], payload["lowers"], payload["uppers"]
+        ids, offsets = payload["ids"], payload["offsets"]
+        alignment = payload["alignment"]
+    except KeyError as e:
+        raise fail(f"missing field {e.args[0]!r}") from None
+    if alignment != ALIGNMENT:
+        raise fail(f"alignment {alignment} does not match this pool's {ALIGNMENT}")
+    for name, col in (("sizes", sizes), ("lowers", lowers), ("ids", ids),
+                      ("offsets", offsets)):
+        if not _non_negative_ints(col):
+            raise fail(f"field {name!r} must hold non-negative integers")
+    n = len(sizes)
+    if not isinstance(uppers, list) or not (len(lowers) == n == len(uppers)) \
+            or len(ids) != len(offsets):
+        raise fail("columns have different lengths")
+    if not all(u is None or (isinstance(u, int) and not isinstance(u, bool) and u > lo)
+               for u, lo in zip(uppers, lowers)):
+        raise fail("field 'uppers' must hold integers after their lowers, or null")
+    if any(s <= 0 or s % ALIGNMENT for s in sizes):
+        raise fail(f"field 'sizes' must hold positive multiples of {ALIGNMENT}")
+    if ids != [i for i in range(n) if uppers[i] is not None]:
+        raise fail("plan ids do not name the profile's closed (freed) requests")
+    profile = Trace(tuple(map(Block, range(n), lowers, uppers, sizes)),
+                    {"recorded_by": "pgmo"}, source=source)
+    why = find_conflict([profile.blocks[i] for i in ids], offsets)
+    if why is not None:
+        raise fail(f"plan does not fit its profile: {why}")
+    extra = payload.get("extra")
+    return SavedPlan(profile, list(offsets), str(payload.get("method", "file")),
+                     extra if isinstance(extra, dict) else {})
+
+
+def save(path, profile: Trace, offsets: Sequence[int], method: str,
+         extra: dict | None = None) -> None:
+    """Write atomically (temp file + rename) so a crash never leaves half a plan."""
+    write_bytes_atomically(path, dumps(profile, offsets, method, extra))
+
+
+def load(path) -> SavedPlan:
+    path = Path(path)
+    try:
+        data = read_bytes(path)
+    except TraceFormatError as e:
+        raise PlanFileError(f"{path}: {e.reason}") from None
+    return loads(data, str(path))
+
+
+# -- as a trace file, for every command that takes one ---------------------------
+def sniff(head: bytes) -> bool:
+    return bool(_SNIFF.match(head))
+
+
+def read(path: Path, options: ReadOptions) -> Loaded:
+    try:
+        saved = load(path)
+    except PlanFileError as e:
+        raise TraceFormatError(str(e).removeprefix(f"{path}: "), path=str(path)) from None
+    meta = {**saved.profile.metadata, "plan": {"method": saved.method, **saved.extra}}
+    return Loaded(Trace(saved.profile.blocks, meta, source=str(path)), saved.offsets)
