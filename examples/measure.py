@@ -42,7 +42,7 @@ def pool_bytes(device_id, pool=None):
 
     held = cupy.get_default_memory_pool().total_bytes()
     if pool is not None:
-        held += pool.stats()["total_bytes"]
+        held += pool.stats().total_bytes
     return held
 
 

@@ -86,8 +86,8 @@ def run(args, pool_name):
             cupy.cuda.set_allocator(previous)
     stats = pool.stats() if pool is not None and args.device >= 0 else None
     row = (pool_name, recorder.iterations, recorder.peak_text(recorder.peak_pool),
-           mib(stats["arena_bytes"]) if stats else ("-" if pool is None else NA),
-           mib(stats["lower_bound"]) if stats else ("-" if pool is None else NA),
+           mib(stats.arena_bytes) if stats else ("-" if pool is None else NA),
+           mib(stats.lower_bound) if stats else ("-" if pool is None else NA),
            f"{recorder.watch.steady_ms():.2f}")
     del weights
     release_cached(args.device)

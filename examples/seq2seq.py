@@ -172,8 +172,8 @@ def translate(args, pool_name, device, model, pairs):
             counts = ""
             if pool is not None and args.device >= 0:
                 stats = pool.stats()
-                counts = (f"reoptimizations {stats['reoptimizations']:3d}  "
-                          f"fallback requests {stats['fallback_requests']:6d}  ")
+                counts = (f"reoptimizations {stats.reoptimizations:3d}  "
+                          f"fallback requests {stats.fallback_requests:6d}  ")
             span = f"{first + 1}" + (f"-{first + len(batch)}" if len(batch) > 1 else "")
             words_in = ",".join(str(len(s)) for s in batch)
             words_out = ",".join(str(len(o)) for o in outputs)
@@ -194,8 +194,8 @@ def summary_row(task, pool_name, batch, recorder):
     pool = recorder.pool
     stats = pool.stats() if pool is not None and recorder.device_id >= 0 else None
     return (task, pool_name, batch, recorder.iterations,
-            stats["reoptimizations"] if stats else ("-" if pool is None else NA),
-            stats["fallback_requests"] if stats else ("-" if pool is None else NA),
+            stats.reoptimizations if stats else ("-" if pool is None else NA),
+            stats.fallback_requests if stats else ("-" if pool is None else NA),
             recorder.peak_text(recorder.peak_pool), recorder.peak_text(recorder.peak_device),
             f"{recorder.watch.steady_ms():.1f}")
 

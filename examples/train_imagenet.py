@@ -129,8 +129,8 @@ def summary_row(arch, pool_name, task, batch, recorder):
     return (arch, pool_name, task, batch, recorder.iterations,
             recorder.peak_text(recorder.peak_pool), recorder.peak_text(recorder.peak_device),
             f"{recorder.watch.steady_ms():.1f}",
-            stats["mode"] if stats else cpu_pgmo,
-            stats["fallback_requests"] if stats else cpu_pgmo)
+            stats.mode if stats else cpu_pgmo,
+            stats.fallback_requests if stats else cpu_pgmo)
 
 
 def parse_args(argv=None):

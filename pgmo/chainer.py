@@ -121,11 +121,9 @@ class ProfileGuidedMemory(training.Extension):
     def _report(self) -> None:
         """Report the pool's stats into the current (trainer's) reporter scope."""
         stats = self.pool.stats()
-        keys = self._keys
-        if keys is None:
-            keys = [k for k, v in stats.items()
-                    if isinstance(v, (int, numpy.integer)) and not isinstance(v, bool)]
-        chainer.report({self._prefix + k: stats[k] for k in keys})
+        values = stats.numbers() if self._keys is None else \
+            {k: getattr(stats, k) for k in self._keys}
+        chainer.report({self._prefix + k: v for k, v in values.items()})
 
     def __call__(self, trainer) -> None:
         """Nothing to do per iteration: the work happens in the wrapped update."""

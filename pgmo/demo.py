@@ -43,10 +43,9 @@ def _replay_on_host(trace) -> None:
     stats = result["stats"]
     print("\npool replay on host memory (4 iterations: warm-up, profile, 2 optimized):")
     print(f"  corrupted blocks   {result['corrupted']}")
-    for key in ("mode", "arena_bytes", "planned_peak", "lower_bound", "peak_used",
+    for key in ("mode", "arena_bytes", "planned_peak", "lower_bound", "peak_used_bytes",
                 "fallback_requests", "reoptimizations"):
-        if key in stats:
-            print(f"  {key:18} {stats[key]}")
+        print(f"  {key:18} {getattr(stats, key)}")
 
 
 def run_demo(trace_name: str | None = None, output: str = "pgmo-demo.png",

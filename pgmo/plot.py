@@ -14,6 +14,7 @@ import numpy as np
 
 from .plan import Plan
 from .trace import Trace
+from .units import byte_unit, format_bytes
 
 __all__ = ["live_bytes", "plot_plan"]
 
@@ -28,18 +29,6 @@ def live_bytes(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     # Keep the last value at each tick: what is live from that tick on.
     last = np.r_[ticks[1:] != ticks[:-1], True]
     return ticks[last], live[last]
-
-
-def _unit(nbytes: int) -> tuple[float, str]:
-    for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if nbytes >= 4 * scale:
-            return float(scale), name
-    return 1.0, "bytes"
-
-
-def _human(nbytes: int) -> str:
-    scale, unit = _unit(nbytes)
-    return f"{nbytes:,} B" if unit == "bytes" else f"{nbytes / scale:,.2f} {unit}"
 
 
 def plot_plan(plan: Plan | None, path, trace: Trace | None = None, title: str | None = None,
@@ -63,7 +52,7 @@ def plot_plan(plan: Plan | None, path, trace: Trace | None = None, title: str | 
         raise ValueError("plot_plan needs a plan or a trace")
     lb = trace.lower_bound()
     top = plan.peak if plan is not None else lb
-    scale, unit = _unit(top)
+    scale, unit = byte_unit(top)
     fig, axes = plt.subplots(2 if plan is not None else 1, 1, sharex=True, squeeze=False,
                              layout="constrained",
                              figsize=(10, 7 if plan is not None else 3.5),
@@ -76,7 +65,7 @@ def plot_plan(plan: Plan | None, path, trace: Trace | None = None, title: str | 
         y0, y1 = off / scale, (off + sz) / scale
         verts = np.stack([np.stack([lo, y0], 1), np.stack([up, y0], 1),
                           np.stack([up, y1], 1), np.stack([lo, y1], 1)], 1)
-        size_scale, size_unit = _unit(int(sz.max()))
+        size_scale, size_unit = byte_unit(int(sz.max()))
         norm = LogNorm(vmin=sz.min() / size_scale, vmax=max(sz.max(), sz.min() * 1.01) / size_scale)
         cmap = plt.get_cmap("viridis")
         ax.add_collection(PolyCollection(verts, facecolors=cmap(norm(sz / size_scale)),
@@ -86,17 +75,17 @@ def plot_plan(plan: Plan | None, path, trace: Trace | None = None, title: str | 
         fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes), pad=0.01,
                      fraction=0.04, label=f"block size ({size_unit})")
         ax.axhline(plan.peak / scale, color="tab:red", lw=1,
-                   label=f"peak {_human(plan.peak)}")
+                   label=f"peak {format_bytes(plan.peak)}")
         ax.axhline(lb / scale, color="tab:green", lw=1, ls="--",
-                   label=f"lower bound {_human(lb)}")
+                   label=f"lower bound {format_bytes(lb)}")
         ax.set_xlim(min(lo.min(), 0), up.max())
         ax.set_ylim(0, plan.peak / scale * 1.05)
         ax.set_ylabel(f"address ({unit})")
         ax.legend(loc="upper right", fontsize=8)
         name = Path(trace.source).name if trace.source else "trace"
         ax.set_title(title or f"{name}: {plan.method}, {len(trace):,} blocks, peak "
-                              f"{_human(plan.peak)} = {plan.ratio:.4f} x lower bound "
-                              f"{_human(lb)}")
+                              f"{format_bytes(plan.peak)} = {plan.ratio:.4f} x lower bound "
+                              f"{format_bytes(lb)}")
     ax = axes[-1]
     ticks, live = live_bytes(trace)
     ax.step(ticks, live / scale, where="post", color="tab:blue", lw=1)
@@ -104,7 +93,7 @@ def plot_plan(plan: Plan | None, path, trace: Trace | None = None, title: str | 
     ax.set_ylabel(f"live ({unit})")
     ax.set_xlabel("event tick (one per alloc and per free)")
     if plan is None:
-        ax.set_title(title or f"bytes live over time; lower bound {_human(lb)}")
+        ax.set_title(title or f"bytes live over time; lower bound {format_bytes(lb)}")
 
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,12 +9,12 @@ Usage::
                 train_step(batch)
 
 The first ``warmup`` iterations (weights and optimizer state are created
-there) and the profiled one are served by CuPy's stock pool; from the next
-iteration on, request ``i`` gets its own memory object at ``arena +
-offset[i]``.  All the logic lives in :mod:`pgmo._engine`, which imports no
-CuPy; this module adds CuPy's conventions: memory hooks, limits, byte
-counters, ``OutOfMemoryError``, installation as CuPy's allocator, and saved
-plans.
+there) and the profiled one are served by CuPy's stock pool; from then on
+request ``i`` gets its own memory object at ``arena + offset[i]``.  Without
+``pool.iteration()`` the pool looks for a repeating loop itself.  All the
+logic lives in :mod:`pgmo.engine`, which imports no CuPy; this module adds
+CuPy's conventions: memory hooks, limits, byte counters,
+``OutOfMemoryError``, installation as CuPy's allocator, and saved plans.
 """
 
 from __future__ import annotations
@@ -22,16 +22,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import weakref
 from typing import Any, Callable, Iterator
 
 import cupy
 from cupy.cuda import memory as _memory
-from cupy.cuda import memory_hook as _memory_hook
 
-from ._engine import Engine
-from .errors import PlanFileError
+from .engine import Backend, Engine, PoolOptions, pool_options
+from .engine.arenas import RawListener
+from .errors import PlanError, PlanFileError
 from .formats import planfile
+from .hooks import FreeReport, call_hooks, hooks_active
 from .plan import Plan
 from .stats import PoolStats
 from .trace import Trace
@@ -44,8 +46,7 @@ log = logging.getLogger("pgmo.pool")
 _AUTO = object()
 _UnownedMemory = _memory.UnownedMemory
 _MemoryPointer = _memory.MemoryPointer
-_has_memory_hooks = _memory_hook._has_memory_hooks
-_get_memory_hooks = _memory_hook.get_memory_hooks
+_CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation (not exported to Python)
 
 
 def _cuda_context() -> tuple[int, int]:
@@ -53,11 +54,8 @@ def _cuda_context() -> tuple[int, int]:
     return cupy.cuda.device.get_device_id(), cupy.cuda.get_current_stream().ptr
 
 
-_CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation (not exported to Python)
-
-
-def _raw_with_memory_error(allocator: Callable[[int], Any]) -> Callable[[int], Any]:
-    """The engine understands MemoryError; cudaMalloc failures raise CUDARuntimeError."""
+def _raw_allocator(allocator: Callable[[int], Any], device_id: int) -> Callable[[int], Any]:
+    """Arena allocations: reported to alloc hooks; cudaMalloc failures become MemoryError."""
     from cupy_backends.cuda.api.runtime import CUDARuntimeError
 
     def allocate(size: int):
@@ -67,6 +65,23 @@ def _raw_with_memory_error(allocator: Callable[[int], Any]) -> Callable[[int], A
             if e.status == _CUDA_ERROR_MEMORY_ALLOCATION:
                 raise MemoryError(str(e)) from e
             raise
+
+    def allocate_hooked(size: int):
+        if not hooks_active():
+            return allocate(size)
+        return call_hooks("alloc", {"device_id": device_id, "mem_size": size},
+                          lambda: allocate(size),
+                          lambda buffer: {"mem_ptr": buffer.ptr if buffer is not None else 0})
+
+    return allocate_hooked
+
+
+def _counting(allocator: Callable[[int], Any], listener: Callable[[], None]):
+    """The stock pool's raw allocator, telling pgmo when the memory held grows."""
+    def allocate(size: int):
+        memptr = allocator(size)
+        listener()
+        return memptr
 
     return allocate
 
@@ -82,8 +97,11 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
             ``cupy.cuda.MemoryPool(allocator)`` by default.  Anything with
             ``malloc``, ``used_bytes``, ``free_bytes``, ``total_bytes``,
             ``n_free_blocks``, ``free_all_blocks`` and ``set_limit(size=)``.
-        warmup: iterations served by the fallback before the profiled one.
-        method, time_limit: passed to :func:`pgmo.solve`.
+        options: a :class:`~pgmo.engine.PoolOptions`; keywords change its
+            fields or those of its :class:`~pgmo.SolverOptions`:
+            ``warmup=1``, ``replan="background"`` (or ``"sync"``,
+            ``"bestfit"``), ``detect_iterations=True``, ``warn_after``,
+            ``method="best"``, ``time_limit``, ``seed``, ``budget``...
         plan_path: load a saved plan from here when the file exists (a bad
             file is logged and ignored) and save every new plan there.
         device_id, context, total_memory: for non-CUDA backends
@@ -91,37 +109,39 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
             its current stream, and its memory size.
     """
 
-    def __init__(self, allocator=None, *, fallback=None, warmup: int = 1,
-                 method: str = "best", time_limit: float | None = 10.0, plan_path=None,
-                 device_id: int | None = None, context: Any = _AUTO,
-                 total_memory: int | None = None):
+    def __init__(self, allocator=None, *, fallback=None, options: PoolOptions | None = None,
+                 plan_path=None, device_id: int | None = None, context: Any = _AUTO,
+                 total_memory: int | None = None, **changes: Any):
         super().__init__(allocator)
         raw = allocator if allocator is not None else _memory._malloc
         # CuPy's own pools call memory hooks themselves; pgmo reports the rest.
         self._fallback_reports_hooks = fallback is None or isinstance(
             fallback, (_memory.MemoryPool, _memory.SingleDeviceMemoryPool))
+        raw_listener = None
         if fallback is None:
-            fallback = _memory.MemoryPool(allocator)
+            raw_listener = RawListener()
+            fallback = _memory.MemoryPool(_counting(raw, raw_listener))
         if device_id is None:
             device_id = cupy.cuda.device.get_device_id()
         self._device_id = device_id = int(device_id)
         self._total_memory = total_memory
         self.host_memory = False  # True when pointers are host addresses (testing)
-
         self._plan_path = os.fspath(plan_path) if plan_path is not None else None
-        # The engine's callbacks reach the pool through a weak reference, so
-        # dropping the pool frees it (and its arena) without waiting for the GC.
+        backend = Backend(allocate=_raw_allocator(raw, device_id), fallback=fallback,
+                          memory_type=_UnownedMemory, pointer_type=_MemoryPointer,
+                          device_id=device_id,
+                          context=_cuda_context if context is _AUTO else context,
+                          oom_error=_memory.OutOfMemoryError)
+        self._engine = engine = Engine(backend, pool_options(options, **changes))
+        if raw_listener is not None:
+            raw_listener.connect(engine.arenas)
+        # The engine reaches the pool through a weak reference only, so dropping
+        # the pool frees it (and its arena) without waiting for the GC.
         ref = weakref.ref(self)
-        self._engine = engine = Engine(
-            _hooked_arena_allocator(_raw_with_memory_error(raw), device_id), fallback,
-            memory_type=_UnownedMemory, pointer_type=_MemoryPointer, device_id=device_id,
-            warmup=warmup, method=method, time_limit=time_limit,
-            context=_cuda_context if context is _AUTO else context,
-            oom_error=_memory.OutOfMemoryError,
-            on_plan=lambda plan: _call_if_alive(ref, "_plan_installed", plan),
-            hooks_active=_has_memory_hooks,
-            on_hooks=lambda size: _call_if_alive(ref, "_malloc_with_hooks", size))
-        # CuPy calls pool.malloc for every allocation: let it reach the engine
+        engine.hot.hooks_active = hooks_active
+        engine.hot.hooked = lambda size: _call_if_alive(ref, "_malloc_with_hooks", size)
+        engine.on_install = lambda schedule: _call_if_alive(ref, "_plan_installed", schedule)
+        # CuPy calls pool.malloc for every allocation: let it reach the hot path
         # directly (this instance attribute shadows the method below).
         self.malloc = engine.malloc
         self._previous_allocators: list[Any] = []
@@ -136,45 +156,37 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
     def malloc(self, size: int) -> _MemoryPointer:
         """Allocate ``size`` bytes; what ``cupy.cuda.set_allocator(pool.malloc)`` calls.
 
-        (Instances answer with the engine's ``malloc`` directly, for speed.)
+        (Instances answer with the engine's hot path directly, for speed.)
         """
         return self._engine.malloc(size)
 
-    def _malloc_with_hooks(self, size: int) -> _MemoryPointer:
-        """Report pgmo's own blocks to CuPy memory hooks, as CuPy's pool does.
+    def _malloc_with_hooks(self, size: Any) -> _MemoryPointer:
+        """Serve one request while memory hooks are registered, reporting pgmo's own blocks.
 
         Blocks from CuPy's stock fallback are reported by that pool already.
+        pgmo's blocks cannot fail once handed out, so their malloc hooks run
+        right after the hand-out, and their free hooks when they are freed.
         """
-        memptr = self._engine.malloc(size, False)
-        hooks = list(_get_memory_hooks().values())
-        if not hooks:
+        memptr = self._engine.hot.slow(size)  # raises CuPy's errors for bad sizes
+        if memptr.mem.size == 0:
+            return memptr  # a null pointer is no allocation
+        release = memptr.mem._owner
+        if release.arena is None and self._fallback_reports_hooks:
             return memptr
-        device_id = self._device_id
-        rounded = round_size(size) if size > 0 else 0
-        lease = memptr.mem if size > 0 else None  # pgmo's memory objects are the leases
-        if lease is not None and lease.arena is None and self._fallback_reports_hooks:
-            return memptr
+        device_id, rounded = self._device_id, round_size(size)
         mem_ptr, pmem_id = memptr.ptr, id(memptr.mem)
-        for hook in hooks:
-            hook.malloc_preprocess(device_id=device_id, size=size, mem_size=rounded)
-        for hook in hooks:
-            hook.malloc_postprocess(device_id=device_id, size=size, mem_size=rounded,
-                                    mem_ptr=mem_ptr, pmem_id=pmem_id)
-        if lease is not None:
-            lease.on_free = _FreeReport(device_id, rounded, mem_ptr, pmem_id)
+        call_hooks("malloc", {"device_id": device_id, "size": size, "mem_size": rounded},
+                   lambda: memptr, lambda m: {"mem_ptr": mem_ptr if m is not None else 0,
+                                              "pmem_id": pmem_id if m is not None else 0})
+        release.on_free = FreeReport(device_id, rounded, mem_ptr, pmem_id)
         return memptr
 
     # ------------------------------------------------------------- iterations
     @contextlib.contextmanager
     def iteration(self) -> Iterator["ProfileGuidedMemoryPool"]:
         """One hot iteration; an exception inside discards it as a profile."""
-        self._engine.begin_iteration()
-        try:
+        with self._engine.iteration():
             yield self
-        except BaseException:
-            self._engine.end_iteration(aborted=True)
-            raise
-        self._engine.end_iteration()
 
     def begin_iteration(self) -> None:
         self._engine.begin_iteration()
@@ -191,11 +203,8 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
 
     @contextlib.contextmanager
     def interrupted(self) -> Iterator["ProfileGuidedMemoryPool"]:
-        self._engine.interrupt()
-        try:
+        with self._engine.interrupted():
             yield self
-        finally:
-            self._engine.resume()
 
     def optimize(self) -> Plan:
         """Solve the current profile now; the plan answers from the next iteration."""
@@ -203,6 +212,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
 
     @property
     def mode(self) -> str:
+        """``warmup``, ``profiling``, ``planning``, ``optimized`` or ``fallback``."""
         return self._engine.mode
 
     @property
@@ -217,9 +227,21 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
     def engine(self) -> Engine:
         return self._engine
 
-    def stats(self) -> dict:
-        snap = self._engine.snapshot()
-        return PoolStats(**snap, n_free_blocks=self._engine.n_free_blocks()).as_dict()
+    def stats(self) -> PoolStats:
+        """Every counter (see :mod:`pgmo.stats` for the names beside CuPy's and PyTorch's)."""
+        return self._engine.stats()
+
+    def memory_summary(self) -> str:
+        """A table for a person: modes, bytes now and at peak, the plan, the requests."""
+        return self._engine.stats().summary()
+
+    def reset_peak_stats(self) -> None:
+        """Peaks start again from what is in use and held now."""
+        self._engine.reset_peak_stats()
+
+    def close(self) -> None:
+        """Stop the background solver now (it also stops when the pool is collected)."""
+        self._engine.close()
 
     # ------------------------------------------------------ CuPy pool methods
     def used_bytes(self) -> int:
@@ -229,7 +251,6 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         return self._engine.free_bytes()
 
     def total_bytes(self) -> int:
-        self._engine.drain()
         return self._engine.total_bytes()
 
     def n_free_blocks(self) -> int:
@@ -243,7 +264,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         self.free_all_blocks()
 
     def set_limit(self, size=None, fraction=None) -> None:
-        """Cap ``total_bytes`` (arena + fallback), with CuPy's arguments and errors."""
+        """Cap ``total_bytes`` (arenas + fallback), with CuPy's arguments and errors."""
         if size is None:
             if fraction is None:
                 size = 0
@@ -286,8 +307,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
     # ---------------------------------------------------------- saved plans
     def save(self, path) -> None:
         """Save the profile and the plan in use (JSON with a checksum)."""
-        profile, plan = self._saveable()
-        planfile.save(path, profile, plan.offsets, plan.method, self._file_extra())
+        planfile.save(path, *self._saveable())
 
     def load(self, path) -> Plan:
         """Use a saved plan from the next iteration on (after warm-up).
@@ -295,50 +315,61 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         Raises :class:`PlanFileError` on a damaged or mismatched file; the
         pool then forgets any plan and profiles again.
         """
-        return self._use_loaded(lambda: planfile.load(path))
+        return self._use_saved(lambda: planfile.load(path))
 
     def state_bytes(self) -> bytes:
         """The content of :meth:`save`, in memory (for snapshots)."""
-        profile, plan = self._saveable()
-        return planfile.dumps(profile, plan.offsets, plan.method, self._file_extra())
+        return planfile.dumps(*self._saveable())
 
     def load_state_bytes(self, data: bytes) -> Plan:
-        return self._use_loaded(lambda: planfile.loads(data))
+        return self._use_saved(lambda: planfile.loads(data))
 
-    def _saveable(self):
+    def _saveable(self) -> tuple:
         profile, plan = self._engine.profile, self._engine.plan
         if profile is None or plan is None:
             raise RuntimeError("no plan to save yet: run the warm-up and profiled "
                                "iterations (or call optimize()) first")
-        return profile, plan
-
-    def _file_extra(self) -> dict:
         from . import __version__
 
-        return {"pgmo": __version__, "method": self._engine.method}
+        return profile, plan.offsets, plan.method, {"pgmo": __version__}
 
-    def _use_loaded(self, read: Callable[[], Any]) -> Plan:
+    def _use_saved(self, read: Callable[[], planfile.SavedPlan]) -> Plan:
         try:
             saved = read()
-            profile = saved.profile
-            plan = Plan(profile.without_open(), tuple(saved.offsets), method=saved.method)
-            arrays = ([b.size for b in profile], [b.lower for b in profile],
-                      [b.upper for b in profile])
-            self._engine.set_plan(arrays, plan)
+            plan = Plan(saved.profile.without_open(), tuple(saved.offsets),
+                        method=saved.method)
+            self._engine.adopt(saved.profile, plan)
         except PlanFileError:
             self._engine.reset()
             raise
-        except ValueError as e:
+        except (PlanError, ValueError) as e:
             self._engine.reset()
             raise PlanFileError(f"saved plan does not fit its profile: {e}") from None
         return plan
 
-    def _plan_installed(self, plan: Plan) -> None:
-        if self._plan_path is not None:
+    def _plan_installed(self, schedule) -> None:
+        """Keep ``plan_path`` up to date.
+
+        With background re-planning the file is written by a thread, off the
+        training loop (a large profile takes milliseconds to write); with
+        ``replan="sync"`` it is written at once, for reproducible runs.
+        """
+        if self._plan_path is None:
+            return
+        from . import __version__
+
+        profile, plan, path = schedule.profile, schedule.plan, self._plan_path
+
+        def write() -> None:
             try:
-                self.save(self._plan_path)
+                planfile.save(path, profile, plan.offsets, plan.method, {"pgmo": __version__})
             except OSError as e:
-                log.warning("cannot save the plan to %s: %s", self._plan_path, e)
+                log.warning("cannot save the plan to %s: %s", path, e)
+
+        if self._engine.planner.mode == "background":
+            threading.Thread(target=write, name="pgmo-save-plan").start()
+        else:
+            write()
 
     def __repr__(self) -> str:
         plan = self._engine.plan
@@ -352,44 +383,3 @@ def _call_if_alive(ref: "weakref.ref[ProfileGuidedMemoryPool]", name: str, arg: 
     if pool is None:
         raise RuntimeError("the ProfileGuidedMemoryPool was deleted")
     return getattr(pool, name)(arg)
-
-
-def _hooked_arena_allocator(raw: Callable[[int], Any], device_id: int) -> Callable[[int], Any]:
-    """Arena allocations are raw allocations: report them to alloc hooks."""
-    def allocate(size: int):
-        if not (_has_memory_hooks() and _get_memory_hooks()):
-            return raw(size)
-        hooks = list(_get_memory_hooks().values())
-        for hook in hooks:
-            hook.alloc_preprocess(device_id=device_id, mem_size=size)
-        buffer = None
-        try:
-            buffer = raw(size)
-        finally:
-            for hook in hooks:
-                hook.alloc_postprocess(device_id=device_id, mem_size=size,
-                                       mem_ptr=buffer.ptr if buffer is not None else 0)
-        return buffer
-
-    return allocate
-
-
-class _FreeReport:
-    """Calls CuPy's free hooks for a pgmo block, in the freeing thread."""
-
-    __slots__ = ("device_id", "mem_size", "mem_ptr", "pmem_id")
-
-    def __init__(self, device_id: int, mem_size: int, mem_ptr: int, pmem_id: int):
-        self.device_id, self.mem_size, self.mem_ptr, self.pmem_id = (
-            device_id, mem_size, mem_ptr, pmem_id)
-
-    def __call__(self, lease: Any) -> None:
-        if not (_has_memory_hooks() and _get_memory_hooks()):
-            return
-        hooks = list(_get_memory_hooks().values())
-        kw = {"device_id": self.device_id, "mem_size": self.mem_size,
-              "mem_ptr": self.mem_ptr, "pmem_id": self.pmem_id}
-        for hook in hooks:
-            hook.free_preprocess(**kw)
-        for hook in hooks:
-            hook.free_postprocess(**kw)

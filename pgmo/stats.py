@@ -1,9 +1,25 @@
-"""Pool statistics: one dataclass, so every consumer sees the same names.
+"""Pool statistics: one dataclass from the engine to the user, the Chainer report and the CLI.
 
 Byte counts follow CuPy's meaning: ``used_bytes`` are blocks handed out and
 not yet freed, ``free_bytes`` are held by the pool but idle (cached fallback
 blocks and the arena space no live block occupies), ``total_bytes`` is all the
-pool holds from the raw allocator, and ``used + free == total`` always.
+pool holds from the device, and ``used + free == total`` always.
+
+=======================  =================================  ==========================
+pgmo                     CuPy ``MemoryPool``                PyTorch caching allocator
+=======================  =================================  ==========================
+``used_bytes``           ``used_bytes()``                   ``memory_allocated()``
+``total_bytes``          ``total_bytes()``                  ``memory_reserved()``
+``free_bytes``           ``free_bytes()``                   reserved - allocated
+``n_free_blocks``        ``n_free_blocks()``                (inactive split blocks)
+``peak_used_bytes``      (none)                             ``max_memory_allocated()``
+``peak_total_bytes``     (none)                             ``max_memory_reserved()``
+``limit``                ``get_limit()``                    (per-process fraction)
+=======================  =================================  ==========================
+
+``pool.reset_peak_stats()`` restarts both peaks from the current values, like
+``torch.cuda.reset_peak_memory_stats()``; ``pool.memory_summary()`` prints
+them for a person, like ``torch.cuda.memory_summary()``.
 """
 
 from __future__ import annotations
@@ -11,39 +27,91 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .units import format_bytes
+
 __all__ = ["PoolStats"]
 
 
 @dataclass(frozen=True)
 class PoolStats:
-    mode: str  # 'profiling', 'optimized' or 'fallback'
-    iterations: int  # hot iterations ended
-    requests: int  # non-empty mallocs seen
-    profiled_requests: int  # served by the fallback while profiling
+    # what the pool is doing
+    mode: str  # warmup, profiling, planning, optimized or fallback
+    replan: str  # where plans are computed: background, sync or bestfit
+    iteration_source: str  # "marked" (pool.iteration()), "detected (...)" or "none"
+    iterations: int  # iterations ended
+    # requests (non-empty mallocs)
+    requests: int
+    profiled_requests: int  # served by the fallback while warming up or profiling
     planned_requests: int  # served from the arena
     fallback_requests: int  # in optimized iterations, served by the fallback
     interrupted_requests: int  # between interrupt() and resume()
     foreign_requests: int  # another thread, device or stream during an iteration
-    departures: int  # requests that left the profile (bigger, more, late free, ...)
-    reoptimizations: int  # re-solves after departures
-    solve_failures: int
-    arena_failures: int  # arenas the raw allocator or the limit refused
-    arena_bytes: int  # the current arena
-    old_arena_bytes: int  # older arenas kept alive by their live blocks
-    planned_peak: int  # the plan's peak (<= arena_bytes)
-    lower_bound: int  # max load of the planned profile
+    # the plan
+    departures: int  # requests that left the plan (bigger, more, late free, ...)
+    reoptimizations: int  # profiles re-planned after departures
+    plan_method: str  # the solver method of the plan in use ("" before the first)
+    planned_peak: int  # bytes the plan needs (<= arena_bytes)
+    lower_bound: int  # no plan of the profile can need less
     planned_blocks: int
     pinned_blocks: int  # requests that outlived their iteration; always the fallback
-    peak_used: int  # most bytes in use at once (arena + fallback blocks)
-    live_bytes: int  # bytes of blocks pgmo handed out and not yet freed
+    background_solves: int  # profiles given to the background solver
+    stale_plans: int  # background plans dropped because a newer profile came
+    planner_failures: int  # background solver crashed or overran its time
+    solve_failures: int  # solves that raised
+    arena_failures: int  # arenas the device or the limit refused
+    # memory, in bytes
+    arena_bytes: int  # the current arena
+    old_arena_bytes: int  # older arenas kept alive by their live blocks
+    live_bytes: int  # blocks pgmo handed out and that are not freed yet
     used_bytes: int
     free_bytes: int
     total_bytes: int
     n_free_blocks: int
+    peak_used_bytes: int  # most bytes in use at once since the start or the last reset
+    peak_total_bytes: int  # most bytes held at once since the start or the last reset
     limit: int  # 0: no limit
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def numbers(self) -> dict[str, int]:
+        """The integer fields (what a metrics logger can plot)."""
+        return {k: v for k, v in self.as_dict().items()
+                if isinstance(v, int) and not isinstance(v, bool)}
+
+    def summary(self) -> str:
+        """A table for a person, in the spirit of ``torch.cuda.memory_summary()``."""
+        def mib(n: int) -> str:
+            return f"{format_bytes(n):>14}"
+
+        rows = [
+            ("mode", self.mode), ("iterations", f"{self.iterations:,} ({self.iteration_source})"),
+            ("re-planning", self.replan),
+            ("", ""),
+            ("in use now", mib(self.used_bytes)), ("in use, peak", mib(self.peak_used_bytes)),
+            ("held now", mib(self.total_bytes)), ("held, peak", mib(self.peak_total_bytes)),
+            ("  arena", mib(self.arena_bytes)), ("  older arenas", mib(self.old_arena_bytes)),
+            ("  idle (free)", mib(self.free_bytes)),
+            ("limit", "none" if not self.limit else mib(self.limit)),
+            ("", ""),
+            ("plan", f"{self.plan_method or 'none yet'}, {self.planned_blocks:,} blocks, "
+                     f"{self.pinned_blocks:,} pinned"),
+            ("  planned peak", mib(self.planned_peak)), ("  lower bound", mib(self.lower_bound)),
+            ("", ""),
+            ("requests", f"{self.requests:,}"),
+            ("  from the plan", f"{self.planned_requests:,}"),
+            ("  profiled", f"{self.profiled_requests:,}"),
+            ("  fallback", f"{self.fallback_requests:,} (departures {self.departures:,}, "
+                           f"re-plans {self.reoptimizations:,})"),
+            ("  interrupted", f"{self.interrupted_requests:,}"),
+            ("  other thread/stream", f"{self.foreign_requests:,}"),
+            ("problems", f"arena {self.arena_failures}, solver {self.solve_failures}, "
+                         f"background {self.planner_failures}, stale plans {self.stale_plans}"),
+        ]
+        width = max(len(k) for k, _ in rows)
+        lines = ["pgmo memory summary", "=" * (width + 30)]
+        lines += [f"{k:<{width}}  {v}".rstrip() for k, v in rows]
+        return "\n".join(lines)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

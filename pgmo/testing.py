@@ -2,7 +2,9 @@
 
 :func:`host_pool` builds a :class:`~pgmo.pool.ProfileGuidedMemoryPool` whose
 arena and fallback are real host memory, so pointers are real addresses that
-tests can write to.  :func:`replay` drives any pool through traces, writes a
+tests can write to; :func:`host_engine` builds the same engine without CuPy
+at all (its blocks are plain memory objects).  :func:`replay` drives any pool
+or engine through traces, writes a
 distinct pattern into every block at malloc and checks it at free: a block
 that another block overwrote (the one failure a pool must never have) shows
 up as ``corrupted``.  It also checks directly that no two live blocks share
@@ -24,7 +26,23 @@ import numpy as np
 from .trace import Trace, events
 from .units import ALIGNMENT as _ALIGN
 
-__all__ = ["HostMemory", "HostFallback", "host_pool", "replay", "Checker", "events"]
+__all__ = ["HostMemory", "HostFallback", "host_pool", "host_engine", "host_backend", "replay",
+           "Checker", "events", "TEST_DEFAULTS"]
+
+#: What the host backends use unless told otherwise: plans made at the
+#: boundary (deterministic) by the fast paper's best-fit.
+TEST_DEFAULTS = {"replan": "sync", "method": "bestfit"}
+
+
+def _out_of_memory_error():
+    """CuPy's OutOfMemoryError when CuPy is there (the pool's own), else a stand-in."""
+    try:
+        from cupy.cuda.memory import OutOfMemoryError
+    except ImportError:
+        from .engine.options import default_oom
+
+        return lambda size, total, limit: default_oom(size, total, limit)
+    return OutOfMemoryError
 
 
 
@@ -55,6 +73,7 @@ class HostMemory:
         self.capacity = capacity
         self.in_use = 0
         self.allocations = 0
+        self.on_allocate = None  # called after each allocation (the engine's peak of held bytes)
         self._lock = threading.Lock()
 
     def __call__(self, size: int) -> _HostBuffer:
@@ -65,10 +84,13 @@ class HostMemory:
             self.in_use += size
             self.allocations += 1
         try:
-            return _HostBuffer(self, size)
+            buffer = _HostBuffer(self, size)
         except BaseException:
             self._give_back(size)
             raise
+        if self.on_allocate is not None:
+            self.on_allocate()
+        return buffer
 
     def _give_back(self, size: int) -> None:
         with self._lock:
@@ -126,8 +148,6 @@ class HostFallback:
         return block
 
     def _new_buffer(self, rs: int) -> _HostBuffer:
-        from cupy.cuda.memory import OutOfMemoryError
-
         for attempt in range(3):
             if attempt:
                 if attempt == 2:
@@ -140,7 +160,7 @@ class HostFallback:
                 return self.memory(rs)
             except MemoryError:
                 continue
-        raise OutOfMemoryError(rs, self.total_bytes(), self._limit)
+        raise _out_of_memory_error()(rs, self.total_bytes(), self._limit)
 
     def _release_cache(self) -> None:
         self._cache.clear()
@@ -178,23 +198,63 @@ class HostFallback:
         return self._limit
 
 
-def host_pool(capacity: int | None = None, **kw: Any):
-    """A ProfileGuidedMemoryPool on host memory; works without a GPU or a driver.
+def host_backend(capacity: int | None = None, cupy_objects: bool = False):
+    """A :class:`~pgmo.engine.Backend` on host memory of ``capacity`` bytes (None: unbounded).
 
-    The solver method defaults to ``"bestfit"`` here (fast, for tests);
-    pass ``method="best"`` for the pool's own default.
+    With ``cupy_objects`` the blocks are CuPy ``UnownedMemory`` / ``MemoryPointer``
+    objects, as the pool hands out; otherwise plain memory objects (no CuPy needed).
+    """
+    from .engine import Backend
+
+    memory = HostMemory(capacity)
+    kw: dict[str, Any] = {}
+    if cupy_objects:
+        from cupy.cuda.memory import MemoryPointer, UnownedMemory
+
+        kw = {"memory_type": UnownedMemory, "pointer_type": MemoryPointer}
+    return Backend(allocate=memory, fallback=HostFallback(memory),
+                   oom_error=_out_of_memory_error(), **kw)
+
+
+def host_engine(capacity: int | None = None, **options: Any):
+    """A pgmo :class:`~pgmo.engine.Engine` on host memory, without CuPy.
+
+    Keywords are pool options (``warmup``, ``replan``, ``method``...);
+    :data:`TEST_DEFAULTS` apply unless given.
+    """
+    from .engine import Engine, pool_options
+
+    backend = host_backend(capacity)
+    engine = Engine(backend, pool_options(**{**TEST_DEFAULTS, **options}))
+    engine.host_memory = True
+    _watch_raw(backend.allocate, engine)
+    return engine
+
+
+def _watch_raw(memory: "HostMemory", engine) -> None:
+    from .engine.arenas import RawListener
+
+    listener = RawListener()
+    listener.connect(engine.arenas)
+    memory.on_allocate = listener
+
+
+def host_pool(capacity: int | None = None, **options: Any):
+    """A :class:`~pgmo.pool.ProfileGuidedMemoryPool` on host memory (needs CuPy, no GPU).
 
     ``capacity`` plays the device's memory size (None: unbounded); other
-    keywords go to the pool (``warmup``, ``method``, ``time_limit``,
-    ``plan_path``).
+    keywords go to the pool (``warmup``, ``replan``, ``method``, ``plan_path``...);
+    :data:`TEST_DEFAULTS` apply unless given (pass ``replan="background",
+    method="best"`` for the pool's own defaults).
     """
     from .pool import ProfileGuidedMemoryPool
 
     memory = HostMemory(capacity)
-    kw.setdefault("method", "bestfit")
     pool = ProfileGuidedMemoryPool(memory, fallback=HostFallback(memory), device_id=0,
-                                   context=None, total_memory=capacity or 2 ** 40, **kw)
+                                   context=None, total_memory=capacity or 2 ** 40,
+                                   **{**TEST_DEFAULTS, **options})
     pool.host_memory = True
+    _watch_raw(memory, pool.engine)
     return pool
 
 
@@ -222,7 +282,7 @@ class Checker:
         serial = self.serial
         if size > 0:
             ptr = memptr.ptr
-            end = ptr + max(size, memptr.mem.size)
+            end = ptr + max(size, getattr(memptr, "mem", memptr).size)
             key = (ptr, serial)
             k = bisect.bisect_left(self._starts, key)
             if k and self._ends[self._starts[k - 1][1]] > ptr:
@@ -253,7 +313,7 @@ class Checker:
         if self.host:
             raw = np.frombuffer((ctypes.c_uint8 * size).from_address(memptr.ptr), np.uint8)
             return raw[:words * 4].view(np.uint32), raw[words * 4:]
-        import cupy
+        import cupy  # a pool on the device: check through CuPy
 
         raw = cupy.ndarray((size,), cupy.uint8, memptr=memptr)
         return raw[:words * 4].view(cupy.uint32), raw[words * 4:]

@@ -1,17 +1,24 @@
 #!/usr/bin/env python
-"""Cost of one malloc+free pair: pgmo's optimized path against simple baselines.
+"""Cost of one malloc+free pair in each of pgmo's paths, as ratios to baselines measured in the same run.
 
-On the CPU (host backend, no GPU needed) the baselines are a trivial Python
-allocator (it only wraps a fixed host address in CuPy's memory objects, the
-least any Python allocator can do) and pgmo's own profiling/fallback path.
-With a GPU (``--gpu``) the baseline is CuPy's stock ``MemoryPool``.
+On the CPU (host backend, no GPU needed) the baseline is a trivial Python
+allocator: it only wraps a fixed host address in CuPy's memory objects, the
+least any Python allocator can do.  With a GPU (``--gpu``) CuPy's stock
+``MemoryPool`` is measured side by side.  Rows:
 
-Each workload is replayed as hot iterations; the table gives microseconds per
+* pgmo optimized: a planned iteration, served from the arena (the hot path,
+  compiled when pgmo was built with Cython, and its plain-Python reference);
+* pgmo profiling: an iteration served by the fallback and recorded;
+* pgmo fallback: between ``interrupt()`` and ``resume()``.
+
+Each workload is replayed as hot iterations; times are microseconds per
 malloc+free pair (the loop's own overhead included, the same for every row),
-best of ``--repeat`` runs, in CPU time of this process (robust on a busy machine).
+best of ``--repeat`` runs, in CPU time of the calling thread (robust on a busy
+machine).  Targets: optimized <= 2x the trivial allocator; profiling and
+fallback < 2x optimized.
 
     python scripts/bench_malloc.py              # CPU host backend
-    python scripts/bench_malloc.py --gpu        # CUDA device
+    python scripts/bench_malloc.py --gpu        # CUDA device, against CuPy's pool
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import time
 import numpy as np
 
 
-def workloads(n: int) -> dict[str, list[tuple[int, int]]]:
+def workloads(n: int) -> dict[str, tuple[list[int], list[tuple[int, int]]]]:
     """Event lists ``(kind, index)``: kind 1 alloc, 0 free; sizes by index."""
     rng = np.random.default_rng(0)
     sizes = [int(s) for s in rng.integers(1, 1 << 20, n)]
@@ -43,7 +50,7 @@ def run(malloc, sizes, evs, iterations: int, begin=None, end=None) -> float:
     live = [None] * len(sizes)
     gc.disable()
     try:
-        start = time.process_time()
+        start = time.thread_time()
         for _ in range(iterations):
             if begin is not None:
                 begin()
@@ -54,7 +61,7 @@ def run(malloc, sizes, evs, iterations: int, begin=None, end=None) -> float:
                     live[i] = None
             if end is not None:
                 end()
-        elapsed = time.process_time() - start
+        elapsed = time.thread_time() - start
     finally:
         gc.enable()
     return elapsed / (iterations * len(sizes))
@@ -64,9 +71,34 @@ def best_of(repeat: int, fn) -> float:
     return min(fn() for _ in range(repeat))
 
 
-def cpu_rows(n: int, iterations: int, repeat: int):
+def pool_rows(make_pool, sizes, evs, iterations, repeat, label=""):
+    """(path, seconds) for the optimized, profiling and fallback paths of fresh pools."""
+    rows = []
+    pool = make_pool(warmup=1)
+    run(pool.malloc, sizes, evs, 2, pool.begin_iteration, pool.end_iteration)
+    assert pool.mode == "optimized", pool.mode
+    rows.append((f"pgmo optimized{label}",
+                 best_of(repeat, lambda: run(pool.malloc, sizes, evs, iterations,
+                                             pool.begin_iteration, pool.end_iteration))))
+    st = pool.stats()
+    assert st.fallback_requests == 0 and st.departures == 0, st
+    pool.interrupt()
+    rows.append((f"pgmo fallback{label}",
+                 best_of(repeat, lambda: run(pool.malloc, sizes, evs, iterations,
+                                             pool.begin_iteration, pool.end_iteration))))
+    pool.resume()
+    profiling = make_pool(warmup=10 ** 9)  # every iteration recorded, served by the fallback
+    rows.append((f"pgmo profiling{label}",
+                 best_of(repeat, lambda: run(profiling.malloc, sizes, evs, iterations,
+                                             profiling.begin_iteration,
+                                             profiling.end_iteration))))
+    return rows
+
+
+def cpu_table(n: int, iterations: int, repeat: int):
     from cupy.cuda.memory import MemoryPointer, UnownedMemory
 
+    from pgmo.engine import compiled, reference_handout
     from pgmo.testing import host_pool
 
     buf = np.empty(1 << 21, np.uint8)
@@ -75,56 +107,56 @@ def cpu_rows(n: int, iterations: int, repeat: int):
     def trivial(size):
         return MemoryPointer(UnownedMemory(base, size, buf, 0), 0)
 
-    rows = []
-    for name, (sizes, evs) in workloads(n).items():
-        rows.append((name, "trivial python allocator",
-                     best_of(repeat, lambda: run(trivial, sizes, evs, iterations))))
-        pool = host_pool(warmup=1, method="bestfit")
-        # warm-up + profiled iteration, then optimized
-        run(pool.malloc, sizes, evs, 2, pool.begin_iteration, pool.end_iteration)
-        assert pool.mode == "optimized", pool.mode
-        t = best_of(repeat, lambda: run(pool.malloc, sizes, evs, iterations,
-                                        pool.begin_iteration, pool.end_iteration))
-        st = pool.stats()
-        assert st["fallback_requests"] == 0 and st["departures"] == 0, st
-        rows.append((name, "pgmo optimized (host arena)", t))
+    def reference_pool(**kw):
+        pool = host_pool(**kw)
         engine = pool.engine
-        rows.append((name, "pgmo engine.malloc directly",
-                     best_of(repeat, lambda: run(engine.malloc, sizes, evs, iterations,
-                                                 pool.begin_iteration, pool.end_iteration))))
-        pool.interrupt()
-        rows.append((name, "pgmo fallback (host cache)",
-                     best_of(repeat, lambda: run(pool.malloc, sizes, evs, iterations,
-                                                 pool.begin_iteration, pool.end_iteration))))
-        pool.resume()
-    return rows
+        # the same engine with the plain-Python hot path
+        from pgmo.engine import Engine
+
+        pure = Engine(engine.backend, engine.options, hot_path=reference_handout().HotPath)
+        return pure
+
+    table = {}
+    for name, (sizes, evs) in workloads(n).items():
+        rows = [("trivial python allocator",
+                 best_of(repeat, lambda: run(trivial, sizes, evs, iterations)))]
+        label = " (compiled)" if compiled() else " (plain Python: not compiled)"
+        rows += pool_rows(host_pool, sizes, evs, iterations, repeat, label)
+        if compiled():
+            rows += [r for r in pool_rows(reference_pool, sizes, evs, iterations, repeat,
+                                          " (plain Python)") if "optimized" in r[0]]
+        table[name] = rows
+    return table, "trivial python allocator"
 
 
-def gpu_rows(n: int, iterations: int, repeat: int):
+def gpu_table(n: int, iterations: int, repeat: int):
     import cupy
 
     import pgmo
 
-    rows = []
+    table = {}
     for name, (sizes, evs) in workloads(n).items():
         stock = cupy.cuda.MemoryPool()
         run(stock.malloc, sizes, evs, 1)
-        rows.append((name, "cupy MemoryPool",
-                     best_of(repeat, lambda: run(stock.malloc, sizes, evs, iterations))))
-        pool = pgmo.ProfileGuidedMemoryPool(method="bestfit")
-        run(pool.malloc, sizes, evs, 2, pool.begin_iteration, pool.end_iteration)
-        rows.append((name, "pgmo optimized",
-                     best_of(repeat, lambda: run(pool.malloc, sizes, evs, iterations,
-                                                 pool.begin_iteration, pool.end_iteration))))
-        st = pool.stats()
-        rows.append((name, f"  (arena {st['arena_bytes']:,} B, fallback requests "
-                           f"{st['fallback_requests']})", float("nan")))
-        pool.interrupt()
-        rows.append((name, "pgmo fallback (cupy pool)",
-                     best_of(repeat, lambda: run(pool.malloc, sizes, evs, iterations,
-                                                 pool.begin_iteration, pool.end_iteration))))
-        pool.resume()
-    return rows
+        rows = [("cupy MemoryPool",
+                 best_of(repeat, lambda: run(stock.malloc, sizes, evs, iterations)))]
+        rows += pool_rows(lambda **kw: pgmo.ProfileGuidedMemoryPool(
+            method="bestfit", replan="sync", **kw), sizes, evs, iterations, repeat)
+        table[name] = rows
+        cupy.cuda.Device().synchronize()
+    return table, "cupy MemoryPool"
+
+
+def report(table, baseline: str) -> str:
+    lines = [f"| workload | path | us / malloc+free | x {baseline} | x pgmo optimized |",
+             "|---|---|---:|---:|---:|"]
+    for workload, rows in table.items():
+        base = dict(rows)[baseline]
+        optimized = next(sec for path, sec in rows if path.startswith("pgmo optimized"))
+        for path, sec in rows:
+            lines.append(f"| {workload} | {path} | {sec * 1e6:.3f} | {sec / base:.2f} | "
+                         f"{sec / optimized:.2f} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -132,14 +164,11 @@ def main() -> None:
     ap.add_argument("--gpu", action="store_true", help="benchmark on the CUDA device")
     ap.add_argument("-n", type=int, default=2000, help="requests per iteration")
     ap.add_argument("--iterations", type=int, default=20)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    rows = (gpu_rows if args.gpu else cpu_rows)(args.n, args.iterations, args.repeat)
-    print(f"{'workload':8}  {'allocator':34}  {'us / malloc+free':>16}")
-    print("-" * 64)
-    for workload, name, sec in rows:
-        cell = "" if sec != sec else f"{sec * 1e6:16.3f}"
-        print(f"{workload:8}  {name:34}  {cell}")
+    table, baseline = (gpu_table if args.gpu else cpu_table)(args.n, args.iterations,
+                                                             args.repeat)
+    print(report(table, baseline))
 
 
 if __name__ == "__main__":

@@ -180,7 +180,7 @@ def run_child(cfg: dict) -> dict:
         "final_device_bytes": measure.device_bytes_in_use(device_id),
     })
     if pool is not None:
-        stats = pool.stats()
+        stats = pool.stats().as_dict()
         result["pgmo"] = {k: stats[k] for k in (
             "mode", "planned_peak", "lower_bound", "arena_bytes", "fallback_requests",
             "reoptimizations", "departures", "planned_requests", "arena_failures",

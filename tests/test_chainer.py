@@ -121,17 +121,17 @@ def test_each_update_is_one_pool_iteration(tmp_path, allocator_guard):
     trainer.run()
 
     stats = pool.stats()
-    assert stats["iterations"] == trainer.updater.iteration == 6
+    assert stats.iterations == trainer.updater.iteration == 6
     # All of the model's requests reached the pool (it was CuPy's allocator),
     # and from the third update on (1 warm-up, 1 profiled) they used the plan.
-    assert stats["mode"] == "optimized"
-    assert stats["planned_requests"] == 4 * REQUESTS_PER_UPDATE
+    assert stats.mode == "optimized"
+    assert stats.planned_requests == 4 * REQUESTS_PER_UPDATE
     assert len(pool.plan.trace) == REQUESTS_PER_UPDATE
     # The extension's own requests came between iterations: outside the plan,
     # so they neither diverged an iteration nor forced a re-optimization.
-    assert stats["requests"] == 6 * (REQUESTS_PER_UPDATE + 3)
-    assert stats["departures"] == 0 and stats["reoptimizations"] == 0
-    assert stats["fallback_requests"] == 0
+    assert stats.requests == 6 * (REQUESTS_PER_UPDATE + 3)
+    assert stats.departures == 0 and stats.reoptimizations == 0
+    assert stats.fallback_requests == 0
 
 
 def test_stats_reach_log_and_print_report_in_the_same_iteration(tmp_path, allocator_guard):
@@ -153,22 +153,22 @@ def test_stats_reach_log_and_print_report_in_the_same_iteration(tmp_path, alloca
     assert [entry["pgmo/iterations"] for entry in log] == [1, 2, 3, 4]
     # The arena appears at the end of the profiled (second) update.
     assert log[0]["pgmo/arena_bytes"] == 0
-    assert log[-1]["pgmo/arena_bytes"] == pool.stats()["arena_bytes"] > 0
+    assert log[-1]["pgmo/arena_bytes"] == pool.stats().arena_bytes > 0
     assert {"pgmo/planned_peak", "pgmo/fallback_requests", "pgmo/reoptimizations",
             "pgmo/total_bytes"} <= set(log[-1])
     lines = [line.split() for line in printed.getvalue().replace("\x1b[J", "").splitlines()]
     assert lines[0] == ["iteration", "pgmo/iterations", "pgmo/arena_bytes"]
-    assert lines[-1] == ["4", "4", str(pool.stats()["arena_bytes"])]
+    assert lines[-1] == ["4", "4", str(pool.stats().arena_bytes)]
 
 
 def test_chosen_keys_and_prefix(tmp_path, allocator_guard):
     observations = Observations()
-    trainer = make_trainer(2, ProfileGuidedMemory(host_pool(), keys=["peak_used"],
+    trainer = make_trainer(2, ProfileGuidedMemory(host_pool(), keys=["peak_used_bytes"],
                                                   prefix="mem/"), tmp_path)
     trainer.extend(observations)
     trainer.run()
     reported = {k for k in observations.seen[-1] if k.startswith(("mem/", "pgmo/"))}
-    assert reported == {"mem/peak_used"}
+    assert reported == {"mem/peak_used_bytes"}
 
 
 def test_allocator_and_update_restored_after_run(tmp_path, allocator_guard):
@@ -181,11 +181,11 @@ def test_allocator_and_update_restored_after_run(tmp_path, allocator_guard):
     assert cupy.cuda.get_allocator() == previous.malloc
     assert "update" not in vars(updater)
     assert updater.update.__func__ is type(updater).update
-    assert previous.stats()["requests"] == 0
-    requests = pool.stats()["requests"]
+    assert previous.stats().requests == 0
+    requests = pool.stats().requests
     del allocate_pattern()[:]  # after training: served by the previous allocator again
-    assert pool.stats()["requests"] == requests
-    assert previous.stats()["requests"] == REQUESTS_PER_UPDATE
+    assert pool.stats().requests == requests
+    assert previous.stats().requests == REQUESTS_PER_UPDATE
     cupy.cuda.set_allocator(allocator_guard)
 
 
@@ -231,7 +231,7 @@ def test_nothing_left_behind_when_another_extension_fails_to_start(tmp_path, all
         trainer.run()
     assert cupy.cuda.get_allocator() == allocator_guard
     assert "update" not in vars(trainer.updater)
-    assert pool.stats()["iterations"] == 0
+    assert pool.stats().iterations == 0
 
 
 class CountingUpdater(training.Updater):
@@ -276,8 +276,8 @@ def test_custom_updater(tmp_path, allocator_guard):
     trainer = make_trainer(5, ProfileGuidedMemory(pool), tmp_path, updater=updater)
     trainer.extend(observations)
     trainer.run()
-    assert pool.stats()["iterations"] == updater.iteration == 5
-    assert pool.stats()["planned_requests"] == 3 * REQUESTS_PER_UPDATE
+    assert pool.stats().iterations == updater.iteration == 5
+    assert pool.stats().planned_requests == 3 * REQUESTS_PER_UPDATE
     assert [o["pgmo/iterations"] for o in observations.seen] == [1, 2, 3, 4, 5]
     assert "update" not in vars(updater)
 
@@ -302,11 +302,11 @@ def test_snapshot_resume_keeps_the_plan(tmp_path, allocator_guard):
     stats = resumed_pool.stats()
     # One warm-up update (the pool's default), then three updates from the
     # loaded plan: no profiled update, no new solve.
-    assert stats["iterations"] == 4
-    assert stats["mode"] == "optimized"
-    assert stats["profiled_requests"] == REQUESTS_PER_UPDATE  # the warm-up only
-    assert stats["planned_requests"] == 3 * REQUESTS_PER_UPDATE
-    assert stats["reoptimizations"] == 0
+    assert stats.iterations == 4
+    assert stats.mode == "optimized"
+    assert stats.profiled_requests == REQUESTS_PER_UPDATE  # the warm-up only
+    assert stats.planned_requests == 3 * REQUESTS_PER_UPDATE
+    assert stats.reoptimizations == 0
     assert resumed_pool.plan.offsets == planned.offsets
 
 
@@ -322,8 +322,8 @@ def test_resume_without_warmup_starts_optimized(tmp_path, allocator_guard):
     chainer.serializers.load_npz(snapshot, resumed)
     assert resumed_pool.mode == "optimized"
     resumed.run()
-    assert resumed_pool.stats()["planned_requests"] == 2 * REQUESTS_PER_UPDATE
-    assert resumed_pool.stats()["profiled_requests"] == 0
+    assert resumed_pool.stats().planned_requests == 2 * REQUESTS_PER_UPDATE
+    assert resumed_pool.stats().profiled_requests == 0
 
 
 def test_snapshot_before_any_plan_resumes_profiling(tmp_path, allocator_guard):
@@ -334,7 +334,7 @@ def test_snapshot_before_any_plan_resumes_profiling(tmp_path, allocator_guard):
     resumed_pool = host_pool()
     resumed = make_trainer(4, ProfileGuidedMemory(resumed_pool), tmp_path / "b")
     chainer.serializers.load_npz(snapshot, resumed)
-    assert resumed_pool.plan is None and resumed_pool.mode == "profiling"
+    assert resumed_pool.plan is None and resumed_pool.mode == "warmup"  # then profiling
     resumed.run()
     assert resumed_pool.plan is not None
 
@@ -357,7 +357,7 @@ def test_damaged_snapshot_state_profiles_again(tmp_path, allocator_guard, caplog
     with caplog.at_level(logging.WARNING, logger="pgmo.chainer"):
         chainer.serializers.load_npz(str(snapshot), resumed)
     assert "unusable" in caplog.text
-    assert resumed_pool.plan is None and resumed_pool.mode == "profiling"
+    assert resumed_pool.plan is None and resumed_pool.mode == "warmup"  # then profiling
     resumed.run()  # and training goes on, profiling afresh
     assert resumed_pool.plan is not None
 
@@ -385,7 +385,7 @@ def test_default_pool_gets_the_options(monkeypatch):
     assert made == []  # nothing is made before it is needed
     assert ext.pool is ext.pool
     assert made == [{"warmup": 3, "method": "bestfit"}]
-    assert ext.pool.engine.warmup == 3
+    assert ext.pool.engine.options.warmup == 3
 
 
 @pytest.mark.gpu

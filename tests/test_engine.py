@@ -1,16 +1,32 @@
-"""The engine alone, with pure-Python memory sources: modes, clock, safety rules."""
+"""The engine alone, with pure-Python memory sources: modes, clock, safety rules.
+
+No CuPy here: the engine runs on fake sources whose addresses never repeat,
+so any overlap can only come from the plan.  Every test runs against both
+hot paths: the compiled one (when built) and the plain-Python reference.
+"""
 
 from __future__ import annotations
 
 import gc
 import threading
+import warnings
 
 import pytest
 
-from pgmo._engine import Engine, round_size
+from pgmo.engine import Backend, Engine, PgmoWarning, pool_options, reference_handout
+from pgmo.engine import handout as compiled_handout
+from pgmo.units import round_size
 
 ARENA_BASE = 1 << 40
 FALLBACK_BASE = 1 << 50
+
+HOT_PATHS = ["reference"] + (["compiled"] if compiled_handout.COMPILED else [])
+
+
+@pytest.fixture(params=HOT_PATHS)
+def hot_path(request):
+    return reference_handout().HotPath if request.param == "reference" \
+        else compiled_handout.HotPath
 
 
 class FakeBuffer:
@@ -36,6 +52,9 @@ class FakeArenaAllocator:
         self.next += size + (1 << 20)
         self.log.append(("arena", ptr, size))
         return FakeBuffer(ptr, size, self.log)
+
+    def taken(self):
+        return [x for x in self.log if x[0] == "arena"]
 
 
 class FakeBlock:
@@ -84,7 +103,7 @@ class FakeFallback:
 
 
 class Ptr:
-    """What the user holds; keeps its memory object (the lease) alive like CuPy's pointer."""
+    """What the user holds; keeps its memory object alive like CuPy's pointer."""
 
     __slots__ = ("ptr", "size", "mem")
 
@@ -99,11 +118,13 @@ class Ptr:
 class Checked:
     """Engine plus a ledger asserting that live blocks never share an address."""
 
-    def __init__(self, **kw):
-        self.arena_alloc = FakeArenaAllocator(kw.pop("arena_fail", False))
+    def __init__(self, hot_path, arena_fail=False, context=None, **options):
+        self.arena_alloc = FakeArenaAllocator(arena_fail)
         self.fallback = FakeFallback()
-        kw.setdefault("method", "bestfit")
-        self.engine = Engine(self.arena_alloc, self.fallback, pointer_type=Ptr, **kw)
+        options.setdefault("method", "bestfit")
+        options.setdefault("replan", "sync")
+        backend = Backend(self.arena_alloc, self.fallback, pointer_type=Ptr, context=context)
+        self.engine = Engine(backend, pool_options(**options), hot_path=hot_path)
         self.live = {}
 
     def malloc(self, size):
@@ -117,12 +138,10 @@ class Checked:
     def free(self, p):
         del self.live[id(p)]
 
-    def iteration(self, sizes_and_frees):
+    def run(self, ops):
         """Run ops: an int allocates that many bytes, ('f', k) frees the k-th block."""
-        e = self.engine
-        e.begin_iteration()
         blocks = []
-        for op in sizes_and_frees:
+        for op in ops:
             if isinstance(op, int):
                 blocks.append(self.malloc(op))
             else:
@@ -130,6 +149,12 @@ class Checked:
                 blocks[op[1]] = None
                 self.free(p)
                 del p
+        return blocks
+
+    def iteration(self, ops):
+        e = self.engine
+        e.begin_iteration()
+        blocks = self.run(ops)
         e.end_iteration()
         return blocks
 
@@ -137,8 +162,8 @@ class Checked:
 HOT = [1000, 2000, ("f", 0), 3000, ("f", 1), 500, ("f", 2), ("f", 3)]
 
 
-def test_profile_follows_the_event_clock():
-    c = Checked(warmup=0)
+def test_profile_follows_the_event_clock(hot_path):
+    c = Checked(hot_path, warmup=0)
     c.iteration(HOT)
     prof = c.engine.profile
     rows = [(b.id, b.lower, b.upper, b.size) for b in prof.blocks]
@@ -147,99 +172,104 @@ def test_profile_follows_the_event_clock():
     assert c.engine.plan is not None and c.engine.mode == "optimized"
 
 
-def test_warmup_then_profile_then_arena():
-    c = Checked(warmup=2)
+def test_warmup_then_profile_then_arena(hot_path):
+    c = Checked(hot_path, warmup=2)
     e = c.engine
     modes = []
     for _ in range(5):
         modes.append(e.mode)
         c.iteration(HOT)
     # two warm-up iterations, one profiled, then the plan
-    assert modes == ["profiling", "profiling", "profiling", "optimized", "optimized"]
-    assert e.profiled_requests == 12 and e.planned_requests == 8
-    assert e.fallback_requests == 0 and e.departures == 0 and e.reoptimizations == 0
-    assert e.arena_bytes() >= e.plan.peak == e.plan.lower_bound == 2048 + 3072
+    assert modes == ["warmup", "warmup", "profiling", "optimized", "optimized"]
+    st = e.stats()
+    assert st.profiled_requests == 12 and st.planned_requests == 8
+    assert st.fallback_requests == 0 and st.departures == 0 and st.reoptimizations == 0
+    assert st.arena_bytes >= e.plan.peak == e.plan.lower_bound == 2048 + 3072
+    assert st.plan_method == "bestfit" and st.iteration_source == "marked"
 
 
-def test_hot_iterations_reuse_one_arena_and_never_touch_the_fallback():
-    c = Checked(warmup=1)
+def test_hot_iterations_reuse_one_arena_and_never_touch_the_fallback(hot_path):
+    c = Checked(hot_path, warmup=1)
     for _ in range(2):
         c.iteration(HOT)
     calls = c.fallback.calls
     for _ in range(10):
         c.iteration(HOT)
     assert c.fallback.calls == calls
-    assert len([x for x in c.arena_alloc.log if x[0] == "arena"]) == 1
+    assert len(c.arena_alloc.taken()) == 1
 
 
-def test_block_kept_past_its_planned_free_goes_to_the_fallback():
-    c = Checked(warmup=0)
+def test_block_kept_past_its_planned_free_goes_to_the_fallback(hot_path):
+    c = Checked(hot_path, warmup=0)
     c.iteration([1000, ("f", 0), 1000, ("f", 1)])  # request 1 reuses request 0's bytes
     e = c.engine
     assert e.plan.offsets == (0, 0)
     late = [1000, 1000, ("f", 1), ("f", 0)]  # request 0 now outlives request 1's start
-    blocks = []
     e.begin_iteration()
-    blocks.append(c.malloc(1000))
-    blocks.append(c.malloc(1000))
+    blocks = [c.malloc(1000), c.malloc(1000)]
     assert blocks[0].in_arena and not blocks[1].in_arena
-    assert e.departures == 1 and e.fallback_requests == 1
+    st = e.stats()
+    assert st.departures == 1 and st.fallback_requests == 1
     c.live.clear()
     blocks.clear()
     e.end_iteration()
-    assert e.reoptimizations == 1  # re-solved with the later free
+    assert e.stats().reoptimizations == 1  # re-solved with the later free
     c.iteration(late)
     c.iteration([1000, ("f", 0), 1000, ("f", 1)])  # the old pattern still fits
-    assert e.departures == 1 and e.reoptimizations == 1
-    assert e.planned_requests == 1 + 4
+    st = e.stats()
+    assert st.departures == 1 and st.reoptimizations == 1
+    assert st.planned_requests == 1 + 4
 
 
-def test_block_from_last_iteration_still_alive_is_never_overwritten():
-    c = Checked(warmup=0)
+def test_block_from_last_iteration_still_alive_is_never_overwritten(hot_path):
+    c = Checked(hot_path, warmup=0)
     c.iteration(HOT)
     e = c.engine
     kept = c.iteration([1000, 2000, ("f", 1), 3000, ("f", 2), 500, ("f", 3)])  # keeps block 0
     loss = kept[0]
-    assert loss is not None
+    assert loss is not None and loss.in_arena
     for _ in range(4):  # the ledger in Checked.malloc fails on any overlap
         c.iteration(HOT)
     c.free(loss)
     del loss, kept
     c.iteration(HOT)
-    assert e.reoptimizations >= 1  # the survivor was pinned by a re-solve
+    assert e.stats().reoptimizations >= 1  # the survivor was pinned by a re-solve
 
 
-def test_bigger_request_diverges_the_rest_and_is_resolved_at_the_boundary():
-    c = Checked(warmup=0)
+def test_bigger_request_diverges_the_rest_and_is_resolved_at_the_boundary(hot_path):
+    c = Checked(hot_path, warmup=0)
     c.iteration(HOT)
     e = c.engine
     peak = e.plan.peak
-    c.iteration([1000, 9000, ("f", 0), 3000, ("f", 1), 500, ("f", 2), ("f", 3)])
-    assert e.departures == 1 and e.reoptimizations == 1
-    assert e.fallback_requests == 3  # request 1 and the rest of the iteration
+    bigger = [1000, 9000, ("f", 0), 3000, ("f", 1), 500, ("f", 2), ("f", 3)]
+    c.iteration(bigger)
+    st = e.stats()
+    assert st.departures == 1 and st.reoptimizations == 1
+    assert st.fallback_requests == 3  # request 1 and the rest of the iteration
     assert e.plan.peak > peak
     assert e.profile.blocks[1].size == round_size(9000)
-    before = e.planned_requests
-    c.iteration([1000, 9000, ("f", 0), 3000, ("f", 1), 500, ("f", 2), ("f", 3)])
+    before = st.planned_requests
+    c.iteration(bigger)
     c.iteration(HOT)  # smaller again: still fits
-    assert e.planned_requests == before + 8
-    assert e.reoptimizations == 1
+    st = e.stats()
+    assert st.planned_requests == before + 8
+    assert st.reoptimizations == 1
 
 
-def test_more_requests_than_planned_are_recorded_and_planned_next_time():
-    c = Checked(warmup=0)
+def test_more_requests_than_planned_are_recorded_and_planned_next_time(hot_path):
+    c = Checked(hot_path, warmup=0)
     c.iteration(HOT)
     e = c.engine
     longer = HOT + [700, 800, ("f", 4), ("f", 5)]
     c.iteration(longer)
-    assert e.reoptimizations == 1 and len(e.profile) == 6
-    hits = e.planned_requests
+    assert e.stats().reoptimizations == 1 and len(e.profile) == 6
+    hits = e.stats().planned_requests
     c.iteration(longer)
-    assert e.planned_requests == hits + 6
+    assert e.stats().planned_requests == hits + 6
 
 
-def test_old_arena_lives_while_its_blocks_live():
-    c = Checked(warmup=0)
+def test_old_arena_lives_while_its_blocks_live(hot_path):
+    c = Checked(hot_path, warmup=0)
     c.iteration([1000, ("f", 0)])
     e = c.engine
     e.begin_iteration()
@@ -249,7 +279,7 @@ def test_old_arena_lives_while_its_blocks_live():
     c.iteration([50_000, ("f", 0)])  # grows the plan: a new, bigger arena
     c.iteration([50_000, ("f", 0)])
     freed = [x for x in c.arena_alloc.log if x[0] == "arena freed"]
-    assert not any(ptr == small.ptr for _, ptr, _ in freed)
+    assert not any(ptr <= small.ptr < ptr + size for _, ptr, size in freed)
     c.free(small)
     del small
     c.iteration([50_000, ("f", 0)])
@@ -258,8 +288,8 @@ def test_old_arena_lives_while_its_blocks_live():
     assert freed, "the old arena was never released"
 
 
-def test_frees_from_other_threads_and_after_the_engine_is_gone():
-    c = Checked(warmup=0)
+def test_frees_from_other_threads_and_after_the_engine_is_gone(hot_path):
+    c = Checked(hot_path, warmup=0)
     c.iteration(HOT)
     e = c.engine
     e.begin_iteration()
@@ -269,7 +299,7 @@ def test_frees_from_other_threads_and_after_the_engine_is_gone():
     t.start()
     t.join()
     e.end_iteration()
-    assert e.snapshot()["live_bytes"] == 0
+    assert e.stats().live_bytes == 0
     e.begin_iteration()
     late = e.malloc(1000)
     e.end_iteration()
@@ -278,8 +308,8 @@ def test_frees_from_other_threads_and_after_the_engine_is_gone():
     del late  # the engine is gone: must not raise
 
 
-def test_requests_from_another_thread_are_outside_the_plan():
-    c = Checked(warmup=0)
+def test_requests_from_another_thread_are_outside_the_plan(hot_path):
+    c = Checked(hot_path, warmup=0)
     c.iteration(HOT)
     e = c.engine
     e.begin_iteration()
@@ -288,15 +318,15 @@ def test_requests_from_another_thread_are_outside_the_plan():
     t.start()
     t.join()
     assert not out[0].in_arena
-    assert e.foreign_requests == 1
+    assert e.stats().foreign_requests == 1
     out.clear()
     e.end_iteration()
-    assert e.reoptimizations == 0
+    assert e.stats().reoptimizations == 0
 
 
-def test_other_context_is_outside_the_plan():
+def test_other_context_is_outside_the_plan(hot_path):
     ctx = {"stream": 1}
-    c = Checked(warmup=0, context=lambda: ctx["stream"])
+    c = Checked(hot_path, warmup=0, context=lambda: ctx["stream"])
     c.iteration(HOT)
     e = c.engine
     e.begin_iteration()
@@ -305,14 +335,14 @@ def test_other_context_is_outside_the_plan():
     b = c.malloc(1000)
     ctx["stream"] = 1
     assert a.in_arena and not b.in_arena
-    assert e.foreign_requests == 1
+    assert e.stats().foreign_requests == 1
     c.live.clear()
     del a, b
     e.end_iteration()
 
 
-def test_interrupted_requests_are_not_numbered():
-    c = Checked(warmup=0)
+def test_interrupted_requests_are_not_numbered(hot_path):
+    c = Checked(hot_path, warmup=0)
     c.iteration(HOT)
     e = c.engine
     e.begin_iteration()
@@ -322,15 +352,15 @@ def test_interrupted_requests_are_not_numbered():
     e.resume()
     a = c.malloc(1000)
     assert a.in_arena and e.mode == "optimized"
-    assert e.interrupted_requests == 1
+    assert e.stats().interrupted_requests == 1
     c.live.clear()
     del a, x
     e.end_iteration()
-    assert e.reoptimizations == 0
+    assert e.stats().reoptimizations == 0
 
 
-def test_misuse_gives_clear_errors():
-    c = Checked()
+def test_misuse_gives_clear_errors(hot_path):
+    c = Checked(hot_path)
     e = c.engine
     with pytest.raises(RuntimeError, match="without begin_iteration"):
         e.end_iteration()
@@ -342,59 +372,203 @@ def test_misuse_gives_clear_errors():
     with pytest.raises(RuntimeError, match="inside an iteration"):
         e.begin_iteration()
     e.end_iteration()
-    with pytest.raises(ValueError, match="unknown method"):
-        Engine(c.arena_alloc, c.fallback, pointer_type=Ptr, method="magic")
+    with pytest.raises(ValueError, match="unknown method 'magic'"):
+        pool_options(method="magic")
     with pytest.raises(ValueError, match="warmup"):
-        Engine(c.arena_alloc, c.fallback, pointer_type=Ptr, warmup=-1)
+        pool_options(warmup=-1)
+    with pytest.raises(ValueError, match="replan mode 'later'"):
+        pool_options(replan="later")
+    with pytest.raises(TypeError, match="unknown option 'wramup'"):
+        pool_options(wramup=1)
 
 
-def test_optimize_forces_a_plan_after_warmup_only():
-    c = Checked(warmup=5)
+@pytest.mark.parametrize("size, error, message", [
+    (-1, OverflowError, "can't convert negative value to size_t"),
+    (2 ** 70, OverflowError, "too large to convert"),
+    (1.5, TypeError, "an integer is required"),
+    ("1024", TypeError, "an integer is required"),
+])
+def test_invalid_sizes_raise_like_cupy_in_every_mode(hot_path, size, error, message):
+    c = Checked(hot_path, warmup=0)
+    c.iteration(HOT)  # optimized now: the inline path must refuse them too
+    e = c.engine
+    for phase in ("outside", "planned"):
+        if phase == "planned":
+            e.begin_iteration()
+        with pytest.raises(error, match=message):
+            e.malloc(size)
+        if phase == "planned":
+            e.end_iteration()
+    assert e.stats().requests == len([op for op in HOT if isinstance(op, int)])
+
+
+def test_size_zero_is_a_null_block_and_not_a_request(hot_path):
+    c = Checked(hot_path, warmup=0)
+    e = c.engine
+    e.begin_iteration()
+    p = e.malloc(0)
+    assert p.ptr == 0 and p.size == 0
+    e.end_iteration()
+    assert e.stats().requests == 0
+
+
+def test_optimize_forces_a_plan_after_warmup_only(hot_path):
+    c = Checked(hot_path, warmup=5)
     c.iteration(HOT)
     e = c.engine
-    assert e.plan is None and e.mode == "profiling"
+    assert e.plan is None and e.mode == "warmup"
     plan = e.optimize()
     assert plan.peak >= plan.lower_bound > 0
     assert e.mode == "optimized"
     c.iteration(HOT)
-    assert e.planned_requests == 4
+    assert e.stats().planned_requests == 4
 
 
-def test_arena_failure_keeps_serving_from_the_fallback():
-    c = Checked(warmup=0, arena_fail=True)
+def test_optimize_in_the_middle_of_an_iteration_takes_effect_at_the_next_boundary(hot_path):
+    ops = HOT + [70_000, ("f", 4)]
+    c = Checked(hot_path, warmup=0)
+    c.iteration(ops)
+    e = c.engine
+    first = e.plan
+    e.begin_iteration()
+    arena = e.hot.arena
+    blocks = c.run(ops[:3])  # two requests and a free, then the user asks for a new plan
+    plan = e.optimize()
+    assert plan is not first and e.plan is plan  # solved now...
+    assert e.schedule.plan is first  # ...but this iteration keeps the plan it started with
+    a2 = c.malloc(3000)  # the rest of the iteration, as ops[3:] does it
+    c.free(blocks[1])
+    blocks.clear()
+    a3 = c.malloc(500)
+    c.free(a2)
+    c.free(a3)
+    del a2, a3
+    a4 = c.malloc(70_000)
+    assert e.hot.arena is arena  # no arena change while the iteration runs
+    c.free(a4)
+    del a4
+    e.end_iteration()
+    st = e.stats()
+    assert st.fallback_requests == 0 and st.planned_requests == 5
+    c.iteration(ops)
+    assert e.schedule.plan is plan and e.stats().reoptimizations == 0
+
+
+def test_arena_failure_keeps_serving_from_the_fallback(hot_path):
+    c = Checked(hot_path, warmup=0, arena_fail=True)
     for _ in range(3):
         c.iteration(HOT)
-    e = c.engine
-    assert e.arena_failures >= 1 and e.planned_requests == 0
-    assert e.mode == "profiling"
+    st = c.engine.stats()
+    assert st.arena_failures >= 1 and st.planned_requests == 0
+    assert c.engine.mode == "fallback"  # what it actually does
 
 
-def test_survivors_are_pinned_to_the_fallback():
-    c = Checked(warmup=0)
+def test_survivors_are_pinned_to_the_fallback(hot_path):
+    c = Checked(hot_path, warmup=0)
     keep = []
     for _ in range(4):
         blocks = c.iteration(HOT + [64])  # the last block outlives every iteration
         keep.append(blocks[-1])
     e = c.engine
-    assert 4 in e._pinned
+    assert 4 in e.schedule.pinned
     assert not keep[-1].in_arena
-    assert e.reoptimizations == 0  # profiled with the survivor: nothing to re-solve
+    assert e.stats().reoptimizations == 0  # profiled with the survivor: nothing to re-solve
     c.live.clear()
 
 
-def test_optimize_in_the_middle_of_a_planned_iteration():
-    c = Checked(warmup=0)
-    c.iteration(HOT + [700, ("f", 4)])
+def test_mode_stays_optimized_when_the_idle_arena_is_released(hot_path):
+    c = Checked(hot_path, warmup=0)
+    c.iteration(HOT)
     e = c.engine
-    e.begin_iteration()
-    a = c.malloc(1000)
-    e._prof = ([1024], [0], [1])  # a shorter profile, as a loaded plan might have
-    e.optimize()
-    rest = [c.malloc(s) for s in (2000, 3000, 500, 700)]
-    assert a.in_arena and not any(p.in_arena for p in rest)
-    c.live.clear()
-    del a, rest
-    e.end_iteration()  # the mixed log is not merged into anything
-    assert len(e.profile) == 1 and e.reoptimizations == 0
-    c.iteration(HOT)  # beyond the one planned request: re-solved from this log
-    assert e.reoptimizations == 1 and len(e.profile) == 4
+    e.free_all_blocks()
+    st = e.stats()
+    assert st.arena_bytes == 0 and st.total_bytes == 0
+    assert e.mode == "optimized"  # the plan stays; the arena comes back at the boundary
+    c.iteration(HOT)
+    st = e.stats()
+    assert st.arena_bytes > 0 and st.planned_requests == 4
+
+
+def test_an_adopted_plan_waits_for_the_warmup_and_says_so(hot_path):
+    src = Checked(hot_path, warmup=0)
+    src.iteration(HOT)
+    profile, plan = src.engine.profile, src.engine.plan
+    c = Checked(hot_path, warmup=1)
+    e = c.engine
+    e.adopt(profile, plan)
+    assert e.mode == "warmup" and e.plan is plan
+    c.iteration(HOT)
+    assert e.mode == "optimized"
+    c.iteration(HOT)
+    assert e.stats().planned_requests == 4 and e.stats().profiled_requests == 4
+
+
+def test_peak_stats_and_their_reset(hot_path):
+    c = Checked(hot_path, warmup=0)
+    c.iteration(HOT)
+    e = c.engine
+    assert e.stats().peak_used_bytes == 2048 + 3072  # blocks 1 and 2 live together
+    big = e.malloc(100_000)
+    del big
+    st = e.stats()
+    assert st.used_bytes == 0 and st.peak_used_bytes == round_size(100_000)
+    assert st.peak_total_bytes >= st.total_bytes > 0
+    e.reset_peak_stats()
+    st = e.stats()
+    assert st.peak_used_bytes == st.used_bytes == 0
+    assert st.peak_total_bytes == st.total_bytes
+    c.iteration(HOT)  # from the arena now
+    assert e.stats().peak_used_bytes == 2048 + 3072
+
+
+# -- iterations nobody marks ---------------------------------------------------------
+def loop(c, repeats, ops=HOT, keep=None):
+    """A training loop that never calls begin_iteration: only mallocs and frees."""
+    for _ in range(repeats):
+        blocks = c.run(ops)
+        if keep is not None:
+            keep.append(blocks)
+
+
+def test_a_repeating_loop_is_found_and_optimized_without_marks(hot_path):
+    c = Checked(hot_path, warmup=1)
+    e = c.engine
+    loop(c, 200)
+    st = e.stats()
+    assert st.iteration_source == "detected (every 4 requests)"
+    assert e.mode == "optimized"
+    assert st.planned_requests > 500  # most of the loop now comes from the arena
+    assert st.departures == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no warning about missing marks
+        loop(c, 10)
+
+
+def test_marking_iterations_replaces_a_detected_period(hot_path):
+    c = Checked(hot_path, warmup=0)
+    loop(c, 100)
+    e = c.engine
+    assert e.stats().iteration_source.startswith("detected")
+    c.iteration(HOT)
+    c.iteration(HOT)
+    st = e.stats()
+    assert st.iteration_source == "marked"
+    assert e.profile is not None and len(e.profile) == 4
+
+
+def test_no_loop_and_no_marks_warns_once_with_the_fix(hot_path):
+    c = Checked(hot_path, warn_after=50)
+    sizes = iter(range(1, 10 ** 6))  # never repeats
+    with pytest.warns(PgmoWarning, match=r"with pool\.iteration\(\)") as caught:
+        for _ in range(200):
+            c.run([next(sizes) * 512, ("f", 0)])
+    assert len(caught) == 1
+    assert c.engine.stats().iteration_source == "none"
+    assert c.engine.stats().planned_requests == 0
+
+
+def test_detection_off_still_warns(hot_path):
+    c = Checked(hot_path, warn_after=20, detect_iterations=False)
+    with pytest.warns(PgmoWarning):
+        loop(c, 40)
+    assert c.engine.stats().planned_requests == 0

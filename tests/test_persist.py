@@ -42,10 +42,10 @@ def test_round_trip_skips_profiling(tmp_path, name):
     assert plan.offsets == src.plan.offsets and plan.peak == src.plan.peak
     assert [b.size for b in dst.profile] == [b.size for b in src.profile]
     res = replay([HOT] * 3, dst)  # warm-up, then the plan at once: no profiling iteration
-    assert res["modes"] == ["profiling", "optimized", "optimized"]
+    assert res["modes"] == ["warmup", "optimized", "optimized"]
     assert res["corrupted"] == 0
-    assert res["stats"]["planned_requests"] == 2 * len(HOT)
-    assert res["stats"]["reoptimizations"] == 0
+    assert res["stats"].planned_requests == 2 * len(HOT)
+    assert res["stats"].reoptimizations == 0
 
 
 def test_state_bytes_round_trip():
@@ -133,7 +133,7 @@ def test_load_in_a_new_process(tmp_path):
         pool = host_pool(warmup=0)
         pool.load({str(path)!r})
         res = replay([hot] * 2, pool)
-        print(res["modes"], res["corrupted"], res["stats"]["planned_requests"])
+        print(res["modes"], res["corrupted"], res["stats"].planned_requests)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)

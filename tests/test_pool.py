@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
+import re
+from pathlib import Path
 
-import cupy
 import pytest
-from cupy.cuda import memory_hook
-from cupy.cuda.memory import MemoryPointer, OutOfMemoryError
 
-import pgmo
-from pgmo.testing import host_pool
+cupy = pytest.importorskip("cupy")
+
+from cupy.cuda import memory_hook  # noqa: E402
+from cupy.cuda.memory import MemoryPointer, OutOfMemoryError, UnownedMemory  # noqa: E402
+
+import pgmo  # noqa: E402
+from pgmo.stats import PoolStats  # noqa: E402
+from pgmo.testing import host_pool  # noqa: E402
 
 HOT = [(0, 0, 2, 1000), (1, 1, 4, 2000), (2, 3, 6, 3000), (3, 5, 7, 500)]
 
@@ -23,26 +29,43 @@ def run(pool, trace=None, n=1):
     return pgmo.replay([trace or hot_trace()] * n, pool)
 
 
-def assert_byte_invariants(pool):
-    used, free, total = pool.used_bytes(), pool.free_bytes(), pool.total_bytes()
-    assert used >= 0 and free >= 0
-    assert used + free == total
+def assert_byte_invariants(pool, used: int):
+    """CuPy's counters agree with each other and with the stats, and ``used`` is in use."""
+    assert pool.used_bytes() == used
+    free, total = pool.free_bytes(), pool.total_bytes()
+    assert free >= 0 and used + free == total
     st = pool.stats()
-    assert st["used_bytes"] + st["free_bytes"] == st["total_bytes"]
-    assert st["peak_used"] >= st["used_bytes"]
+    assert (st.used_bytes, st.free_bytes, st.total_bytes) == (used, free, total)
+    assert st.peak_used_bytes >= used and st.peak_total_bytes >= total
 
 
-def test_is_a_cupy_memory_pool_with_the_documented_stats():
-    pool = host_pool()
+def test_is_a_cupy_memory_pool_whose_stats_count_what_happened():
+    pool = host_pool(warmup=1)
     assert isinstance(pool, cupy.cuda.MemoryPool)
     assert isinstance(pool, pgmo.ProfileGuidedMemoryPool)
+    run(pool, n=3)  # warm-up, profiled, optimized
     st = pool.stats()
-    for key in ("mode", "iterations", "arena_bytes", "planned_peak", "lower_bound", "peak_used",
-                "fallback_requests", "reoptimizations", "used_bytes", "free_bytes",
-                "total_bytes"):
-        assert key in st
-    assert isinstance(st["mode"], str)
-    assert all(isinstance(v, int) for k, v in st.items() if k != "mode")
+    assert isinstance(st, PoolStats)
+    assert (st.mode, st.iterations, st.iteration_source, st.replan) == \
+        ("optimized", 3, "marked", "sync")
+    assert (st.requests, st.profiled_requests, st.planned_requests) == (12, 8, 4)
+    assert st.fallback_requests == st.departures == st.reoptimizations == 0
+    assert st.planned_peak == st.lower_bound == 2048 + 3072 and st.planned_blocks == 4
+    assert st.arena_bytes == 5120 and st.used_bytes == 0
+    assert st.total_bytes == st.free_bytes == st.arena_bytes  # cached blocks were released
+    assert st.peak_used_bytes == 5120 and st.plan_method == "bestfit"
+    assert pool.memory_summary().startswith("pgmo memory summary")
+    assert "5.00 KiB" in pool.memory_summary()
+
+
+def test_every_stat_is_documented_for_users():
+    """Each field has a comment in the dataclass, and the module says what CuPy and PyTorch call it."""
+    source = Path(pgmo.stats.__file__).read_text()
+    for field in dataclasses.fields(PoolStats):
+        assert re.search(rf"^    {field.name}: \w+(  # .+)?$", source, re.M), field.name
+    for name in ("used_bytes", "total_bytes", "peak_used_bytes", "peak_total_bytes",
+                 "max_memory_allocated", "max_memory_reserved", "reset_peak_stats"):
+        assert name in pgmo.stats.__doc__, name
 
 
 def test_each_request_gets_its_own_memory_object_rounded_like_cupy():
@@ -56,7 +79,7 @@ def test_each_request_gets_its_own_memory_object_rounded_like_cupy():
         assert a.mem is not b.mem
         assert a.mem.size == 1024 and b.mem.size == 2048
         assert a.ptr % 512 == 0 and b.ptr % 512 == 0
-        base = pool.engine._arena.ptr
+        base = pool.engine.hot.arena.ptr
         assert a.ptr == base + pool.plan.offsets[0]
         del a
         c = pool.malloc(3000)
@@ -64,7 +87,7 @@ def test_each_request_gets_its_own_memory_object_rounded_like_cupy():
         d = pool.malloc(500)
         del c, d
     st = pool.stats()
-    assert st["planned_requests"] == 4 and st["fallback_requests"] == 0
+    assert st.planned_requests == 4 and st.fallback_requests == 0
 
 
 def test_size_zero_is_a_null_pointer_and_not_a_request():
@@ -72,30 +95,28 @@ def test_size_zero_is_a_null_pointer_and_not_a_request():
     with pool.iteration():
         p = pool.malloc(0)
         assert p.ptr == 0 and p.mem.size == 0
-    assert pool.stats()["requests"] == 0
+    assert pool.stats().requests == 0
 
 
 def test_byte_counters_hold_in_every_mode():
     pool = host_pool(warmup=1)
-    assert_byte_invariants(pool)
+    assert_byte_invariants(pool, 0)
     with pool.iteration():  # warm-up
         held = pool.malloc(4096)
-        assert pool.used_bytes() == 4096
-        assert_byte_invariants(pool)
+        assert_byte_invariants(pool, 4096)
     run(pool)  # profiled
     assert pool.mode == "optimized"
     with pool.iteration():
         a = pool.malloc(1000)
-        assert pool.used_bytes() == 4096 + 1024
-        assert_byte_invariants(pool)
+        assert a.ptr == pool.engine.hot.arena.ptr + pool.plan.offsets[0]
+        assert_byte_invariants(pool, 4096 + 1024)
         with pool.interrupted():
             assert pool.mode == "fallback"
             x = pool.malloc(10_000)
-            assert pool.used_bytes() == 4096 + 1024 + 10_240
-            assert_byte_invariants(pool)
+            assert_byte_invariants(pool, 4096 + 1024 + 10_240)
         del a, x
-    assert pool.used_bytes() == 4096
-    assert_byte_invariants(pool)
+    assert_byte_invariants(pool, 4096)
+    assert pool.stats().peak_used_bytes == 4096 + 1024 + 10_240
     del held
     assert pool.used_bytes() == 0
     assert pool.total_bytes() == pool.free_bytes() > 0
@@ -105,7 +126,7 @@ def test_byte_counters_hold_in_every_mode():
     assert pool.total_bytes() == pool.free_bytes() == 0  # idle arena released too
     assert pool.n_free_blocks() == 0
     run(pool, n=2)  # the arena comes back on the next iteration
-    assert pool.stats()["arena_bytes"] > 0 and pool.stats()["fallback_requests"] == 0
+    assert pool.stats().arena_bytes > 0 and pool.stats().fallback_requests == 0
 
 
 def test_set_limit_get_limit_like_cupy(monkeypatch):
@@ -160,7 +181,7 @@ def test_arena_respects_the_limit_and_falls_back():
     res = run(pool, n=3)
     assert res["corrupted"] == 0
     st = pool.stats()
-    assert st["total_bytes"] <= 6000
+    assert st.total_bytes <= 6000
 
 
 class Recorder(memory_hook.MemoryHook):
@@ -263,8 +284,8 @@ def test_blocks_outlive_the_pool_and_keep_only_their_arena():
             kept_fb = None
             with pool.interrupted():
                 kept_fb = pool.malloc(7000)
-        memory = pool.engine._arena.buffer._memory
-        arena_bytes = pool.stats()["arena_bytes"]
+        memory = pool.engine.hot.arena.buffer._memory
+        arena_bytes = pool.stats().arena_bytes
         del pool
         assert memory.in_use == arena_bytes + 7168  # the arena and the fallback block
         kept.mem.ptr  # still a valid object
@@ -296,17 +317,17 @@ def test_optimize_and_explicit_iteration_calls():
     pool = host_pool(warmup=3)
     trace = hot_trace()
     pgmo.replay([trace], pool)  # one warm-up iteration only
-    assert pool.plan is None and pool.mode == "profiling"
+    assert pool.plan is None and pool.mode == "warmup"
     plan = pool.optimize()  # solve what was recorded, use it from the next iteration
     assert pool.plan is plan and pool.mode == "optimized"
-    assert plan.peak >= plan.lower_bound == pool.stats()["lower_bound"] > 0
+    assert plan.peak >= plan.lower_bound == pool.stats().lower_bound > 0
     assert [b.size for b in pool.profile] == [1024, 2048, 3072, 512]
     pool.begin_iteration()
     a = pool.malloc(1000)
-    assert a.ptr == pool.engine._arena.ptr + plan.offsets[0]
+    assert a.ptr == pool.engine.hot.arena.ptr + plan.offsets[0]
     del a
     pool.end_iteration()
-    assert pool.stats()["iterations"] == 2
+    assert pool.stats().iterations == 2
 
 
 def test_request_counters_add_up():
@@ -314,17 +335,17 @@ def test_request_counters_add_up():
     res = pgmo.replay([hot_trace()] * 3, pool)
     assert res["corrupted"] == 0
     st = res["stats"]
-    assert st["requests"] == 12
-    assert st["profiled_requests"] + st["planned_requests"] + st["fallback_requests"] == 12
-    assert st["planned_peak"] <= st["arena_bytes"]
-    assert st["peak_used"] >= st["planned_peak"]
+    assert st.requests == 12
+    assert st.profiled_requests + st.planned_requests + st.fallback_requests == 12
+    assert st.planned_peak <= st.arena_bytes
+    assert st.peak_used_bytes >= st.planned_peak
 
 
 def test_taking_the_arena_releases_blocks_cached_while_profiling():
     pool = host_pool(warmup=1)
     run(pool, n=2)  # warm-up and profiled iterations, served and cached by the fallback
     assert pool.mode == "optimized"
-    arena = pool.stats()["arena_bytes"]
+    arena = pool.stats().arena_bytes
     assert arena > 0
     # Only the arena is held: the fallback's cached blocks were given back.
     assert pool.total_bytes() == arena

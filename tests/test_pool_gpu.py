@@ -32,9 +32,9 @@ def test_replay_on_the_device_in_all_modes(cupy):
     pool = pgmo.ProfileGuidedMemoryPool(method="bestfit")
     res = replay([trace] * 4, pool)
     assert res["corrupted"] == 0 and res["overlaps"] == 0
-    assert res["modes"] == ["profiling", "profiling", "optimized", "optimized"]
-    assert res["stats"]["planned_requests"] == 2 * len(trace)
-    assert res["stats"]["fallback_requests"] == 0
+    assert res["modes"] == ["warmup", "profiling", "optimized", "optimized"]
+    assert res["stats"].planned_requests == 2 * len(trace)
+    assert res["stats"].fallback_requests == 0
     fb = replay([trace], pool, interrupted=True)
     assert fb["corrupted"] == 0 and fb["modes"] == ["fallback"]
 
@@ -60,7 +60,7 @@ def test_set_allocator_and_array_math_under_the_pool(cupy):
                 results.append((float(y), float(z)))
         assert pool.mode == "optimized"
         assert all(r == results[0] for r in results)
-        assert pool.stats()["planned_requests"] > 0
+        assert pool.stats().planned_requests > 0
         del x, y, z
     assert cupy.cuda.get_allocator() != pool.malloc
 
@@ -112,5 +112,5 @@ def test_other_stream_is_outside_the_plan(cupy):
     with pool.iteration():
         with cupy.cuda.Stream():
             a = pool.malloc(1000)
-        assert pool.stats()["foreign_requests"] == 1
+        assert pool.stats().foreign_requests == 1
         del a

@@ -26,9 +26,9 @@ def assert_clean(res, pool):
     assert res["corrupted"] == 0
     assert res["overlaps"] == 0
     st = res["stats"]
-    assert st["used_bytes"] + st["free_bytes"] == st["total_bytes"]
-    assert st["live_bytes"] == 0 and st["used_bytes"] == 0
-    assert st["peak_used"] >= 0
+    assert st.used_bytes + st.free_bytes == st.total_bytes
+    assert st.live_bytes == 0 and st.used_bytes == 0
+    assert st.peak_used_bytes >= 0
 
 
 def bundled_names():
@@ -49,15 +49,15 @@ def test_bundled_traces_in_all_modes(name):
     pool = host_pool(warmup=1)
     res = replay([trace] * 4, pool)
     assert_clean(res, pool)
-    assert res["modes"] == ["profiling", "profiling", "optimized", "optimized"]
+    assert res["modes"] == ["warmup", "profiling", "optimized", "optimized"]
     st = res["stats"]
-    assert st["planned_requests"] == 2 * len(trace)
-    assert st["fallback_requests"] == 0 and st["reoptimizations"] == 0
-    assert st["planned_peak"] >= st["lower_bound"] > 0
+    assert st.planned_requests == 2 * len(trace)
+    assert st.fallback_requests == 0 and st.reoptimizations == 0
+    assert st.planned_peak >= st.lower_bound > 0
     fb = replay([trace], pool, interrupted=True)
     assert_clean(fb, pool)
     assert fb["modes"] == ["fallback"]
-    assert fb["stats"]["interrupted_requests"] == len(trace)
+    assert fb["stats"].interrupted_requests == len(trace)
 
 
 DSA_FILES = ["omnimalloc-small/c.8.csv", "minimalloc/challenging/A.1048576.csv",
@@ -79,8 +79,8 @@ def test_dsa_benchmark_traces_in_all_modes(rel):
     res = replay([trace] * 3, pool)
     assert_clean(res, pool)
     assert res["modes"][-1] == "optimized"
-    assert res["stats"]["planned_requests"] == len(trace)
-    assert res["stats"]["fallback_requests"] == 0
+    assert res["stats"].planned_requests == len(trace)
+    assert res["stats"].fallback_requests == 0
     fb = replay([trace], pool, interrupted=True)
     assert_clean(fb, pool)
 
@@ -113,7 +113,7 @@ def drive(pool, workload):
                     (pool.resume if interrupted else pool.interrupt)()
                     interrupted = not interrupted
                 expected = sum(-(-h[1] // 512) * 512 for h in live)
-                assert pool.stats()["live_bytes"] == expected
+                assert pool.stats().live_bytes == expected
             if interrupted:
                 pool.resume()
             if not hold:
@@ -123,10 +123,10 @@ def drive(pool, workload):
                     del handle
         held = live
         st = pool.stats()
-        assert st["used_bytes"] >= 0
-        assert st["used_bytes"] + st["free_bytes"] == st["total_bytes"]
-        assert st["peak_used"] >= st["used_bytes"] == st["live_bytes"]
-        assert st["mode"] in ("profiling", "optimized")
+        assert st.used_bytes >= 0
+        assert st.used_bytes + st.free_bytes == st.total_bytes
+        assert st.peak_used_bytes >= st.used_bytes == st.live_bytes
+        assert st.mode in ("profiling", "optimized")
     while held:
         handle = held.pop()
         checker.free(handle)
@@ -141,8 +141,8 @@ def test_non_hot_workloads_never_corrupt(w):
     checker = drive(pool, w)
     assert checker.corrupted == 0 and checker.overlaps == 0
     st = pool.stats()
-    assert st["used_bytes"] == st["live_bytes"] == 0
-    assert st["requests"] == sum(1 for ops, _ in w for k, _ in ops if k == "a")
+    assert st.used_bytes == st.live_bytes == 0
+    assert st.requests == sum(1 for ops, _ in w for k, _ in ops if k == "a")
 
 
 def variable_length_trace(rng: random.Random) -> pgmo.Trace:
@@ -171,14 +171,14 @@ def test_reoptimizations_become_rare_on_a_variable_length_workload():
     for _ in range(150):
         res = replay([variable_length_trace(rng)], pool)
         corrupted += res["corrupted"] + res["overlaps"]
-        counts.append(res["stats"]["reoptimizations"])
+        counts.append(res["stats"].reoptimizations)
     early = counts[49] - counts[0]
     late = counts[149] - counts[99]
     assert corrupted == 0
     assert early >= 1
     assert late <= 1 and late < early
     st = pool.stats()
-    assert st["planned_requests"] > st["fallback_requests"]
+    assert st.planned_requests > st.fallback_requests
 
 
 def test_seq2seq_sizes_converge():
@@ -190,7 +190,7 @@ def test_seq2seq_sizes_converge():
         t = synth.seq2seq_training(batch=2, hidden=16, vocab=40, layers=2, seed=seed)
         res = replay([t], pool)
         assert res["corrupted"] == 0 and res["overlaps"] == 0
-        counts.append(res["stats"]["reoptimizations"])
+        counts.append(res["stats"].reoptimizations)
     assert counts[-1] - counts[59] <= 1
     assert counts[29] >= 1
 
@@ -213,7 +213,7 @@ def test_concurrent_stats_and_frees_from_other_threads():
     def watcher():
         while not stop.is_set():
             st = pool.stats()
-            if st["used_bytes"] + st["free_bytes"] != st["total_bytes"]:
+            if st.used_bytes + st.free_bytes != st.total_bytes:
                 errors.append(st)
 
     def freer():
@@ -247,5 +247,5 @@ def test_concurrent_stats_and_frees_from_other_threads():
     assert not errors
     assert checker.corrupted == 0 and checker.overlaps == 0
     st = pool.stats()
-    assert st["live_bytes"] == st["used_bytes"] == 0
-    assert st["planned_requests"] > 0  # the arena was in use while the threads ran
+    assert st.live_bytes == st.used_bytes == 0
+    assert st.planned_requests > 0  # the arena was in use while the threads ran

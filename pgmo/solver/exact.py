@@ -48,7 +48,7 @@ import os
 import time
 from typing import Any, Sequence
 
-from ..trace import Trace, packing_peak as _peak
+from ..trace import Trace, intervals_overlap, packing_peak as _peak
 from ..validate import find_conflict
 from .greedy import ORDERS, gap_fit_offsets
 from .options import BACKENDS, SolverOptions
@@ -155,7 +155,8 @@ def compact(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int],
     placed: list[int] = []
     for i in order:
         new[i] = max((new[j] + sizes[j] for j in placed
-                      if lowers[i] < uppers[j] and lowers[j] < uppers[i]), default=0)
+                      if intervals_overlap(lowers[i], uppers[i], lowers[j], uppers[j])),
+                     default=0)
         placed.append(i)
     return new
 

@@ -1,0 +1,103 @@
+# Types for compiling handout.py with Cython in its "pure Python mode": the
+# .py file stays the one source of the code; this file only declares the C
+# layout, so that the plain-Python module and the compiled one do the same.
+# cython: language_level=3
+
+cimport cython
+
+
+@cython.final
+cdef class Arena:
+    cdef public object buffer
+    cdef public long long ptr
+    cdef public long long size
+    cdef public dict overdue
+
+
+@cython.final
+cdef class Inbox:
+    cdef public list items
+    cdef public bint closed
+
+
+@cython.final
+cdef class Release:
+    cdef public Inbox inbox
+    cdef public long long index
+    cdef public long long iteration
+    cdef public long long size
+    cdef public Arena arena
+    cdef public object keep
+    cdef public object on_free
+
+
+@cython.locals(owner=Release)
+cdef Release _release(Inbox inbox, long long index, long long iteration, long long size,
+                      Arena arena, object keep)
+
+
+@cython.final
+cdef class HotPath:
+    cdef public Inbox inbox
+    cdef public object memory_type
+    cdef public object pointer_type
+    cdef public int device_id
+    cdef public object slow
+    cdef public object on_arena_idle
+    cdef public object fallback
+    cdef public object context
+    cdef public object ctx
+    cdef public unsigned long owner
+    cdef public int kind
+    cdef public bint solo
+    cdef public bint busy
+    cdef public bint in_iter
+    cdef public bint planned_iter
+    cdef public list rows
+    cdef public long long[:] slot
+    cdef public Arena arena
+    cdef public long long iteration
+    cdef public bint logging_frees
+    cdef public Py_ssize_t n
+    cdef public Py_ssize_t max_n
+    cdef public long long tick
+    cdef public list obs_sizes
+    cdef public list obs_lowers
+    cdef public list obs_uppers
+    cdef public object hooks_active
+    cdef public object hooked
+    cdef public Py_ssize_t live_slots
+    cdef public long long watched_frees
+    cdef public long long used
+    cdef public long long fb_used
+    cdef public long long peak_used
+    cdef public long long planned_requests
+    cdef public long long profiled_requests
+    cdef public long long fallback_requests
+    cdef public long long interrupted_requests
+    cdef public long long other_requests
+
+    @cython.locals(kind=int, result=object, hooked=object)
+    cpdef object malloc(self, object size)
+
+    @cython.locals(rs=cython.longlong, i=Py_ssize_t, cap=cython.longlong, o=cython.longlong,
+                   due=tuple, t=cython.longlong, arena=Arena, pointer=object)
+    cpdef object serve_inline(self, long long size, int kind)
+
+    cpdef record(self, Py_ssize_t i, long long tick, long long rs)
+
+    @cython.locals(it=cython.longlong, owner=Release, used=cython.longlong)
+    cpdef object arena_block(self, Arena arena, long long o, long long rs, Py_ssize_t i)
+
+    @cython.locals(owner=Release, used=cython.longlong)
+    cpdef object fallback_block(self, object block, long long rs, long long index,
+                                long long iteration)
+
+    @cython.locals(slot="long long[:]", rows=list, overdue=dict, j=Py_ssize_t,
+                   it=cython.longlong, o=cython.longlong, row=tuple)
+    cpdef check_due(self, tuple due)
+
+    @cython.locals(items=list, k=Py_ssize_t, m=Py_ssize_t, owner=Release, slot="long long[:]",
+                   current=Arena, arena=Arena, it_now=cython.longlong, rs=cython.longlong,
+                   index=cython.longlong, it=cython.longlong, overdue=dict)
+    cpdef drain(self)

@@ -1,0 +1,363 @@
+"""Where every block is handed out, and where its free comes back.
+
+This module is the pool's hot path.  The same source runs as plain Python
+and, when pgmo was installed with a C compiler, compiled by Cython (with the
+types in ``handout.pxd``); :data:`COMPILED` says which one is loaded.  The
+tests replay the same traces through both and compare every address.
+
+A handed-out block is a memory object built by ``memory_type(ptr, size,
+owner, device_id)`` (CuPy's ``UnownedMemory`` in the pool) whose *owner* is a
+:class:`Release`.  CuPy drops the owner when the memory object dies, so the
+owner's ``__del__`` is the block's free: it happens exactly when the user's
+last array on the block goes away, from any thread, from the garbage
+collector, or after the pool itself is gone.  ``__del__`` only queues the
+Release in the engine's :class:`Inbox`; the engine applies queued frees, in
+the order they happened, at its next call (:meth:`HotPath.drain`).  Each
+request gets its own memory object at offset 0, which is what Chainer's
+``F.as_strided`` needs.
+
+:meth:`HotPath.serve_inline` answers the owner thread's usual requests: a
+planned request whose block is free by the plan's schedule, a request
+recorded while warming up or profiling, an interrupted one.  The rare events
+(a request larger than planned, a block kept past its planned free, another
+thread or stream, a full device, finding iterations nobody marked) go to the
+engine's slow path (``HotPath.slow``, see :mod:`.core`), which hands out
+through the same methods.
+"""
+
+from __future__ import annotations
+
+import array
+import logging
+import threading
+
+__all__ = ["Arena", "Inbox", "Release", "HotPath", "COMPILED", "NO_SLOT", "new_slots", "OUTSIDE", "WATCHED",
+           "SLOW", "PLANNED", "RECORDED", "FALLBACK"]
+
+log = logging.getLogger("pgmo.pool")
+
+_get_ident = threading.get_ident
+
+#: ``HotPath.slot[i]`` when request ``i`` has no live block in the current arena.
+NO_SLOT = -1
+#: Iteration number of blocks outside any iteration's plan (fallback only).
+OUTSIDE = -1
+#: Iteration number of blocks watched while looking for a repeating loop.
+WATCHED = -3
+
+try:
+    import cython
+
+    COMPILED = cython.compiled
+except ImportError:  # Cython is a build dependency only
+    COMPILED = False
+
+
+class Arena:
+    """One raw allocation that planned blocks are carved from.
+
+    ``overdue`` maps ``(iteration << 32) | request`` to ``(lo, hi, iteration)``
+    for the live blocks the current plan does not account for (kept past
+    their planned free, or left from an earlier iteration or plan).  With the
+    current plan's live slots, these are all of the arena's live blocks.
+    """
+
+    def __init__(self, buffer, size):
+        self.buffer = buffer  # keeps the raw memory alive
+        self.ptr = int(buffer.ptr)
+        self.size = size
+        self.overdue = {}
+
+
+class Inbox:
+    """Frees not yet applied, in the order they happened; closed when the engine is gone."""
+
+    def __init__(self):
+        self.items = []
+        self.closed = False
+
+    def close(self):
+        """The engine is gone: later frees release their memory and queue nothing."""
+        self.closed = True
+        del self.items[:]
+
+
+class Release:
+    """The owner of one handed-out memory object: its death is the block's free.
+
+    ``arena`` keeps the arena's memory alive as long as the block; ``keep``
+    holds the fallback pool's block, given back at once on free.  ``on_free``
+    (memory hooks) is called in the freeing thread.  Made by :func:`_release`.
+    """
+
+    def __del__(self):
+        on_free = self.on_free
+        if on_free is not None:
+            self.on_free = None
+            try:
+                on_free(self)
+            except Exception:  # a hook must never break a free
+                log.exception("memory hook failed on free")
+        self.keep = None
+        inbox = self.inbox
+        if inbox.closed:
+            self.arena = None
+        else:
+            inbox.items.append(self)  # resurrected until the engine drains it
+
+
+#: Larger requests always take the slow path (they cannot fit a C integer, or a device).
+INLINE_MAX = 1 << 62
+
+#: What the owner thread's requests are right now (``HotPath.kind``, set by the engine).
+SLOW = 0  # only the engine's slow path knows (watching for a loop, a boundary due...)
+PLANNED = 1  # numbered, answered from the schedule
+RECORDED = 2  # numbered and logged, served by the fallback (warm-up, profiling, diverged)
+FALLBACK = 3  # not numbered: interrupted, or outside iterations
+
+
+def new_slots(n):
+    """``slot`` for ``n`` requests, none live (a C array of 64-bit integers)."""
+    return array.array("q", [NO_SLOT]) * n
+
+
+def _release(inbox, index, iteration, size, arena, keep):
+    """A new :class:`Release` (without ``__init__``: compiled, this is a plain C allocation)."""
+    owner = Release.__new__(Release)
+    owner.inbox = inbox
+    owner.index = index
+    owner.iteration = iteration
+    owner.size = size
+    owner.arena = arena
+    owner.keep = keep
+    owner.on_free = None
+    return owner
+
+
+class HotPath:
+    """The state every allocation touches, and the code that hands blocks out.
+
+    The engine (:mod:`.core`) owns this object and sets its fields at
+    iteration boundaries and state changes; between them only
+    :meth:`malloc`, the slow path and :meth:`drain` change it.  Fields:
+
+    * ``kind``: what the owner thread's next request is (:data:`PLANNED`,
+      :data:`RECORDED`, :data:`FALLBACK`, or :data:`SLOW` for the engine).
+    * ``rows[i] = (cap, offset, due)`` for each planned request, then a
+      sentinel ``(-1, -1, ())``: the planned (rounded) size, the offset in
+      the arena (-1: pinned to the fallback), and the requests planned to be
+      freed by request ``i``'s allocation.
+    * ``slot[i]``: the iteration whose block ``i`` is live in the current
+      arena under the current plan, else :data:`NO_SLOT`.
+    * ``arena``: the current :class:`Arena`.
+    * ``max_n``: requests after which the engine must see the next one (a
+      detected iteration's length).
+    """
+
+    def __init__(self, memory_type, pointer_type, device_id, slow, on_arena_idle):
+        self.inbox = Inbox()
+        self.memory_type = memory_type
+        self.pointer_type = pointer_type
+        self.device_id = device_id
+        self.slow = slow  # the engine's slow path: slow(size) -> pointer
+        self.on_arena_idle = on_arena_idle  # an old arena's last block was freed
+        self.fallback = None  # the pool serving what the plan does not
+        self.context = None  # callable naming the device/stream, or None
+        self.ctx = None  # the iteration's context
+        self.owner = _get_ident()  # the thread running the hot loop
+        self.kind = SLOW
+        self.solo = True  # only the owner has used the engine so far
+        self.busy = False  # the owner is inside the inline path
+        self.in_iter = False
+        self.planned_iter = False  # the iteration started with the schedule in use
+        self.rows = [(-1, -1, ())]
+        self.slot = new_slots(0)
+        self.arena = None
+        self.iteration = 0  # number of the current (or last) iteration
+        self.logging_frees = False  # frees of this iteration's blocks tick the clock
+        self.n = 0  # requests numbered in this iteration
+        self.max_n = 1 << 62
+        self.tick = 0  # the event clock
+        self.obs_sizes = []  # the iteration's log (see .recording)
+        self.obs_lowers = []
+        self.obs_uppers = []
+        self.hooks_active = None  # callable: memory hooks may be registered (CuPy)
+        self.hooked = None  # serves a request while reporting it to the hooks
+        self.live_slots = 0  # entries of slot that are not NO_SLOT
+        self.watched_frees = 0  # frees of blocks watched for a repeating loop
+        self.used = 0  # bytes of live blocks (arena and fallback)
+        self.fb_used = 0  # bytes of live fallback blocks
+        self.peak_used = 0
+        self.planned_requests = 0
+        self.profiled_requests = 0
+        self.fallback_requests = 0
+        self.interrupted_requests = 0
+        self.other_requests = 0
+
+    # ------------------------------------------------------------------ malloc
+    def malloc(self, size):
+        """Allocate ``size`` bytes: inline for the owner's usual requests, else the slow path.
+
+        The inline path runs without the engine's lock while only the owner
+        thread has used the engine: the owner publishes ``busy`` and
+        re-checks ``solo``; another thread clears ``solo`` under the lock and
+        then waits for ``busy`` to drop (see ``Engine.__enter__``), so the two
+        never run engine code at once.
+        """
+        hooked = self.hooked
+        if hooked is not None and self.hooks_active():
+            return hooked(size)
+        kind = self.kind
+        if kind != SLOW and self.solo and _get_ident() == self.owner \
+                and type(size) is int and 0 < size < INLINE_MAX:  # others: the slow path checks
+            self.busy = True
+            try:
+                if self.solo:
+                    if self.inbox.items:
+                        self.drain()
+                    result = self.serve_inline(size, kind)
+                    if result is not None:
+                        return result
+            except MemoryError:
+                pass  # the slow path makes room and tries again
+            finally:
+                self.busy = False
+        return self.slow(size)
+
+    def serve_inline(self, size, kind):
+        """Serve a request of the usual ``kind``; None when the engine must decide.
+
+        Returns None before changing anything (checking due blocks is
+        idempotent); a MemoryError of the fallback leaves everything as it
+        was too.  The caller holds the engine or is its solo owner.
+        """
+        rs = (size + 511) & -512
+        if kind == FALLBACK:
+            pointer = self.fallback_block(self.fallback.malloc(size), rs, -1, OUTSIDE)
+            if self.in_iter:
+                self.interrupted_requests += 1
+            else:
+                self.other_requests += 1
+            return pointer
+        i = self.n
+        if i >= self.max_n:
+            return None
+        if self.context is not None and self.context() != self.ctx:
+            return None
+        if kind == PLANNED:
+            cap, o, due = self.rows[i]  # the sentinel sends request n on
+            if rs > cap:
+                return None
+            if due:
+                self.check_due(due)
+            if o < 0:  # pinned: it outlived its iteration when profiled
+                pointer = self.fallback_block(self.fallback.malloc(size), rs, i, self.iteration)
+                self.obs_sizes[i] = rs
+                self.fallback_requests += 1
+            else:
+                arena = self.arena
+                if arena.overdue:
+                    return None
+                pointer = self.arena_block(arena, o, rs, i)
+            t = self.tick
+            self.n = i + 1
+            self.tick = t + 1
+            self.obs_lowers[i] = t
+            return pointer
+        pointer = self.fallback_block(self.fallback.malloc(size), rs, i, self.iteration)
+        t = self.tick
+        self.n = i + 1
+        self.tick = t + 1
+        self.record(i, t, rs)
+        if self.planned_iter:
+            self.fallback_requests += 1
+        else:
+            self.profiled_requests += 1
+        return pointer
+
+    def record(self, i, tick, rs):
+        """Log request ``i`` (not served by the plan) on the event clock."""
+        if i < len(self.obs_sizes):
+            self.obs_sizes[i] = rs
+            self.obs_lowers[i] = tick
+        else:
+            self.obs_sizes.append(rs)
+            self.obs_lowers.append(tick)
+            self.obs_uppers.append(None)
+
+    # --------------------------------------------------------------- hand-outs
+    def arena_block(self, arena, o, rs, i):
+        """Request ``i``'s planned block at ``arena + o``, already checked to be free."""
+        it = self.iteration
+        owner = _release(self.inbox, i, it, rs, arena, None)
+        self.slot[i] = it
+        self.live_slots += 1
+        used = self.used + rs
+        self.used = used
+        if used > self.peak_used:
+            self.peak_used = used
+        self.planned_requests += 1
+        return self.pointer_type(self.memory_type(arena.ptr + o, rs, owner, self.device_id), 0)
+
+    def fallback_block(self, block, rs, index, iteration):
+        """Wrap a block of the fallback pool; it goes back there when freed."""
+        owner = _release(self.inbox, index, iteration, rs, None, block)
+        self.fb_used += rs
+        used = self.used + rs
+        self.used = used
+        if used > self.peak_used:
+            self.peak_used = used
+        return self.pointer_type(self.memory_type(block.ptr, rs, owner, self.device_id), 0)
+
+    def check_due(self, due):
+        """Blocks planned to be freed by now that are still alive become overdue."""
+        slot = self.slot
+        rows = self.rows
+        overdue = self.arena.overdue
+        for j in due:
+            it = slot[j]
+            if it != NO_SLOT:
+                slot[j] = NO_SLOT
+                self.live_slots -= 1
+                row = rows[j]
+                o = row[1]
+                overdue[(it << 32) | j] = (o, o + row[0], it)
+
+    # ------------------------------------------------------------------- frees
+    def drain(self):
+        """Apply queued frees in the order they happened (the engine is held)."""
+        items = self.inbox.items
+        m = len(items)
+        if m == 0:
+            return
+        slot = self.slot
+        current = self.arena
+        it_now = self.iteration if self.logging_frees else -2
+        for k in range(m):  # frees queued meanwhile land after m, for the next drain
+            owner = items[k]
+            rs = owner.size
+            self.used -= rs
+            arena = owner.arena
+            index = owner.index
+            it = owner.iteration
+            if arena is None:
+                self.fb_used -= rs
+            else:
+                owner.arena = None
+                if arena is current and index < len(slot) and slot[index] == it:
+                    slot[index] = NO_SLOT
+                    self.live_slots -= 1
+                else:
+                    overdue = arena.overdue
+                    del overdue[(it << 32) | index]
+                    if not overdue and arena is not current:
+                        self.on_arena_idle(arena)
+            if it == it_now:
+                self.obs_uppers[index] = self.tick
+                self.tick += 1
+            elif it == WATCHED:
+                self.watched_frees += 1
+        if len(items) == m:
+            items.clear()
+        else:
+            del items[:m]

@@ -1,0 +1,97 @@
+"""What an engine is built from: its memory sources, and how it should behave.
+
+Two small records instead of a long constructor: :class:`Backend` says where
+memory comes from (CuPy's allocator and stock pool in
+:class:`~pgmo.pool.ProfileGuidedMemoryPool`, host memory in
+:mod:`pgmo.testing`); :class:`PoolOptions` holds the user's choices, with the
+solver's own :class:`~pgmo.solver.options.SolverOptions` inside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..solver.options import SolverOptions, solver_options
+from .planner import MODES
+
+__all__ = ["Backend", "PoolOptions", "PlainMemory", "pool_options"]
+
+
+class PlainMemory:
+    """Stand-in for CuPy's ``UnownedMemory`` when the engine runs without CuPy."""
+
+    __slots__ = ("ptr", "size", "owner", "device_id")
+
+    def __init__(self, ptr: int, size: int, owner: Any, device_id: int):
+        self.ptr, self.size, self.owner, self.device_id = ptr, size, owner, device_id
+
+
+def bare_pointer(memory: Any, offset: int) -> Any:
+    """Without CuPy, the user gets the memory object itself."""
+    return memory
+
+
+def default_oom(size: int, total: int, limit: int) -> MemoryError:
+    msg = f"Out of memory allocating {size:,} bytes (allocated so far: {total:,} bytes"
+    msg += f", limit set to: {limit:,} bytes)." if limit else ")."
+    return MemoryError(msg)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where memory comes from.
+
+    ``allocate(nbytes)`` returns an object with ``.ptr`` owning raw memory
+    until dropped, or raises MemoryError.  ``fallback`` is a caching pool:
+    ``malloc(size)`` returns an object with ``.ptr`` owning the block until
+    dropped, plus ``used_bytes``, ``free_bytes``, ``total_bytes``,
+    ``n_free_blocks``, ``free_all_blocks`` and ``set_limit(size=)``.
+    ``memory_type(ptr, size, owner, device_id)`` builds a handed-out memory
+    object (CuPy's ``UnownedMemory``) and ``pointer_type(memory, 0)`` what the
+    user gets (CuPy's ``MemoryPointer``).  ``context()`` names the
+    device/stream of a request (None: not checked): the plan covers one.
+    """
+
+    allocate: Callable[[int], Any]
+    fallback: Any
+    memory_type: Callable[..., Any] = PlainMemory
+    pointer_type: Callable[[Any, int], Any] = bare_pointer
+    device_id: int = 0
+    context: Callable[[], Any] | None = None
+    oom_error: Callable[[int, int, int], BaseException] = default_oom
+
+
+@dataclass(frozen=True)
+class PoolOptions:
+    """How the pool behaves; every field is also a keyword of the pool's constructor."""
+
+    warmup: int = 1  # iterations served by the fallback before the profiled one
+    replan: str = "background"  # where plans are computed: background, sync or bestfit
+    detect_iterations: bool = True  # find iterations when the user marks none
+    warn_after: int = 10_000  # requests without iterations before one warning
+    solver: SolverOptions = field(default_factory=SolverOptions)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"warmup must be an integer >= 0, got {self.warmup!r}")
+        if self.replan not in MODES:
+            raise ValueError(f"unknown replan mode {self.replan!r}; choose one of "
+                             f"{', '.join(MODES)}")
+        if self.warn_after < 1:
+            raise ValueError(f"warn_after must be >= 1, got {self.warn_after!r}")
+
+
+def pool_options(options: PoolOptions | None = None, **changes: Any) -> PoolOptions:
+    """``options`` with ``changes``, which may name pool or solver fields."""
+    base = options if options is not None else PoolOptions()
+    own = {f.name for f in dataclasses.fields(PoolOptions)} - {"solver"}
+    theirs = {f.name for f in dataclasses.fields(SolverOptions)}
+    unknown = sorted(set(changes) - own - theirs)
+    if unknown:
+        raise TypeError(f"unknown option {unknown[0]!r}; the pool's options are "
+                        f"{', '.join(sorted(own))} and the solver's {', '.join(sorted(theirs))}")
+    mine = {k: v for k, v in changes.items() if k in own}
+    solver = solver_options(base.solver, **{k: v for k, v in changes.items() if k in theirs})
+    return dataclasses.replace(base, solver=solver, **mine)

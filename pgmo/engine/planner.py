@@ -1,0 +1,428 @@
+"""From iteration logs to schedules: the profile's owner, planning now or in the background.
+
+The engine hands the planner each log that changes the profile (the
+profiled iteration, or a planned one that departed from its plan) and, at
+every iteration boundary, asks for a schedule ready to install.  The mode
+(:data:`MODES`) decides where the work happens:
+
+``background`` (default)
+    Training never waits for a solver.  A small profile (up to
+    :data:`SYNC_BLOCKS` requests) gets the paper's best-fit plan at once,
+    which takes milliseconds; a larger one is merged, solved with best-fit
+    and validated by a planner thread while the fallback keeps serving.  The
+    full method (``best`` by default) then runs in a worker process (see
+    :mod:`.worker`; a thread would hold the GIL for seconds) and its plan is
+    validated and compiled by the planner thread, to be swapped in at a later
+    boundary if it needs less memory.  A newer profile supersedes a running
+    solve (the worker is stopped).  A worker that crashes or overruns its
+    time is counted, warned about once, and the pool keeps its current plan.
+``sync``
+    Everything happens at the boundary, with the full method: the behaviour
+    to use for tests and reproducible runs.
+``bestfit``
+    Only the paper's best-fit, at the boundary.
+
+No orphan worker: :meth:`Planner.shutdown` (called when the pool goes away)
+stops it, the worker exits when its input closes or its parent dies, an idle
+worker is stopped by ``free_all_blocks``, a forked child forgets its
+parent's worker, and interpreter exit stops every worker.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from ..plan import Plan
+from ..solver import SolverOptions, solve
+from ..trace import Trace
+from .recording import Log, merge, to_profile
+from .schedule import Schedule, compile_schedule
+from .worker import receive, send
+
+__all__ = ["Planner", "MODES", "SYNC_BLOCKS"]
+
+log = logging.getLogger("pgmo.pool")
+
+MODES = ("background", "sync", "bestfit")
+#: In background mode, profiles up to this many requests are planned with
+#: best-fit at the boundary (about 10 us per request: a few milliseconds).
+SYNC_BLOCKS = 256
+#: Seconds a worker may take beyond its solve time limits (start-up, best-fit).
+WORKER_GRACE = 20.0
+
+_planners: "weakref.WeakSet[Planner]" = weakref.WeakSet()
+
+
+class _Worker:
+    """One solver process and the thread that reads its answers."""
+
+    def __init__(self, on_message):
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH"))
+                                            if p)
+        self.proc = subprocess.Popen([sys.executable, "-m", "pgmo.engine.worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.job: int | None = None  # generation being solved
+        self.stages_left = 0
+        self.deadline = float("inf")
+        self.stopping = False
+        self.reader = threading.Thread(target=self._read, args=(on_message,),
+                                       name="pgmo-planner-reader", daemon=True)
+        self.reader.start()
+
+    def _read(self, on_message) -> None:
+        while True:
+            try:
+                message = receive(self.proc.stdout)
+            except Exception:  # a torn message: the worker is broken
+                message = None
+            if message is None:
+                on_message(self, None)
+                return
+            on_message(self, message)
+
+    def submit(self, generation: int, trace: Trace, stages: list[SolverOptions]) -> None:
+        lowers, uppers, sizes = trace.columns()
+        self.job, self.stages_left = generation, len(stages)
+        budget = sum((s.time_limit or 0.0) * 1.05 for s in stages) + WORKER_GRACE
+        self.deadline = time.monotonic() + budget
+        send(self.proc.stdin, {"job": generation, "lowers": lowers, "uppers": uppers,
+                               "sizes": sizes,
+                               "stages": [dataclasses.asdict(s) for s in stages]})
+
+    @property
+    def idle(self) -> bool:
+        return self.job is None
+
+    def stop(self) -> None:
+        self.stopping = True
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a kill does not hang
+            pass
+
+
+class Planner:
+    """Owns the pool's profile and produces the schedules the engine installs."""
+
+    def __init__(self, options: SolverOptions, mode: str = "background",
+                 sync_blocks: int = SYNC_BLOCKS):
+        if mode not in MODES:
+            raise ValueError(f"unknown re-planning mode {mode!r}; choose one of "
+                             f"{', '.join(MODES)}")
+        self.options = options
+        self.mode = mode
+        self.sync_blocks = sync_blocks
+        self.profile: Trace | None = None
+        self.generation = 0
+        self.solve_failures = 0  # solves that raised (the plan stays as it was)
+        self.background_solves = 0  # jobs given to the worker
+        self.stale_plans = 0  # background plans discarded: a newer profile came
+        self.worker_failures = 0  # worker crashed or overran its time
+        self._warned = False
+        self._init_threading()
+        _planners.add(self)
+
+    def _init_threading(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._jobs: list[tuple[str, Any, bool]] = []  # (kind, log or profile, best-fit done)
+        self._messages: list[tuple[_Worker, Any]] = []
+        self._ready: Schedule | None = None
+        self._thread: threading.Thread | None = None
+        self._worker: _Worker | None = None
+        self._stop = False
+        self._active = False  # the planner thread is folding logs or solving
+        self._pid = os.getpid()
+
+    # ----------------------------------------------------------------- engine
+    def record(self, run_log: Log, kind: str) -> Schedule | None:
+        """A log that changes the profile (``kind``: "profile" or "merge").
+
+        Returns a schedule to install at once, or None while the work goes
+        on in the background.
+        """
+        if self.mode != "background":
+            profile = self._apply(kind, run_log)
+            method = "bestfit" if self.mode == "bestfit" else self.options.method
+            return self._solve_now(profile, self.options.replace(method=method))
+        with self._cond:
+            inline = not (self._jobs or self._active) and len(run_log.sizes) <= self.sync_blocks
+            if not inline:
+                self._jobs.append((kind, run_log, False))
+                self._ensure_thread()
+                self._cond.notify_all()
+                return None
+        profile = self._apply(kind, run_log)
+        schedule = self._solve_now(profile, self.options.replace(method="bestfit"))
+        if self.options.method != "bestfit":
+            with self._cond:
+                self._jobs.append(("solve", profile, True))
+                self._ensure_thread()
+                self._cond.notify_all()
+        return schedule
+
+    def optimize(self, last_log: Log | None) -> Schedule:
+        """Solve the profile (else ``last_log``) now, with the full method; errors propagate."""
+        with self._cond:
+            profile = self.profile
+            if profile is not None:
+                self.generation += 1  # background work on it is superseded
+                self._ready = None
+        if profile is None:
+            if last_log is None or not last_log.sizes:
+                raise RuntimeError("nothing to optimize yet: run at least one iteration "
+                                   "with allocations first")
+            profile = self._apply("profile", last_log)
+        plan = solve(profile.without_open(), self.options)
+        return compile_schedule(profile, plan, self.generation, check=True)
+
+    def adopt(self, profile: Trace, plan: Plan) -> Schedule:
+        """Use a plan made elsewhere (a saved file) for ``profile``; it is checked first."""
+        schedule = compile_schedule(profile, plan, self.generation + 1, check=True)
+        with self._cond:
+            self.generation += 1
+            self.profile = profile
+            self._ready = None
+        return schedule
+
+    def take_ready(self, installed: Schedule | None) -> Schedule | None:
+        """A background schedule for the current profile that beats ``installed``."""
+        with self._cond:
+            ready = self._ready
+            if ready is None:
+                return None
+            self._ready = None
+            if ready.generation != self.generation:
+                self.stale_plans += 1
+                return None
+            if installed is not None and installed.generation == ready.generation \
+                    and ready.plan.peak >= installed.plan.peak:
+                return None  # no better than what is in use
+            return ready
+
+    def reset(self) -> None:
+        """Forget the profile (and any work on it)."""
+        with self._cond:
+            self.profile = None
+            self.generation += 1
+            self._jobs.clear()
+            self._ready = None
+
+    @property
+    def busy(self) -> bool:
+        """Work on the current profile is still going on in the background."""
+        with self._cond:
+            worker = self._worker
+            return bool(self._jobs) or self._active or (
+                worker is not None and worker.job == self.generation)
+
+    # -------------------------------------------------------------- lifecycle
+    def stop_idle_worker(self) -> None:
+        with self._cond:
+            worker = self._worker
+            if worker is None or not worker.idle:
+                return
+            self._worker = None
+        worker.stop()
+
+    def shutdown(self) -> None:
+        """Stop the thread and the worker (the pool is going away)."""
+        if self._pid != os.getpid():
+            return  # a forked child: those belong to the parent
+        with self._cond:
+            self._stop = True
+            worker, self._worker = self._worker, None
+            self._cond.notify_all()
+        if worker is not None:
+            worker.stop()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+    def _after_fork_in_child(self) -> None:
+        """Threads do not survive fork and the worker is the parent's: start afresh."""
+        self._init_threading()
+
+    # ---------------------------------------------------------------- helpers
+    def _apply(self, kind: str, run_log: Log) -> Trace:
+        """The profile after this log, published with a new generation."""
+        base = self.profile
+        profile = to_profile(run_log) if kind == "profile" or base is None \
+            else merge(base, run_log)
+        with self._cond:
+            self.profile = profile
+            self.generation += 1
+        return profile
+
+    def _solve_now(self, profile: Trace, options: SolverOptions) -> Schedule | None:
+        try:
+            plan = solve(profile.without_open(), options)
+            return compile_schedule(profile, plan, self.generation, check=True)
+        except Exception:
+            self.solve_failures += 1
+            log.warning("pgmo could not solve the profile; serving from the fallback",
+                        exc_info=True)
+            return None
+
+    def _ensure_thread(self) -> None:
+        """Start the planner thread (lock held)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop = False
+            self._thread = threading.Thread(target=self._run, name="pgmo-planner", daemon=True)
+            self._thread.start()
+
+    def _on_message(self, worker: _Worker, message: Any) -> None:
+        with self._cond:
+            self._messages.append((worker, message))
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._jobs or self._messages or self._stop):
+                    worker = self._worker
+                    timeout = None if worker is None or worker.idle else \
+                        max(0.0, worker.deadline - time.monotonic())
+                    if timeout == 0.0:
+                        break
+                    self._cond.wait(timeout)
+                if self._stop:
+                    return
+                jobs, self._jobs = self._jobs, []
+                messages, self._messages = self._messages, []
+                worker = self._worker
+                self._active = bool(jobs)
+            try:
+                if worker is not None and not worker.idle and time.monotonic() > worker.deadline:
+                    self._worker_failed(worker, "it took longer than its time limit")
+                for worker, message in messages:
+                    self._handle(worker, message)
+                if jobs:
+                    self._start(jobs)
+            except Exception:  # never let the thread die silently
+                self._worker_failed(None, "the planner thread failed")
+                log.debug("planner thread error", exc_info=True)
+            finally:
+                with self._cond:
+                    self._active = False
+
+    def _start(self, jobs: list[tuple[str, Any, bool]]) -> None:
+        """Fold the logs into the profile, plan it with best-fit, then solve it fully."""
+        profile, bestfit_done = None, False
+        for kind, item, done in jobs:
+            if kind == "solve":
+                profile, bestfit_done = item, done
+            else:
+                profile, bestfit_done = self._apply(kind, item), False
+        generation = self.generation
+        if not bestfit_done:  # milliseconds to a second, here: no worker start-up to wait for
+            schedule = self._solve_now(profile, self.options.replace(method="bestfit"))
+            if schedule is not None:
+                self._publish(schedule)
+        if self.options.method == "bestfit":
+            return
+        with self._cond:
+            busy = self._worker if self._worker is not None and not self._worker.idle else None
+            if busy is not None:
+                self.stale_plans += 1  # its profile is superseded
+                self._worker = None
+        if busy is not None:
+            busy.stop()
+        worker = None
+        try:
+            with self._cond:
+                if self._stop:
+                    return
+                if self._worker is None:
+                    self._worker = _Worker(self._on_message)
+                worker = self._worker
+            worker.submit(generation, profile.without_open(), [self.options])
+            self.background_solves += 1
+        except OSError as exc:
+            self._worker_failed(worker, f"it could not be started ({exc})")
+
+    def _handle(self, worker: _Worker, message: Any) -> None:
+        if message is None:
+            if not worker.stopping:
+                with self._cond:
+                    if self._worker is worker:
+                        self._worker = None
+                self._worker_failed(None, f"it exited with status {worker.proc.poll()}")
+            return
+        worker.stages_left -= 1
+        if worker.stages_left <= 0:
+            worker.job = None
+        if message["job"] != self.generation:
+            self.stale_plans += 1
+            return
+        if "error" in message:
+            self.solve_failures += 1
+            log.warning("pgmo's background solve failed (%s); keeping the current plan",
+                        message["error"])
+            return
+        profile = self.profile
+        try:
+            plan = Plan(profile.without_open(), tuple(message["offsets"]),
+                        method=message["method"], seconds=message["seconds"],
+                        optimal=message["optimal"], info=message["info"])
+            schedule = compile_schedule(profile, plan, message["job"], check=True)
+        except Exception as exc:  # an invalid answer is never installed
+            self._worker_failed(None, f"it returned an unusable plan ({exc})")
+            return
+        self._publish(schedule)
+
+    def _publish(self, schedule: Schedule) -> None:
+        with self._cond:
+            if schedule.generation != self.generation:
+                self.stale_plans += 1
+                return
+            ready = self._ready
+            if ready is None or ready.generation != schedule.generation \
+                    or schedule.plan.peak < ready.plan.peak:
+                self._ready = schedule
+
+    def _worker_failed(self, worker: _Worker | None, why: str) -> None:
+        if worker is not None:
+            with self._cond:
+                if self._worker is worker:
+                    self._worker = None
+            worker.stop()
+        self.worker_failures += 1
+        if not self._warned:
+            self._warned = True
+            log.warning("pgmo's background solver failed: %s. The pool keeps serving with "
+                        "its current plan (counted in stats().planner_failures).", why)
+
+
+def _after_fork_in_child() -> None:
+    for planner in list(_planners):
+        planner._after_fork_in_child()
+
+
+def _shutdown_all() -> None:
+    for planner in list(_planners):
+        planner.shutdown()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_shutdown_all)

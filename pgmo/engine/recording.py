@@ -1,0 +1,67 @@
+"""An iteration's log on the event clock, and how logs become one profile.
+
+The hot path writes the log into plain lists (``HotPath.obs_lowers`` /
+``obs_uppers`` and the engine's ``obs_sizes``); at the iteration's end the
+engine takes a :class:`Log` of them.  A block still live at the end is open
+(``upper`` None): the next plan pins its request to the fallback.
+
+In an iteration served by the plan, a request that kept to its planned size
+logs size 0 ("no larger than planned"): :func:`merge` then keeps the profile's
+size.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..trace import Trace
+
+__all__ = ["Log", "merge", "to_profile"]
+
+
+class Log(NamedTuple):
+    """Per request: rounded size (0: as planned), alloc tick, free tick or None."""
+
+    sizes: list
+    lowers: list
+    uppers: list
+
+    def survivors(self) -> set:
+        """Requests whose block outlived the iteration."""
+        if None not in self.uppers:  # the usual case, checked in C
+            return set()
+        return {i for i, u in enumerate(self.uppers) if u is None}
+
+
+def to_profile(log: Log) -> Trace:
+    """A profiling iteration's log as the pool's profile (block i = request i)."""
+    return Trace.from_columns(log.lowers, log.uppers, log.sizes, {"recorded_by": "pgmo"})
+
+
+def merge(profile: Trace, log: Log) -> Trace:
+    """Per request: largest size, earliest alloc, latest free, open if open in either.
+
+    Lowers stay strictly increasing (element-wise min of increasing lists),
+    and every pattern seen so far fits the merged lifetimes, so re-solving
+    converges as a variable workload repeats itself.
+    """
+    p_lo = [b.lower for b in profile.blocks]
+    p_up = [b.upper for b in profile.blocks]
+    p_sz = [b.size for b in profile.blocks]
+    n = max(len(p_sz), len(log.sizes))
+    sizes, lowers, uppers = [], [], []
+    for i in range(n):
+        if i < len(p_sz) and i < len(log.sizes):
+            sizes.append(max(p_sz[i], log.sizes[i]))
+            lowers.append(min(p_lo[i], log.lowers[i]))
+            a, b = p_up[i], log.uppers[i]
+            uppers.append(None if a is None or b is None else max(a, b))
+        elif i < len(p_sz):
+            sizes.append(p_sz[i])
+            lowers.append(p_lo[i])
+            uppers.append(p_up[i])
+        else:
+            sizes.append(log.sizes[i])
+            lowers.append(log.lowers[i])
+            uppers.append(log.uppers[i])
+    return Trace.from_columns(lowers, uppers, sizes, {"recorded_by": "pgmo", "merged": True})

@@ -1,0 +1,81 @@
+"""A plan compiled for the hot path: what request ``i`` gets, and what must be free by then.
+
+The safety rule the hot path relies on: request ``k`` may use its planned
+addresses only when every block planned to be freed before ``k``'s
+allocation has been freed.  The plan is valid, so blocks whose planned
+lifetimes overlap ``k``'s have other addresses; the only blocks that could
+sit on ``k``'s addresses are those planned dead by then.  Block ``j`` is
+listed in ``due[k]`` for the first request ``k`` allocated at or after ``j``'s
+planned free; :meth:`~.handout.HotPath.check_due` moves it to the arena's
+overdue list if it is still alive then, and a request meeting an overdue
+block by address goes to the fallback.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from ..errors import PlanError
+from ..plan import Plan
+from ..trace import Trace
+from ..units import round_size
+
+__all__ = ["Schedule", "compile_schedule", "PINNED_CAP"]
+
+#: The planned size of a pinned request: any size goes to the fallback quietly.
+PINNED_CAP = 1 << 62
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """Rows for :class:`~.handout.HotPath` and the facts the engine reports."""
+
+    profile: Trace  # block i is request i; open blocks are pinned to the fallback
+    plan: Plan  # places the profile's closed blocks
+    rows: list  # (cap, offset, due) per request, then the sentinel (-1, -1, ())
+    pinned: frozenset  # requests that outlived their iteration
+    generation: int  # which profile this is (the planner counts them)
+
+    @property
+    def n(self) -> int:
+        return len(self.rows) - 1
+
+    @property
+    def arena_size(self) -> int:
+        return round_size(self.plan.peak)
+
+
+def compile_schedule(profile: Trace, plan: Plan, generation: int = 0,
+                     check: bool = True) -> Schedule:
+    """Build the rows; with ``check``, refuse a plan that does not fit the profile.
+
+    A pool profile numbers its requests 0..n-1 in allocation order, so the
+    alloc ticks increase strictly; a plan must place exactly its closed blocks.
+    """
+    blocks = profile.blocks
+    n = len(blocks)
+    lowers = [b.lower for b in blocks]
+    if check:
+        for i, b in enumerate(blocks):
+            if b.id != i:
+                raise PlanError(f"profile block {i} has id {b.id!r}: a pool profile numbers "
+                                f"its requests 0..n-1")
+            if i and lowers[i] <= lowers[i - 1]:
+                raise PlanError(f"profile request {i} is not allocated after request {i - 1}")
+        plan.check_fits(profile)
+    off = [-1] * n
+    cap = [PINNED_CAP] * n
+    for block, o in zip(plan.trace.blocks, plan.offsets):
+        off[block.id] = o
+        cap[block.id] = block.size
+    due: list[list[int]] = [[] for _ in range(n)]
+    for j, b in enumerate(blocks):
+        if b.upper is not None:
+            k = bisect.bisect_left(lowers, b.upper)  # first request planned after j's free
+            if k < n:
+                due[k].append(j)
+    rows = [(c, o, tuple(d)) for c, o, d in zip(cap, off, due)]
+    rows.append((-1, -1, ()))
+    pinned = frozenset(i for i in range(n) if off[i] < 0)
+    return Schedule(profile, plan, rows, pinned, generation)
