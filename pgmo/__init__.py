@@ -2,8 +2,9 @@
 
 The core (traces, formats, solvers, plans) is pure Python and imports no
 CuPy.  Everything else is reachable from the package too, loaded on first
-use: ``pgmo.ProfileGuidedMemoryPool`` and ``pgmo.testing`` import CuPy only
-when asked for, ``pgmo.chainer`` imports Chainer.
+use: ``pgmo.ProfileGuidedMemoryPool``, ``pgmo.TraceRecorder`` and
+``pgmo.testing`` import CuPy only when asked for, ``pgmo.chainer`` imports
+Chainer.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "Block", "Trace", "Plan", "PlanError", "PlanFileError", "TraceFormatError", "METHODS",
     "SolverOptions", "read_trace", "write_trace", "read_plan", "solve",
     "ProfileGuidedMemoryPool", "PoolStats", "replay", "host_pool", "__version__",
+    "analyze", "Analysis", "TraceRecorder",
 ]
 
 #: Names loaded on first use: (module, attribute or None for the module itself).
@@ -37,6 +39,9 @@ _LAZY = {
     "synth": ("pgmo.synth", None),
     "formats": ("pgmo.formats", None),
     "engine": ("pgmo.engine", None),
+    "analyze": ("pgmo.analysis", "analyze"),
+    "Analysis": ("pgmo.analysis", "Analysis"),
+    "TraceRecorder": ("pgmo.trace_recorder", "TraceRecorder"),
 }
 
 

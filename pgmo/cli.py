@@ -1,4 +1,4 @@
-"""The ``pgmo`` command: solve, check and plot traces; run the demo.
+"""The ``pgmo`` command: solve, check, plot and analyze traces; run the demo.
 
 Every command that takes a trace reads every format pgmo knows (see
 :mod:`pgmo.formats`), recognised by content.  The solver flags come from
@@ -25,6 +25,7 @@ from .plan import Plan
 from .solver import solve
 from .solver import options as solver_options
 from .trace import Trace
+from .units import ALIGNMENT
 from .validate import find_conflict
 
 log = logging.getLogger("pgmo")
@@ -34,15 +35,32 @@ class CliError(Exception):
     """A user-facing problem: printed as one line, exit status 2."""
 
 
+def _stream(text: str) -> int | str:
+    """A stream as allocator logs write it: a number (``0x7f...`` too) or a name."""
+    try:
+        return int(text, 0)
+    except ValueError:
+        return text
+
+
 def _add_input_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=sorted(FORMATS), default=None,
                    help="trace format (default: recognised from the file's content)")
     p.add_argument("--inclusive", action="store_true",
                    help="lifetimes include 'upper' (IREE files); converted to half-open")
+    p.add_argument("--device", type=int, default=None, metavar="N",
+                   help="device of a multi-device log (default: the one with the most events)")
+    p.add_argument("--stream", type=_stream, default=None, metavar="S",
+                   help="read one stream of a log (default: all streams of the device)")
+
+
+def _read_options(args) -> ReadOptions:
+    return ReadOptions(inclusive=args.inclusive, device=getattr(args, "device", None),
+                       stream=getattr(args, "stream", None))
 
 
 def _read(path: str, args) -> tuple[Trace, list[int] | None]:
-    loaded = load(path, args.format, ReadOptions(inclusive=args.inclusive))
+    loaded = load(path, args.format, _read_options(args))
     return loaded.trace, loaded.offsets
 
 
@@ -124,6 +142,28 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_analyze(args) -> int:
+    from .analysis import analyze
+
+    result = analyze(args.file, format=args.format, device=args.device, stream=args.stream,
+                     inclusive=args.inclusive, reserved=args.reserved,
+                     granularity=args.granularity, options=_options(args))
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(result.format_table())
+    if args.plot:
+        said = sys.stderr if args.json else sys.stdout  # --json keeps stdout pure JSON
+        if result.plan is None:
+            print("pgmo: no picture: the trace has no requests to plan", file=said)
+        else:
+            from .plot import plot_plan
+
+            out = plot_plan(result.plan, args.plot)
+            print(f"wrote {out} ({result.plan.method} plan)", file=said)
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -138,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log what the solvers do and print their report")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    trace_help = ("trace: MiniMalloc CSV, pgmo JSON or a pool's saved plan "
-                  "(format recognised from the content)")
+    trace_help = ("trace: MiniMalloc CSV, pgmo JSON, a pool's saved plan, a PyTorch memory "
+                  "snapshot or an RMM log (format recognised from the content)")
 
     p = sub.add_parser("solve", help="pack a trace and print the plan against the lower bound")
     p.add_argument("file", help=trace_help)
@@ -163,6 +203,25 @@ def build_parser() -> argparse.ArgumentParser:
     solver_options.add_arguments(p)
     _add_input_options(p)
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("analyze", help="will pgmo save me memory? plan a recorded trace and "
+                                       "compare with what its allocator reserved")
+    p.add_argument("file", help=trace_help)
+    p.add_argument("--reserved", default=None, metavar="BYTES|FILE",
+                   help="what the recording allocator reserved, when the file does not say "
+                        "(PyTorch snapshots do): bytes ('8GiB' too), or a log of the memory "
+                        "under a pool (e.g. an RMM log of the pool's upstream)")
+    p.add_argument("--granularity", type=int, default=ALIGNMENT, metavar="B",
+                   help=f"round each size up to a multiple of B bytes (default: {ALIGNMENT}, "
+                        f"as pgmo's pool does; 1: as requested)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--plot", metavar="FILE", default=None,
+                   help="draw the plan (time x address), e.g. plan.png")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress on long solves (default: when stderr is a terminal)")
+    solver_options.add_arguments(p)
+    _add_input_options(p)
+    p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("demo", help="solve a bundled trace, compare with the paper's method, "
                                     "draw it, and replay it through the pool")

@@ -1,12 +1,14 @@
 """Reading and writing traces in every format pgmo knows, detected by content.
 
-=================  ==============================================  =========
-name               what                                            writes
-=================  ==============================================  =========
-``minimalloc-csv`` MiniMalloc CSV: ``id,lower,upper,size[,offset]``  yes
-``pgmo-json``      pgmo JSON: the same rows plus metadata            yes
-``pgmo-plan``      a pool's saved plan (profile + offsets)           via pool
-=================  ==============================================  =========
+====================  ==============================================  =========
+name                  what                                            writes
+====================  ==============================================  =========
+``minimalloc-csv``    MiniMalloc CSV: ``id,lower,upper,size[,offset]``  yes
+``pgmo-json``         pgmo JSON: the same rows plus metadata            yes
+``pgmo-plan``         a pool's saved plan (profile + offsets)           via pool
+``pytorch-snapshot``  ``torch.cuda.memory._dump_snapshot`` pickle       no
+``rmm-log``           RMM ``LoggingResourceAdaptor`` CSV                no
+====================  ==============================================  =========
 
 Any of them may be gzip-compressed.  The format is recognised from the
 file's first bytes, not its name; ``format=`` overrides.  Every problem raises
@@ -24,7 +26,7 @@ from typing import Callable, Sequence
 
 from ..errors import TraceFormatError
 from ..trace import Trace
-from . import minimalloc, pgmo_json, planfile
+from . import minimalloc, pgmo_json, planfile, pytorch, rmm
 from .files import read_head, write_bytes_atomically
 from .model import Loaded, ReadOptions
 
@@ -54,6 +56,10 @@ def register(fmt: Format) -> Format:
 register(Format(planfile.NAME, "pgmo pool plan (saved by pool.save)", planfile.sniff,
                 planfile.read))
 register(Format(pgmo_json.NAME, "pgmo JSON trace", pgmo_json.sniff, pgmo_json.read))
+register(Format(pytorch.NAME, "PyTorch memory snapshot (torch.cuda.memory._dump_snapshot)",
+                pytorch.sniff, pytorch.read))
+register(Format(rmm.NAME, "RMM allocation log (rmm.mr.LoggingResourceAdaptor CSV)",
+                rmm.sniff, rmm.read))
 register(Format(minimalloc.NAME, "MiniMalloc CSV (header id,lower,upper,size)",
                 minimalloc.sniff, minimalloc.read))
 

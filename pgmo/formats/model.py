@@ -28,12 +28,14 @@ class ReadOptions:
 
     ``inclusive``: lifetimes include ``upper`` (IREE's CSV files).
     ``device``/``stream``: which device and stream of a multi-device log to read
-    (default: the one with the most events).
+    (default: the device with the most events, and all its streams).  A
+    stream is a number (CUDA stream handle) or, in logs that name streams
+    otherwise, the name as written.
     """
 
     inclusive: bool = False
     device: int | None = None
-    stream: int | None = None
+    stream: int | str | None = None
 
 
 def offsets_for_closed(blocks: Sequence[Block], offsets: Sequence[int | None]) -> list[int]:

@@ -1,0 +1,174 @@
+"""RAPIDS RMM's allocation log: the CSV of ``rmm.mr.LoggingResourceAdaptor``.
+
+Format followed: RMM's ``logging_resource_adaptor`` (``cpp/src/mr/
+logging_resource_adaptor.cpp`` of RMM 25.x/26.x, unchanged in substance
+since ``include/rmm/mr/device/logging_resource_adaptor.hpp`` of RMM 0.15),
+and its documentation (``docs/user_guide/logging.md``).  The header is
+``Thread,Time,Action,Pointer,Size,Stream``; each line is one call::
+
+    140573312345856,12:34:56.123456,allocate,0x7f8a40000000,1024,0x0
+    140573312345856,12:34:56.234567,free,0x7f8a40000000,1024,0x0
+
+``Action`` is ``allocate``, ``free`` or ``allocate failure`` (RMM's
+documentation also shows ``deallocate``; it is read as ``free``).
+``Pointer`` is hexadecimal (``(nil)`` or ``0x0`` for a failure); ``Size``
+is the bytes asked for; ``Time`` is the wall clock, not needed: lines are in
+call order.  A free must name the size of its allocation, as RMM requires.
+
+Blocks pair by pointer (a pointer is reused once freed); a free of a pointer
+never allocated in the log was allocated before logging started and is kept
+(see :mod:`pgmo.formats.allocation_log`).  Zero-size requests take no memory
+and are counted, not kept.  All streams are read unless ``stream`` is given.
+The log does not say how much memory the resource under the adaptor (a pool)
+reserved; ``pgmo analyze --reserved`` takes it from elsewhere.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ..errors import TraceFormatError
+from ..trace import to_int
+from .allocation_log import AllocationLog
+from .files import open_text
+from .model import Loaded, ReadOptions
+
+__all__ = ["NAME", "HEADER", "sniff", "read", "parse_stream"]
+
+NAME = "rmm-log"
+HEADER = ("thread", "time", "action", "pointer", "size", "stream")
+REQUIRED = ("action", "pointer", "size")
+ACTIONS = {"allocate": "alloc", "free": "free", "deallocate": "free",
+           "allocate failure": "failure"}
+NULL_POINTERS = ("(nil)", "nil", "null", "nullptr", "0", "0x0")
+
+
+def sniff(head: bytes) -> bool:
+    """A first non-blank line that is RMM's header."""
+    text = head.decode("utf-8-sig", errors="replace")
+    for line in text.splitlines():
+        if line.strip():
+            return tuple(c.strip().lower() for c in line.split(",")) == HEADER
+    return False
+
+
+def parse_stream(text: str) -> int | str:
+    """A stream as logged (``0x0``, ``0x7f...``, a number), as an int when it is one."""
+    text = text.strip()
+    try:
+        return int(text, 0)
+    except ValueError:
+        return text
+
+
+def _pointer(text: str, where: dict) -> int:
+    text = text.strip()
+    if text.lower() in NULL_POINTERS:
+        return 0
+    try:
+        return int(text, 16)
+    except ValueError:
+        raise TraceFormatError(f"expected a hexadecimal pointer such as 0x7f8a40000000, "
+                               f"got {text!r}", field="Pointer", **where) from None
+
+
+def read(path: Path, options: ReadOptions) -> Loaded:
+    try:
+        return Loaded(_read(path, options), None)
+    except (UnicodeDecodeError, csv.Error, OSError, EOFError) as exc:
+        raise TraceFormatError(f"cannot be read as UTF-8 CSV: {exc}", path=str(path)) from None
+
+
+def _read(path: Path, options: ReadOptions):
+    name = str(path)
+    with open_text(path) as fh:
+        reader = csv.reader(fh)
+        header = next((row for row in reader if any(c.strip() for c in row)), None)
+        if header is None:
+            raise TraceFormatError("empty file: expected RMM's header "
+                                   "'Thread,Time,Action,Pointer,Size,Stream'", path=name, line=1)
+        header_line = reader.line_num
+        columns = [c.strip().lower() for c in header]
+        for req in REQUIRED:
+            if req not in columns:
+                raise TraceFormatError(f"missing column (header is {','.join(header)!r}, RMM "
+                                       f"writes Thread,Time,Action,Pointer,Size,Stream)",
+                                       path=name, line=header_line, field=req.capitalize())
+        return _events(reader, name, header, columns, header_line, options.stream)
+
+
+def _events(reader, name: str, header: list[str], columns: list[str], header_line: int,
+            stream: int | str | None):
+    col = {c: i for i, c in enumerate(columns)}
+    log = AllocationLog()
+    allocated_at: dict[int, tuple[int, int]] = {}  # pointer -> (size, line) of the live block
+    zero_size, rows = 0, 0
+    failures: Counter = Counter()
+    streams: set = set()
+    for row in reader:
+        line = reader.line_num  # RMM never quotes a newline: one record per line
+        if not any(c.strip() for c in row):
+            continue
+        where = {"path": name, "line": line}
+        if len(row) != len(columns):
+            cut = not any(any(c.strip() for c in rest) for rest in reader)
+            hint = (" (the log ends mid-line: flush it before reading, e.g. "
+                    "LoggingResourceAdaptor.flush(), or let the program exit)") if cut else ""
+            raise TraceFormatError(f"expected {len(columns)} fields ({','.join(header)}), "
+                                   f"got {len(row)}{hint}", **where)
+        rows += 1
+        text = row[col["action"]].strip()
+        action = ACTIONS.get(text.lower())
+        if action is None:
+            raise TraceFormatError(f"unknown action {text!r} (RMM logs 'allocate', 'free' "
+                                   f"and 'allocate failure')", field="Action", **where)
+        on = parse_stream(row[col["stream"]]) if "stream" in col else 0
+        streams.add(on)
+        if stream is not None and on != stream:
+            continue
+        size = to_int(row[col["size"]], "Size", where)
+        if size < 0:
+            raise TraceFormatError(f"size must be >= 0, got {size}", field="Size", **where)
+        pointer = _pointer(row[col["pointer"]], where)
+        if action == "failure":
+            failures["count"] += 1
+            failures["bytes"] += size
+        elif size == 0:
+            zero_size += 1
+        elif action == "alloc":
+            if pointer == 0:
+                raise TraceFormatError("allocate returned a null pointer (a failed request is "
+                                       "logged as 'allocate failure')", field="Pointer", **where)
+            if log.live_block(pointer) is not None:
+                raise TraceFormatError(
+                    f"pointer {pointer:#x} allocated again without a free since line "
+                    f"{allocated_at[pointer][1]}", field="Pointer", **where)
+            log.alloc(pointer, size)
+            allocated_at[pointer] = (size, line)
+        else:
+            if log.live_block(pointer) is None:
+                log.free_allocated_before(size)
+                continue
+            asked, at = allocated_at.pop(pointer)
+            if asked != size:
+                raise TraceFormatError(f"free of {pointer:#x} with size {size}, but line {at} "
+                                       f"allocated it with size {asked} (RMM frees must name "
+                                       f"the allocated size)", field="Size", **where)
+            log.free(pointer)
+    if rows == 0:
+        raise TraceFormatError("no allocations after the header", path=name,
+                               line=header_line + 1)
+    if stream is not None and stream not in streams:
+        listed = ", ".join(map(str, sorted(streams, key=str)))
+        raise TraceFormatError(f"no stream {stream} in the log (streams: {listed})",
+                               path=name, field="Stream")
+    metadata: dict[str, Any] = {
+        "source_format": NAME,
+        "import": {**log.report(), "events": rows, "stream": stream,
+                   "streams": sorted(streams, key=str), "zero_size_requests": zero_size,
+                   "failed_requests": {"count": failures["count"], "bytes": failures["bytes"]}},
+    }
+    return log.trace(source=name, **metadata)

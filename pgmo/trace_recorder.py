@@ -1,0 +1,135 @@
+"""Record a live CuPy program's allocations into a pgmo trace: :class:`TraceRecorder`.
+
+A CuPy memory hook (``cupy.cuda.MemoryHook``) hears every request that a
+memory pool serves: CuPy's stock pool, pgmo's pool, any pool that calls
+hooks.  Wrap one iteration::
+
+    with pgmo.TraceRecorder() as recorder:
+        train_step()
+    recorder.save("step.json")          # then: pgmo analyze step.json
+
+Hook signatures followed: CuPy 14, ``cupy/cuda/memory_hook.pyx``:
+``malloc_postprocess(device_id, size, mem_size, mem_ptr, pmem_id)``,
+``free_preprocess(device_id, mem_size, mem_ptr, pmem_id)``,
+``alloc_postprocess(device_id, mem_size, mem_ptr)``.  Each request is logged
+with the size asked for (``size``; the pool rounds it to ``mem_size``) and
+its lifetime runs from the pool handing the memory out to the pool taking it
+back.  Requests pair with frees by pointer, checked against the pooled
+memory's id: a pointer is reused once freed, and a request at a pointer
+whose free was not heard (freed in another thread: CuPy's hooks are
+per-thread) ends the old block there.  Frees of memory allocated before the
+``with`` block are kept as blocks live from the start, blocks still live at
+the end as open blocks (see :mod:`pgmo.formats.allocation_log`).
+
+The hooks only append to a list (they run inside CuPy's allocator, and a
+free may come from garbage collection in the middle of anything); the trace
+is built when asked for.  This module imports CuPy; the rest of pgmo does not.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from cupy.cuda import memory_hook
+
+from .formats import write_trace
+from .formats.allocation_log import AllocationLog
+from .trace import Trace
+
+__all__ = ["TraceRecorder"]
+
+_MALLOC, _FREE, _DEVICE_ALLOC = 0, 1, 2
+
+
+class TraceRecorder(memory_hook.MemoryHook):
+    """A CuPy memory hook that records every malloc and free into a pgmo trace.
+
+    ``pool``: optional, the pool being recorded (e.g.
+    ``cupy.get_default_memory_pool()``); with it the trace also records what
+    the pool reserved (``total_bytes()`` at the start plus what it took from
+    the device while recording), which ``pgmo analyze`` compares with.
+    Each ``with`` block starts a new recording.
+    """
+
+    name = "pgmo.TraceRecorder"
+
+    def __init__(self, pool: Any = None) -> None:
+        self.pool = pool
+        self._log: list[tuple] = []
+        self._reserved_at_start: int | None = None
+
+    # -- the context manager --------------------------------------------------
+    def __enter__(self) -> "TraceRecorder":
+        self._log = []
+        self._reserved_at_start = int(self.pool.total_bytes()) if self.pool is not None else None
+        return super().__enter__()
+
+    # -- CuPy's hook points: append only ----------------------------------------
+    def malloc_postprocess(self, device_id=0, size=0, mem_size=0, mem_ptr=0, pmem_id=0,
+                           **kwargs) -> None:
+        self._log.append((_MALLOC, device_id, mem_ptr, size, mem_size, pmem_id))
+
+    def free_preprocess(self, device_id=0, mem_size=0, mem_ptr=0, pmem_id=0, **kwargs) -> None:
+        self._log.append((_FREE, device_id, mem_ptr, mem_size, mem_size, pmem_id))
+
+    def alloc_postprocess(self, device_id=0, mem_size=0, mem_ptr=0, **kwargs) -> None:
+        if mem_ptr:  # 0: the device allocation failed
+            self._log.append((_DEVICE_ALLOC, device_id, mem_ptr, mem_size, mem_size, 0))
+
+    # -- results ----------------------------------------------------------------
+    def __len__(self) -> int:
+        """Events heard so far (mallocs, frees and device allocations)."""
+        return len(self._log)
+
+    def trace(self, device: int | None = None) -> Trace:
+        """The recording as a trace of one device (default: the one with the most events)."""
+        log = list(self._log)  # a snapshot: hooks may still append
+        counts = Counter(e[1] for e in log if e[0] != _DEVICE_ALLOC)
+        if device is None:
+            device = min(counts, key=lambda d: (-counts[d], d)) if counts else 0
+        pairing = AllocationLog()
+        pooled_id: dict[int, int] = {}
+        zero_size = failed = failed_bytes = unheard = 0
+        grown = 0
+        for kind, dev, ptr, size, mem_size, pmem_id in log:
+            if dev != device:
+                continue
+            if kind == _DEVICE_ALLOC:
+                grown += mem_size
+            elif kind == _MALLOC:
+                if size <= 0:
+                    zero_size += size == 0
+                    continue
+                if not ptr:  # malloc failed (CuPy reports pointer 0)
+                    failed += 1
+                    failed_bytes += size
+                    continue
+                if pairing.live_block(ptr) is not None:  # its free was not heard
+                    pairing.free(ptr)
+                    unheard += 1
+                pairing.alloc(ptr, size)
+                pooled_id[ptr] = pmem_id
+            elif mem_size > 0:
+                if pairing.live_block(ptr) is not None and pooled_id.get(ptr) == pmem_id:
+                    pairing.free(ptr)
+                elif pairing.live_block(ptr) is None:
+                    pairing.free_allocated_before(mem_size)
+                # else: the free of another pooled memory at this address, whose
+                # malloc was not heard; the live block keeps its address.
+        report = {**pairing.report(), "device": device, "devices": sorted(counts),
+                  "events": len(log), "zero_size_requests": zero_size,
+                  "failed_requests": {"count": failed, "bytes": failed_bytes},
+                  "frees_not_heard": unheard}
+        metadata: dict[str, Any] = {"source_format": "cupy-memory-hook",
+                                    "recorded_by": "pgmo.TraceRecorder", "import": report}
+        if self._reserved_at_start is not None:
+            metadata["reserved_peak"] = self._reserved_at_start + grown
+            metadata["reserved_by"] = "the CuPy pool"
+        return pairing.trace(**metadata)
+
+    def save(self, path, device: int | None = None) -> Trace:
+        """Write the trace (pgmo JSON for ``.json``/``.json.gz``, else CSV); returns it."""
+        trace = self.trace(device)
+        write_trace(trace, path)
+        return trace

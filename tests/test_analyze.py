@@ -1,0 +1,184 @@
+"""``pgmo analyze`` and :func:`pgmo.analyze`: will pgmo save me memory?"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+import pgmo
+from pgmo.analysis import at_granularity, human_bytes, parse_bytes
+from pgmo.cli import main
+from pgmo.synth_logs import pytorch_snapshot, rmm_logs
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory):
+    """A generated (synthetic) snapshot: 3 iterations of a bundled trace plus weights."""
+    trace = pgmo.bundled.load("synthetic-alexnet-train-b32")
+    path = tmp_path_factory.mktemp("snap") / "snap.pickle"
+    path.write_bytes(pickle.dumps(pytorch_snapshot(trace, iterations=3, before=[64 * MIB])))
+    return path
+
+
+def test_a_snapshot_is_compared_with_what_pytorch_reserved(snapshot):
+    result = pgmo.analyze(snapshot, time_limit=2)
+    trace = pgmo.read_trace(snapshot)
+    assert result.format == "pytorch-snapshot"
+    assert result.requests == len(trace) == 3 * 51 + 1
+    assert result.reserved == trace.metadata["reserved_peak"]
+    assert result.reserved_by.startswith("PyTorch")
+    # no plan beats the lower bound; best is never worse than the paper's best-fit
+    assert result.lower_bound <= result.plans["best"]["peak"] <= result.plans["bestfit"]["peak"]
+    assert result.lower_bound == at_granularity(trace, 512).lower_bound()
+    saved, percent = result.saving(result.plans["best"]["peak"])
+    assert saved == result.reserved - result.plans["best"]["peak"]
+    assert percent == pytest.approx(100 * saved / result.reserved)
+    assert any("never freed" in n for n in result.notes)  # the weights
+
+
+def test_granularity_one_analyses_the_sizes_as_requested():
+    trace = pgmo.Trace.from_rows([(0, 2, 100), (1, 3, 1000)])
+    assert pgmo.analyze(trace, granularity=1, method="bestfit").lower_bound == 1100
+    assert pgmo.analyze(trace, method="bestfit").lower_bound == 512 + 1024
+    with pytest.raises(ValueError, match="granularity"):
+        pgmo.analyze(trace, granularity=0)
+
+
+def test_nothing_to_optimize_is_said_plainly():
+    all_live = pgmo.Trace.from_rows([(0, 5, 512), (1, 5, 512), (2, 5, 1024)])
+    result = pgmo.analyze(all_live, method="bestfit")
+    assert result.lower_bound == result.plans["bestfit"]["peak"] == result.no_reuse
+    assert any(n.startswith("nothing to optimize: all 3 requests are live at the same time")
+               for n in result.notes)
+    empty = pgmo.analyze(pgmo.Trace(()))
+    assert empty.plans == {} and empty.plan is None
+    assert "nothing to optimize: the trace has no allocation requests" in empty.notes
+
+
+def test_a_segment_only_snapshot_has_nothing_to_optimize(tmp_path):
+    seg = {"device": 0, "address": 4096, "total_size": 2 * MIB, "stream": 0,
+           "blocks": [{"size": 1024, "requested_size": 1000, "state": "active_allocated"},
+                      {"size": 2048, "requested_size": 2048, "state": "active_allocated"},
+                      {"size": 2 * MIB - 3072, "requested_size": 0, "state": "inactive"}]}
+    path = tmp_path / "state.pickle"
+    path.write_bytes(pickle.dumps([seg]))
+    result = pgmo.analyze(path, method="bestfit")
+    assert result.reserved == 2 * MIB and result.lower_bound == 1024 + 2048
+    text = " ".join(result.notes)
+    assert "nothing to optimize" in text and "_record_memory_history" in text
+
+
+def test_reserved_can_be_given_as_bytes_or_as_the_log_under_a_pool(tmp_path):
+    trace = pgmo.bundled.load("synthetic-alexnet-train-b32")
+    requests, upstream = rmm_logs(trace, iterations=2)
+    req, up = tmp_path / "req.csv", tmp_path / "up.csv"
+    req.write_text(requests)
+    up.write_text(upstream)
+    unknown = pgmo.analyze(req, method="bestfit")
+    assert unknown.reserved is None and unknown.saving(unknown.lower_bound) is None
+    assert any("--reserved" in n for n in unknown.notes)
+    from_log = pgmo.analyze(req, reserved=up, method="bestfit")
+    assert from_log.reserved == pgmo.read_trace(up).lower_bound()
+    assert "up.csv" in from_log.reserved_by
+    assert pgmo.analyze(req, reserved="8 GiB", method="bestfit").reserved == 8 << 30
+    assert pgmo.analyze(req, reserved=123456, method="bestfit").reserved == 123456
+
+
+@pytest.mark.parametrize("text, nbytes", [("8589934592", 8 << 30), ("8GiB", 8 << 30),
+                                          ("7.5 GB", 7_500_000_000), ("1_024", 1024),
+                                          ("512 MiB", 512 * MIB), ("plan.csv", None),
+                                          ("8 parsecs", None)])
+def test_parse_bytes(text, nbytes):
+    assert parse_bytes(text) == nbytes
+
+
+def test_human_bytes():
+    assert human_bytes(512) == "512 B"
+    assert human_bytes(3 * MIB // 2) == "1.50 MiB"
+    assert human_bytes(None) == "-"
+
+
+def test_the_command_prints_one_table_with_the_savings(snapshot, capsys):
+    assert main(["analyze", str(snapshot), "--time-limit", "1"]) == 0
+    out = capsys.readouterr().out
+    for text in ("pytorch-snapshot", "reserved by PyTorch", "lower bound", "bestfit plan",
+                 "best plan", "no reuse", "saved vs reserved", "%", "rounded up to 512 B"):
+        assert text in out
+    best = next(line for line in out.splitlines() if line.startswith("best plan"))
+    result = pgmo.analyze(snapshot, time_limit=1)
+    assert f"{result.plans['best']['peak']:,}" in best
+
+
+def test_json_output_is_machine_readable(snapshot, capsys):
+    assert main(["analyze", str(snapshot), "--json", "--method", "bestfit"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["plans"]) == {"bestfit"}
+    assert doc["reserved"] - doc["plans"]["bestfit"]["peak"] == \
+        doc["savings_vs_reserved"]["bestfit"]["bytes"]
+    assert doc["import"]["device"] == 0 and doc["format"] == "pytorch-snapshot"
+
+
+def test_plot_writes_the_picture_and_keeps_json_clean(snapshot, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "plan.png"
+    assert main(["analyze", str(snapshot), "--method", "bestfit", "--json",
+                 "--plot", str(png)]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)
+    assert f"wrote {png}" in captured.err
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_device_and_stream_flags_reach_the_reader(tmp_path, capsys):
+    events = [[{"action": "alloc", "addr": 16, "size": 8, "stream": 0}],
+              [{"action": "alloc", "addr": 16, "size": 4096, "stream": 3},
+               {"action": "alloc", "addr": 99, "size": 1024, "stream": 4}]]
+    path = tmp_path / "two.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": events}))
+    assert main(["analyze", str(path), "--method", "bestfit", "--device", "0", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["requests"] == 1
+    assert main(["analyze", str(path), "--method", "bestfit", "--stream", "4", "--json",
+                 "--granularity", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["lower_bound"] == 1024
+    assert main(["solve", str(path), "--method", "bestfit", "--device", "0"]) == 0
+
+
+def test_progress_is_shown_on_solves_when_asked(snapshot, capsys):
+    assert main(["analyze", str(snapshot), "--progress", "--time-limit", "1"]) == 0
+    assert "planning" in capsys.readouterr().err
+
+
+def test_bad_input_is_one_line_without_traceback(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("Thread,Time,Action,Pointer,Size,Stream\n1,2,grow,0x1,8,0x0\n")
+    proc = subprocess.run([sys.executable, "-m", "pgmo", "analyze", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert "bad.csv, line 2, field 'Action': unknown action 'grow'" in proc.stderr
+
+
+def test_the_readme_shows_what_pgmo_prints_for_its_generated_snapshot(tmp_path, monkeypatch):
+    """The README's example output, regenerated as the README says it was made."""
+    from pathlib import Path
+
+    from pgmo.synth_logs import main as synth_main
+
+    readme = (Path(__file__).resolve().parents[1] / "README.rst").read_text()
+    block = readme.split("   $ pgmo analyze snapshot.pickle\n", 1)[1]
+    shown = []
+    for line in block.splitlines():
+        if line and not line.startswith("   "):
+            break
+        shown.append(line[3:])
+    monkeypatch.chdir(tmp_path)
+    assert synth_main(["--iterations", "10", "--weights", "268435456",
+                       "--pytorch", "snapshot.pickle"]) == 0
+    printed = pgmo.analyze("snapshot.pickle").format_table()
+    assert "\n".join(shown).strip() == printed.strip()
