@@ -168,17 +168,16 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         right after the hand-out, and their free hooks when they are freed.
         """
         memptr = self._engine.hot.slow(size)  # raises CuPy's errors for bad sizes
-        if memptr.mem.size == 0:
-            return memptr  # a null pointer is no allocation
-        release = memptr.mem._owner
-        if release.arena is None and self._fallback_reports_hooks:
+        release = memptr.mem._owner  # None for a null (size 0) pointer
+        if release is not None and release.arena is None and self._fallback_reports_hooks:
             return memptr
         device_id, rounded = self._device_id, round_size(size)
         mem_ptr, pmem_id = memptr.ptr, id(memptr.mem)
         call_hooks("malloc", {"device_id": device_id, "size": size, "mem_size": rounded},
                    lambda: memptr, lambda m: {"mem_ptr": mem_ptr if m is not None else 0,
                                               "pmem_id": pmem_id if m is not None else 0})
-        release.on_free = FreeReport(device_id, rounded, mem_ptr, pmem_id)
+        if release is not None:  # as in CuPy, a null pointer's end is not reported
+            release.on_free = FreeReport(device_id, rounded, mem_ptr, pmem_id)
         return memptr
 
     # ------------------------------------------------------------- iterations
