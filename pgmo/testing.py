@@ -24,7 +24,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .trace import Trace, events
-from .units import ALIGNMENT as _ALIGN
+from .units import ALIGNMENT as _ALIGN, round_size
 
 __all__ = ["HostMemory", "HostFallback", "host_pool", "host_engine", "host_backend", "replay",
            "Checker", "events", "TEST_DEFAULTS"]
@@ -273,6 +273,8 @@ class Checker:
         self.corrupted = 0
         self.overlaps = 0
         self.checked_bytes = 0
+        self.live_bytes = 0  # rounded bytes of the blocks it handed out, not freed yet
+        self.peak_bytes = 0  # the most of them at once
         self._starts: list[tuple[int, int]] = []  # (ptr, serial), sorted
         self._ends: dict[int, int] = {}  # serial -> end address
 
@@ -292,6 +294,8 @@ class Checker:
             self._starts.insert(k, key)
             self._ends[serial] = end
             self._write(memptr, size, serial)
+            self.live_bytes += round_size(size)
+            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
         return memptr, size, serial
 
     def free(self, handle: tuple[Any, int, int]) -> bool:
@@ -306,6 +310,7 @@ class Checker:
             k = bisect.bisect_left(self._starts, (memptr.ptr, serial))
             del self._starts[k]
             del self._ends[serial]
+            self.live_bytes -= round_size(size)
         return ok
 
     def _views(self, memptr, size: int):
@@ -338,8 +343,9 @@ def replay(traces: Trace | Iterable[Trace], pool, *, interrupted: bool = False,
     reference.  With ``interrupted`` every iteration runs inside
     ``pool.interrupted()`` (fallback mode).  Returns ``corrupted`` (blocks
     whose pattern changed), ``overlaps`` (live blocks sharing addresses),
-    ``iterations``, ``requests``, ``checked_bytes``, ``modes`` (the pool mode
-    in each iteration) and ``stats`` (``pool.stats()`` at the end).
+    ``iterations``, ``requests``, ``checked_bytes``, ``peak_bytes`` (the most
+    rounded bytes of its blocks live at once), ``modes`` (the pool mode in each
+    iteration) and ``stats`` (``pool.stats()`` at the end).
     """
     if isinstance(traces, Trace):
         traces = [traces]
@@ -370,4 +376,5 @@ def replay(traces: Trace | Iterable[Trace], pool, *, interrupted: bool = False,
         live.clear()
     return {"corrupted": checker.corrupted, "overlaps": checker.overlaps,
             "iterations": len(modes), "requests": requests,
-            "checked_bytes": checker.checked_bytes, "modes": modes, "stats": pool.stats()}
+            "checked_bytes": checker.checked_bytes, "peak_bytes": checker.peak_bytes,
+            "modes": modes, "stats": pool.stats()}

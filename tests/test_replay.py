@@ -8,10 +8,29 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import pgmo
-from pgmo.testing import Checker, host_pool, replay
+from pgmo.engine import Engine, compiled, pool_options, reference_handout
+from pgmo.engine import handout as compiled_handout
+from pgmo.testing import Checker, host_backend, host_engine, replay
+from pgmo.trace import events
 
 from .benchmarks import BENCH, needs_bench
 from .strategies import event_traces, traces, workloads
+
+
+def _host_pool(**options):
+    pytest.importorskip("cupy")
+    from pgmo.testing import host_pool
+
+    return host_pool(**options)
+
+
+#: Every replay test runs on the engine alone (no CuPy needed) and on the CuPy pool.
+POOLS = {"engine": host_engine, "cupy-pool": _host_pool}
+
+
+@pytest.fixture(params=sorted(POOLS))
+def make_pool(request):
+    return POOLS[request.param]
 
 
 
@@ -22,13 +41,17 @@ def scaled(trace: pgmo.Trace, max_peak: int = 4 << 20) -> pgmo.Trace:
                                    for b in trace.blocks])
 
 
-def assert_clean(res, pool):
+def assert_clean(res, fresh: bool = True):
+    """No corrupted byte, no shared address, every block given back, peaks as observed."""
     assert res["corrupted"] == 0
     assert res["overlaps"] == 0
     st = res["stats"]
     assert st.used_bytes + st.free_bytes == st.total_bytes
     assert st.live_bytes == 0 and st.used_bytes == 0
-    assert st.peak_used_bytes >= 0
+    if fresh:  # the replay was all this pool ever served
+        assert st.peak_used_bytes == res["peak_bytes"]
+    else:
+        assert st.peak_used_bytes >= res["peak_bytes"]
 
 
 def bundled_names():
@@ -40,22 +63,22 @@ def bundled_names():
 
 
 @pytest.mark.parametrize("name", bundled_names() or ["<none>"])
-def test_bundled_traces_in_all_modes(name):
+def test_bundled_traces_in_all_modes(name, make_pool):
     if name == "<none>":
         pytest.skip("no bundled traces")
     from pgmo import bundled
 
     trace = scaled(bundled.load(name))
-    pool = host_pool(warmup=1)
+    pool = make_pool(warmup=1)
     res = replay([trace] * 4, pool)
-    assert_clean(res, pool)
+    assert_clean(res)
     assert res["modes"] == ["warmup", "profiling", "optimized", "optimized"]
     st = res["stats"]
     assert st.planned_requests == 2 * len(trace)
     assert st.fallback_requests == 0 and st.reoptimizations == 0
     assert st.planned_peak >= st.lower_bound > 0
     fb = replay([trace], pool, interrupted=True)
-    assert_clean(fb, pool)
+    assert_clean(fb, fresh=False)
     assert fb["modes"] == ["fallback"]
     assert fb["stats"].interrupted_requests == len(trace)
 
@@ -69,29 +92,28 @@ DSA_FILES = ["omnimalloc-small/c.8.csv", "minimalloc/challenging/A.1048576.csv",
 
 @needs_bench
 @pytest.mark.parametrize("rel", DSA_FILES)
-def test_dsa_benchmark_traces_in_all_modes(rel):
+def test_dsa_benchmark_traces_in_all_modes(rel, make_pool):
     path = BENCH / rel
     if not path.exists():
         pytest.skip(f"{rel} not present")
     trace = pgmo.read_trace(path, inclusive="iree" in rel)
     trace = scaled(trace)
-    pool = host_pool(warmup=1)
+    pool = make_pool(warmup=1)
     res = replay([trace] * 3, pool)
-    assert_clean(res, pool)
+    assert_clean(res)
     assert res["modes"][-1] == "optimized"
     assert res["stats"].planned_requests == len(trace)
     assert res["stats"].fallback_requests == 0
     fb = replay([trace], pool, interrupted=True)
-    assert_clean(fb, pool)
+    assert_clean(fb, fresh=False)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(t=event_traces(max_blocks=25), u=traces(max_blocks=20))
 def test_random_traces_alternating(t, u):
     """Hot runs of one trace, then another trace: departures, never corruption."""
-    pool = host_pool(warmup=1)
-    res = replay([t, t, t, u, t, u, u, t], pool)
-    assert_clean(res, pool)
+    res = replay([t, t, t, u, t, u, u, t], host_engine(warmup=1))
+    assert_clean(res)
 
 
 def drive(pool, workload):
@@ -101,7 +123,9 @@ def drive(pool, workload):
     for ops, hold in workload:
         live = held
         interrupted = False
+        before = pool.stats()
         with pool.iteration():
+            mode = pool.mode
             for kind, x in ops:
                 if kind == "a":
                     live.append(checker.alloc(pool, x))
@@ -123,10 +147,16 @@ def drive(pool, workload):
                     del handle
         held = live
         st = pool.stats()
-        assert st.used_bytes >= 0
         assert st.used_bytes + st.free_bytes == st.total_bytes
-        assert st.peak_used_bytes >= st.used_bytes == st.live_bytes
-        assert st.mode in ("profiling", "optimized")
+        assert st.used_bytes == st.live_bytes == sum(-(-h[1] // 512) * 512 for h in held)
+        assert st.peak_used_bytes == checker.peak_bytes  # the pool served nothing else
+        # The mode said what the iteration did: only optimized ones use the arena,
+        # and only the others profile.
+        assert mode in ("warmup", "profiling", "optimized"), mode
+        if mode == "optimized":
+            assert st.profiled_requests == before.profiled_requests
+        else:
+            assert st.planned_requests == before.planned_requests
     while held:
         handle = held.pop()
         checker.free(handle)
@@ -137,7 +167,7 @@ def drive(pool, workload):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(w=workloads())
 def test_non_hot_workloads_never_corrupt(w):
-    pool = host_pool(warmup=1)
+    pool = host_engine(warmup=1)
     checker = drive(pool, w)
     assert checker.corrupted == 0 and checker.overlaps == 0
     st = pool.stats()
@@ -163,9 +193,9 @@ def variable_length_trace(rng: random.Random) -> pgmo.Trace:
     return pgmo.Trace.from_tuples([tuple(r) for r in rows])
 
 
-def test_reoptimizations_become_rare_on_a_variable_length_workload():
+def test_reoptimizations_become_rare_on_a_variable_length_workload(make_pool):
     rng = random.Random(7)
-    pool = host_pool(warmup=1)
+    pool = make_pool(warmup=1)
     counts = []
     corrupted = 0
     for _ in range(150):
@@ -181,10 +211,10 @@ def test_reoptimizations_become_rare_on_a_variable_length_workload():
     assert st.planned_requests > st.fallback_requests
 
 
-def test_seq2seq_sizes_converge():
+def test_seq2seq_sizes_converge(make_pool):
     from pgmo import synth
 
-    pool = host_pool(warmup=1)
+    pool = make_pool(warmup=1)
     counts = []
     for seed in range(90):
         t = synth.seq2seq_training(batch=2, hidden=16, vocab=40, layers=2, seed=seed)
@@ -195,13 +225,13 @@ def test_seq2seq_sizes_converge():
     assert counts[29] >= 1
 
 
-def test_concurrent_stats_and_frees_from_other_threads():
+def test_concurrent_stats_and_frees_from_other_threads(make_pool):
     """The owner's lock-free path must stay exclusive when other threads join in."""
     import queue
     import threading
 
     trace = pgmo.Trace.from_tuples([(i, i, i + 3, 1000 + 512 * (i % 5)) for i in range(40)])
-    pool = host_pool(warmup=1)
+    pool = make_pool(warmup=1)
     replay([trace] * 2, pool)
     assert pool.mode == "optimized"
     stop = threading.Event()
@@ -249,3 +279,53 @@ def test_concurrent_stats_and_frees_from_other_threads():
     st = pool.stats()
     assert st.live_bytes == st.used_bytes == 0
     assert st.planned_requests > 0  # the arena was in use while the threads ran
+
+
+# -- the compiled hot path against its plain-Python reference -------------------------
+def placements(engine, traces):
+    """Where each request went: ("arena", offset) or ("fallback", None), per iteration."""
+    out = []
+    for trace in traces:
+        live = {}
+        with engine.iteration():
+            for _, kind, i in events(trace.blocks):
+                if kind:
+                    p = engine.malloc(trace.blocks[i].size)
+                    arena = engine.hot.arena
+                    inside = arena is not None and arena.ptr <= p.ptr < arena.ptr + arena.size
+                    out.append(("arena", p.ptr - arena.ptr) if inside else ("fallback", None))
+                    live[i] = p
+                else:
+                    del live[i]
+        live.clear()
+    return out
+
+
+@pytest.mark.skipif(not compiled_handout.COMPILED, reason="pgmo was built without Cython")
+@pytest.mark.parametrize("name", bundled_names()[:3] or ["<none>"])
+def test_compiled_and_reference_hot_paths_place_every_block_alike(name):
+    if name == "<none>":
+        pytest.skip("no bundled traces")
+    from pgmo import bundled, synth
+
+    hot = scaled(bundled.load(name))
+    other = [synth.seq2seq_training(batch=2, hidden=16, vocab=40, layers=2, seed=s)
+             for s in range(3)]
+    traces = [hot, hot, hot, other[0], hot, other[1], other[2], hot, hot]
+    results = []
+    for hot_path in (compiled_handout.HotPath, reference_handout().HotPath):
+        engine = Engine(host_backend(), pool_options(warmup=1, replan="sync", method="bestfit"),
+                        hot_path=hot_path)
+        results.append((placements(engine, traces), engine.stats()))
+    (compiled_out, compiled_stats), (reference_out, reference_stats) = results
+    assert compiled_out == reference_out
+    assert compiled_stats.planned_requests > 0 and compiled_stats.departures > 0
+    assert compiled_stats == reference_stats
+
+
+def test_the_default_hot_path_is_the_compiled_one_when_built(monkeypatch):
+    engine = host_engine()
+    assert (type(engine.hot).__module__ == "pgmo.engine.handout") == compiled()
+    monkeypatch.setenv("PGMO_PURE_PYTHON", "1")
+    assert not compiled()
+    assert type(host_engine().hot).__module__ == "pgmo.engine._handout_reference"

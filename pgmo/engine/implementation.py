@@ -9,6 +9,7 @@ plain-Python one anyway (to debug, or to compare).
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import sys
 from pathlib import Path
@@ -17,6 +18,17 @@ from types import ModuleType
 from . import handout
 
 __all__ = ["reference_handout", "default_hot_path", "compiled"]
+
+log = logging.getLogger("pgmo.pool")
+
+
+def _stale() -> bool:
+    """The compiled module is older than its source (edited, not rebuilt): do not trust it."""
+    source = Path(handout.__file__).with_name("handout.py")
+    try:
+        return source.stat().st_mtime > Path(handout.__file__).stat().st_mtime
+    except OSError:
+        return False
 
 
 def reference_handout() -> ModuleType:
@@ -37,7 +49,13 @@ def reference_handout() -> ModuleType:
 
 def compiled() -> bool:
     """Whether the engine's default hot path is compiled."""
-    return handout.COMPILED and not os.environ.get("PGMO_PURE_PYTHON")
+    if not handout.COMPILED or os.environ.get("PGMO_PURE_PYTHON"):
+        return False
+    if _stale():
+        log.warning("pgmo's compiled hot path is older than pgmo/engine/handout.py; running "
+                    "the plain-Python one (rebuild with: pip install -e .)")
+        return False
+    return True
 
 
 def default_hot_path() -> type:
