@@ -47,7 +47,7 @@ from ..solver import SolverOptions, solve
 from ..trace import Trace
 from .recording import Log, merge, to_profile
 from .schedule import Schedule, compile_schedule
-from .worker import receive, send
+from .wire import receive, send
 
 __all__ = ["Planner", "MODES", "SYNC_BLOCKS"]
 

@@ -17,35 +17,13 @@ when its parent dies.  It never imports CuPy.
 from __future__ import annotations
 
 import os
-import pickle
-import struct
 import sys
 import time
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-__all__ = ["send", "receive", "main"]
+from .wire import receive, send
 
-_HEADER = struct.Struct("<Q")
-
-
-def send(stream: BinaryIO, message: Any) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)))
-    stream.write(data)
-    stream.flush()
-
-
-def receive(stream: BinaryIO) -> Any:
-    """The next message, or None when the stream ended."""
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        return None
-    (length,) = _HEADER.unpack(header)
-    data = stream.read(length)
-    if len(data) < length:
-        return None
-    return pickle.loads(data)
-
+__all__ = ["main"]
 
 def _die_with_parent() -> None:
     """Linux: get SIGTERM when the parent dies, so a killed trainer leaves no worker."""

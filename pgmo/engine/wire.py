@@ -1,0 +1,34 @@
+"""The worker's wire format: length-prefixed pickles of plain data over a pipe.
+
+Only pgmo's own processes are at either end (the planner and the worker it
+started), so pickle is safe here.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import Any, BinaryIO
+
+__all__ = ["send", "receive"]
+
+_HEADER = struct.Struct("<Q")
+
+
+def send(stream: BinaryIO, message: Any) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)))
+    stream.write(data)
+    stream.flush()
+
+
+def receive(stream: BinaryIO) -> Any:
+    """The next message, or None when the stream ended."""
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    (length,) = _HEADER.unpack(header)
+    data = stream.read(length)
+    if len(data) < length:
+        return None
+    return pickle.loads(data)

@@ -1,0 +1,317 @@
+"""Re-planning off the training thread: the background solver, its failures, its lifetime.
+
+The pool installs the paper's best-fit plan at once, lets a worker process
+search for a better one, and swaps it in at a later iteration boundary.  These
+tests run on the engine alone (no CuPy) with every byte checked; they wait
+for background work by polling with a generous timeout, never by assuming a
+speed.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import queue
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import pgmo
+from pgmo.engine import planner as planner_module
+from pgmo.testing import Checker, host_engine, replay
+
+BACKGROUND = {"replan": "background", "method": "best", "time_limit": 5.0}
+
+
+def event_trace(seed: int, n: int = 60) -> pgmo.Trace:
+    """A random iteration as the pool records one (block i = request i, one tick per event)."""
+    rng = random.Random(seed)
+    sizes = [rng.choice([1, 2, 3, 5, 8, 13]) * 512 * rng.randint(1, 8) for _ in range(n)]
+    order, pending, nxt = [], [], 0
+    while nxt < n or pending:
+        if nxt < n and (not pending or rng.random() < 0.55):
+            order.append(("a", nxt))
+            pending.append(nxt)
+            nxt += 1
+        else:
+            order.append(("f", pending.pop(rng.randrange(len(pending)))))
+    lower, upper = {}, {}
+    for tick, (kind, j) in enumerate(order):
+        (lower if kind == "a" else upper)[j] = tick
+    return pgmo.Trace.from_columns([lower[i] for i in range(n)], [upper[i] for i in range(n)],
+                                   sizes)
+
+
+#: Best-fit is 12 % above the lower bound here; the full search reaches it.
+HARD = event_trace(25)
+#: The full search does not reach the lower bound here within seconds: a solve
+#: that is still running when the test needs one.
+STUBBORN = event_trace(4, n=400)
+
+
+def test_the_hard_trace_is_hard():
+    assert pgmo.solve(HARD, method="bestfit").peak > HARD.lower_bound()
+    assert pgmo.solve(HARD, method="best", time_limit=5).peak == HARD.lower_bound()
+
+
+def wait_for(condition, engine, trace, timeout: float = 60.0) -> list[dict]:
+    """Replay ``trace`` once per iteration until ``condition()`` holds."""
+    results = []
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "background work did not finish in time"
+        results.append(replay([trace], engine))
+        time.sleep(0.01)
+    return results
+
+
+def assert_clean(results):
+    assert all(r["corrupted"] == 0 and r["overlaps"] == 0 for r in results)
+
+
+def test_best_fit_at_once_then_the_better_plan_at_a_later_boundary():
+    engine = host_engine(warmup=1, **BACKGROUND)
+    first = replay([HARD] * 3, engine)
+    assert first["modes"] == ["warmup", "profiling", "optimized"]
+    assert first["stats"].plan_method in ("bestfit", "best")  # best-fit at once (or both)
+    results = wait_for(lambda: engine.stats().plan_method == "best", engine, HARD)
+    assert_clean(results + [first])
+    st = engine.stats()
+    assert st.planned_peak == st.lower_bound == HARD.lower_bound()
+    assert st.arena_bytes == st.planned_peak  # the arena shrank to the better plan
+    assert st.background_solves == 1
+    assert st.fallback_requests == 0 and st.stale_plans == 0 and st.planner_failures == 0
+    engine.close()
+
+
+def test_a_large_profile_is_planned_off_the_boundary_while_the_fallback_serves(monkeypatch):
+    monkeypatch.setattr(planner_module, "SYNC_BLOCKS", 10)  # HARD counts as large now
+    engine = host_engine(warmup=0, **BACKGROUND)
+    engine.planner.sync_blocks = 10
+    first = replay([HARD], engine)  # profiled; nothing is solved at the boundary
+    assert engine.stats().plan_method == "" and engine.mode in ("planning", "optimized")
+    results = wait_for(lambda: engine.stats().plan_method == "best", engine, HARD)
+    modes = [m for r in results for m in r["modes"]]
+    assert set(modes) <= {"planning", "optimized"}
+    assert_clean(results + [first])
+    engine.close()
+
+
+def test_a_newer_profile_supersedes_a_running_solve():
+    engine = host_engine(warmup=0, **{**BACKGROUND, "time_limit": 30.0})
+    hard = STUBBORN
+    replay([hard], engine)
+    wait_for(lambda: engine.stats().plan_method == "bestfit", engine, hard)
+    assert engine.planner.busy, "the search ended early: STUBBORN needs a harder trace"
+    bigger = pgmo.Trace.from_columns(*[list(c) for c in hard.columns()[:2]],
+                                     [s + 512 for s in hard.columns()[2]])
+    res = replay([bigger], engine)  # every request larger: a new profile
+    assert res["corrupted"] == 0 and engine.stats().reoptimizations == 1
+    results = wait_for(lambda: engine.stats().stale_plans >= 1, engine, bigger)
+    results += wait_for(lambda: engine.plan.trace.blocks == engine.profile.without_open().blocks
+                       and engine.stats().plan_method == "bestfit", engine, bigger)
+    assert_clean(results)
+    assert engine.plan.trace[0].size == bigger[0].size  # planned for the newest profile
+    engine.close()
+
+
+def test_a_crashed_worker_is_counted_warned_about_once_and_the_pool_keeps_serving(caplog):
+    engine = host_engine(warmup=0, **{**BACKGROUND, "time_limit": 30.0})
+    hard = STUBBORN
+    with caplog.at_level(logging.WARNING, logger="pgmo.pool"):
+        replay([hard], engine)
+        wait_for(lambda: engine.planner._worker is not None, engine, hard)
+        engine.planner._worker.proc.kill()
+        results = wait_for(lambda: engine.stats().planner_failures == 1, engine, hard)
+        results += [replay([hard], engine) for _ in range(3)]
+    assert_clean(results)
+    st = engine.stats()
+    assert st.planner_failures == 1 and st.plan_method == "bestfit"
+    assert st.planned_requests >= 3 * len(hard)  # still served from the best-fit plan
+    warnings = [r for r in caplog.records if "background solver failed" in r.message]
+    assert len(warnings) == 1 and "exited" in warnings[0].message
+    engine.close()
+
+
+def test_a_worker_past_its_time_is_stopped_and_counted(monkeypatch, caplog):
+    monkeypatch.setattr(planner_module, "WORKER_GRACE", 0.0)
+    engine = host_engine(warmup=0, **{**BACKGROUND, "time_limit": 0.01})
+    hard = STUBBORN  # starting Python alone takes longer than 10 ms
+    with caplog.at_level(logging.WARNING, logger="pgmo.pool"):
+        results = wait_for(lambda: engine.stats().planner_failures >= 1, engine, hard)
+    assert_clean(results)
+    assert "longer than its time limit" in caplog.text
+    assert engine.stats().plan_method == "bestfit"
+    engine.close()
+
+
+def test_background_solving_under_concurrent_mallocs_and_frees():
+    """Other threads allocate and free while plans are swapped in: never an overlap.
+
+    The iteration's frees come late, from another thread, so iterations depart
+    from their plan and new profiles keep superseding background solves: plans
+    are swapped in at many boundaries.
+    """
+    engine = host_engine(warmup=1, **BACKGROUND)
+    checker = Checker(host=True)
+    lock = threading.Lock()
+    handoff: queue.Queue = queue.Queue()
+    stop = threading.Event()
+    errors = []
+
+    def other_thread():
+        rng = random.Random(threading.get_ident())
+        held = []
+        while not stop.is_set():
+            with lock:
+                held.append(checker.alloc(engine, rng.randint(1, 20_000)))
+            if len(held) > 5:
+                with lock:
+                    if not checker.free(held.pop(0)):
+                        errors.append("corrupted")
+        with lock:
+            for handle in held:
+                checker.free(handle)
+        held.clear()
+
+    def freer():
+        while not (stop.is_set() and handoff.empty()):
+            try:
+                handle = handoff.get(timeout=0.01)
+            except queue.Empty:
+                continue
+            with lock:
+                if not checker.free(handle):
+                    errors.append("corrupted")
+            del handle
+            handoff.task_done()
+
+    threads = [threading.Thread(target=other_thread, daemon=True) for _ in range(2)]
+    threads.append(threading.Thread(target=freer, daemon=True))
+    for t in threads:
+        t.start()
+    evs = pgmo.trace.events(HARD.blocks)
+    deadline = time.monotonic() + 60
+    iterations = 0
+    try:
+        while engine.stats().background_solves < 3 or iterations < 20:
+            assert time.monotonic() < deadline, "no background solve started"
+            live = {}
+            with engine.iteration():
+                for _, kind, i in evs:
+                    if kind:
+                        with lock:
+                            live[i] = checker.alloc(engine, HARD.blocks[i].size)
+                    else:
+                        handoff.put(live.pop(i))  # freed by the other thread, later
+                handoff.join()  # ...but within the iteration (else they are pinned)
+            iterations += 1
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors
+    assert checker.corrupted == 0 and checker.overlaps == 0
+    st = engine.stats()
+    assert st.used_bytes == st.live_bytes == 0
+    assert st.foreign_requests > 0 and st.planned_requests > 0 and st.reoptimizations > 0
+    engine.close()
+
+
+def test_torture_workloads_with_background_replanning():
+    """Variable lengths and sizes, plans arriving at any boundary: every byte checked."""
+    from pgmo import synth
+
+    engine = host_engine(warmup=1, **{**BACKGROUND, "time_limit": 0.5})
+    results = []
+    for seed in range(60):
+        trace = synth.seq2seq_training(batch=2, hidden=16, vocab=40, layers=2, seed=seed % 12)
+        results.append(replay([trace], engine))
+        if seed % 7 == 0:
+            results.append(replay([HARD, HARD], engine))
+    assert_clean(results)
+    st = engine.stats()
+    assert st.reoptimizations >= 1 and st.background_solves >= 1
+    assert st.used_bytes == 0
+    engine.close()
+
+
+# -- no orphan worker ------------------------------------------------------------------
+def worker_of(engine, trace=HARD):
+    wait_for(lambda: engine.planner._worker is not None, engine, trace)
+    return engine.planner._worker.proc
+
+
+def gone(proc, timeout: float = 10.0) -> bool:
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def test_dropping_the_engine_stops_its_worker():
+    engine = host_engine(warmup=0, **{**BACKGROUND, "time_limit": 30.0})
+    proc = worker_of(engine, STUBBORN)
+    del engine
+    gc.collect()
+    assert gone(proc)
+
+
+def test_free_all_blocks_stops_an_idle_worker_and_a_later_profile_starts_one():
+    engine = host_engine(warmup=0, **BACKGROUND)
+    proc = worker_of(engine)
+    wait_for(lambda: engine.stats().plan_method == "best", engine, HARD)
+    engine.free_all_blocks()
+    assert gone(proc) and engine.planner._worker is None
+    bigger = pgmo.Trace.from_columns(*[list(c) for c in HARD.columns()[:2]],
+                                     [s + 512 for s in HARD.columns()[2]])
+    replay([bigger, bigger], engine)
+    wait_for(lambda: engine.planner._worker is not None, engine, bigger)
+    engine.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_leaves_the_parents_worker_alone():
+    engine = host_engine(warmup=0, **{**BACKGROUND, "time_limit": 30.0})
+    hard = STUBBORN
+    proc = worker_of(engine, hard)
+    pid = os.fork()
+    if pid == 0:  # the child: no worker of its own, and it must not stop the parent's
+        code = 0 if engine.planner._worker is None else 1
+        engine.close()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert proc.poll() is None  # the parent's worker still runs
+    engine.close()
+    assert gone(proc)
+
+
+def test_interpreter_exit_leaves_no_worker(tmp_path):
+    code = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, {tests!r})
+        from test_planner import STUBBORN, worker_of
+        from pgmo.testing import host_engine
+        engine = host_engine(warmup=0, replan="background", method="best", time_limit=30.0)
+        print(worker_of(engine, STUBBORN).pid, flush=True)
+    """).format(tests=os.path.dirname(__file__))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0, out.stderr
+    pid = int(out.stdout.split()[-1])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"worker {pid} outlived its interpreter")
