@@ -48,7 +48,7 @@ class PoolStats:
     foreign_requests: int  # another thread, device or stream during an iteration
     # the plan
     departures: int  # requests that left the plan (bigger, more, late free, ...)
-    reoptimizations: int  # profiles re-planned after departures
+    reoptimizations: int  # re-plans: departures that changed the profile
     plan_method: str  # the solver method of the plan in use ("" before the first)
     planned_peak: int  # bytes the plan needs (<= arena_bytes)
     lower_bound: int  # no plan of the profile can need less

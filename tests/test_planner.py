@@ -112,8 +112,9 @@ def test_a_newer_profile_supersedes_a_running_solve():
     bigger = pgmo.Trace.from_columns(*[list(c) for c in hard.columns()[:2]],
                                      [s + 512 for s in hard.columns()[2]])
     res = replay([bigger], engine)  # every request larger: a new profile
-    assert res["corrupted"] == 0 and engine.stats().reoptimizations == 1
+    assert res["corrupted"] == 0
     results = wait_for(lambda: engine.stats().stale_plans >= 1, engine, bigger)
+    assert engine.stats().reoptimizations == 1  # one new profile, however many departures
     newest = engine.planner.profile
     assert newest[0].size == bigger[0].size
     results += wait_for(lambda: engine.plan.trace.blocks == newest.without_open().blocks,
@@ -228,6 +229,7 @@ def test_torture_workloads_with_background_replanning():
     from pgmo import synth
 
     engine = host_engine(warmup=1, **{**BACKGROUND, "time_limit": 0.5})
+    engine.planner.sync_blocks = 0  # every log goes to the planner thread
     results = []
     for seed in range(60):
         trace = synth.seq2seq_training(batch=2, hidden=16, vocab=40, layers=2, seed=seed % 12)
@@ -236,8 +238,9 @@ def test_torture_workloads_with_background_replanning():
             results.append(replay([HARD, HARD], engine))
     assert_clean(results)
     st = engine.stats()
-    assert st.reoptimizations >= 1 and st.background_solves >= 1
-    assert st.used_bytes == 0
+    assert st.reoptimizations >= 1 and st.planned_requests > 0
+    assert st.used_bytes == 0 and st.planner_failures == 0
+    assert {m for r in results for m in r["modes"]} >= {"planning", "optimized"}
     engine.close()
 
 

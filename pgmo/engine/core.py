@@ -148,7 +148,6 @@ class Engine:
         # counters
         self.foreign_requests = 0
         self.departures = 0
-        self.reoptimizations = 0
 
     # ------------------------------------------------------------ exclusivity
     def __enter__(self) -> None:
@@ -451,7 +450,6 @@ class Engine:
                 self._at_boundary()
                 return
             self._ended_departed = True
-            self.reoptimizations += 1
             kind = "merge"
         elif (self.completed > self.options.warmup and self.schedule is None
               and self._pending is None and not self.planner.busy):
@@ -700,7 +698,7 @@ class Engine:
                 interrupted_requests=hot.interrupted_requests,
                 foreign_requests=self.foreign_requests,
                 departures=self.departures,
-                reoptimizations=self.reoptimizations,
+                reoptimizations=planner.replans,
                 plan_method=plan.method if plan is not None else "",
                 planned_peak=plan.peak if plan is not None else 0,
                 lower_bound=plan.lower_bound if plan is not None else 0,

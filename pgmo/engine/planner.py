@@ -134,6 +134,7 @@ class Planner:
         self.sync_blocks = sync_blocks
         self.profile: Trace | None = None
         self.generation = 0
+        self.replans = 0  # departures that changed the profile
         self.solve_failures = 0  # solves that raised (the plan stays as it was)
         self.background_solves = 0  # jobs given to the worker
         self.stale_plans = 0  # background plans discarded: a newer profile came
@@ -173,7 +174,7 @@ class Planner:
                 return None
         profile = self._apply(kind, run_log)
         schedule = self._solve_now(profile, self.options.replace(method="bestfit"))
-        if self.options.method != "bestfit":
+        if self.options.method != "bestfit" and not _optimal(schedule):
             with self._cond:
                 self._jobs.append(("solve", profile, True))
                 self._ensure_thread()
@@ -264,10 +265,19 @@ class Planner:
 
     # ---------------------------------------------------------------- helpers
     def _apply(self, kind: str, run_log: Log) -> Trace:
-        """The profile after this log, published with a new generation."""
+        """The profile after this log, published with a new generation if it changed.
+
+        Iterations that depart the same way while their new plan is being made
+        merge into the same profile: they start no new solve.
+        """
         base = self.profile
-        profile = to_profile(run_log) if kind == "profile" or base is None \
-            else merge(base, run_log)
+        if kind == "profile" or base is None:
+            profile = to_profile(run_log)
+        else:
+            profile = merge(base, run_log)
+            if profile.blocks == base.blocks:
+                return base
+            self.replans += 1
         with self._cond:
             self.profile = profile
             self.generation += 1
@@ -338,6 +348,8 @@ class Planner:
             schedule = self._solve_now(profile, self.options.replace(method="bestfit"))
             if schedule is not None:
                 self._publish(schedule)
+            if _optimal(schedule):
+                return  # at the lower bound: nothing to search for
         if self.options.method == "bestfit":
             return
         with self._cond:
@@ -347,14 +359,16 @@ class Planner:
                 self._worker = None
         if busy is not None:
             busy.stop()
-        worker = None
+        with self._cond:
+            worker = self._worker
         try:
-            with self._cond:
-                if self._stop:
-                    return
-                if self._worker is None:
-                    self._worker = _Worker(self._on_message)
-                worker = self._worker
+            if worker is None:  # only this thread starts workers: no race
+                worker = _Worker(self._on_message)  # a process start: never under the lock
+                with self._cond:
+                    if self._stop:
+                        worker.stop()
+                        return
+                    self._worker = worker
             worker.submit(generation, profile.without_open(), [self.options])
             self.background_solves += 1
         except OSError as exc:
@@ -411,6 +425,10 @@ class Planner:
             self._warned = True
             log.warning("pgmo's background solver failed: %s. The pool keeps serving with "
                         "its current plan (counted in stats().planner_failures).", why)
+
+
+def _optimal(schedule: Schedule | None) -> bool:
+    return schedule is not None and schedule.plan.peak == schedule.plan.lower_bound
 
 
 def _after_fork_in_child() -> None:
