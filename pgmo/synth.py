@@ -31,7 +31,7 @@ from .recorder import EventRecorder
 from .trace import Trace
 from .units import ALIGNMENT
 
-__all__ = ["Recorder", "cnn_training", "cnn_inference", "seq2seq_training",
+__all__ = ["Recorder", "cnn_training", "cnn_inference", "seq2seq_training", "random_iteration",
            "ARCHITECTURES", "bundled_specs", "write_bundled"]
 
 FLOAT_BYTES = 4
@@ -192,6 +192,26 @@ def seq2seq_training(batch: int = 64, hidden: int = 512, vocab: int = 4000, laye
     rec.free(loss)
     return rec.trace(model="seq2seq", batch_size=batch, kind="training", seed=seed,
                      src_len=src_len, tgt_len=tgt_len)
+
+
+def random_iteration(seed: int, n: int = 60) -> Trace:
+    """A random iteration of ``n`` requests, as the pool records one: no model behind it.
+
+    Sizes are multiples of 512 B with small factors; allocs and frees
+    interleave at random (each live block equally likely to go next).  Good
+    for packing problems where the paper's best-fit is far from the lower
+    bound, which real training traces rarely are.
+    """
+    rng = random.Random(seed)
+    sizes = [rng.choice([1, 2, 3, 5, 8, 13]) * ROUND * rng.randint(1, 8) for _ in range(n)]
+    rec = Recorder()
+    live: list[int] = []
+    while len(rec) < n or live:
+        if len(rec) < n and (not live or rng.random() < 0.55):
+            live.append(rec.alloc(sizes[len(rec)]))
+        else:
+            rec.free(live.pop(rng.randrange(len(live))))
+    return rec.trace(generator="pgmo.synth.random_iteration", seed=seed)
 
 
 def bundled_specs() -> dict[str, callable]:

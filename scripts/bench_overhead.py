@@ -1,8 +1,10 @@
 #!/usr/bin/env python
 """What re-planning costs a training loop: boundary stalls, synchronous against background.
 
-A bundled trace is replayed for ``--iterations`` iterations through the pool on
-host memory (no GPU needed).  Like seq2seq with longer and longer sentences,
+A bundled trace (or, with ``--trace random``, a generated iteration of 400
+requests where the paper's best-fit is 11 % above the lower bound, see
+``pgmo.synth.random_iteration``) is replayed for ``--iterations`` iterations
+through the pool on host memory (no GPU needed).  Like seq2seq with longer and longer sentences,
 its sizes grow at ``--growth`` evenly spaced iterations in the first half, so
 the pool departs from its plan and re-plans; then they stay put, so the
 final plan can settle.  The loop runs twice, with ``replan="sync"`` (every
@@ -92,13 +94,18 @@ def run(mode: str, traces: list[pgmo.Trace], args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default="synthetic-inception_resnet_v2-train-b32",
-                    help=f"bundled trace ({', '.join(bundled.names())})")
+                    help=f"bundled trace ({', '.join(bundled.names())}) or 'random'")
     ap.add_argument("--iterations", type=int, default=200)
     ap.add_argument("--growth", type=int, default=5, help="size increases in the first half")
     ap.add_argument("--method", default="best")
     ap.add_argument("--time-limit", type=float, default=2.0, metavar="S")
     args = ap.parse_args()
-    trace = bundled.load(args.trace)
+    if args.trace == "random":
+        from pgmo.synth import random_iteration
+
+        trace = random_iteration(4, n=400)
+    else:
+        trace = bundled.load(args.trace)
     traces = workload(trace, args.iterations, args.growth)
     print(f"trace {args.trace}: {len(trace)} requests per iteration, {args.iterations} "
           f"iterations, sizes grow {args.growth} times; method {args.method}, time limit "

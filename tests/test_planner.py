@@ -24,35 +24,17 @@ import pytest
 
 import pgmo
 from pgmo.engine import planner as planner_module
+from pgmo.synth import random_iteration
 from pgmo.testing import Checker, host_engine, replay
 
 BACKGROUND = {"replan": "background", "method": "best", "time_limit": 5.0}
 
 
-def event_trace(seed: int, n: int = 60) -> pgmo.Trace:
-    """A random iteration as the pool records one (block i = request i, one tick per event)."""
-    rng = random.Random(seed)
-    sizes = [rng.choice([1, 2, 3, 5, 8, 13]) * 512 * rng.randint(1, 8) for _ in range(n)]
-    order, pending, nxt = [], [], 0
-    while nxt < n or pending:
-        if nxt < n and (not pending or rng.random() < 0.55):
-            order.append(("a", nxt))
-            pending.append(nxt)
-            nxt += 1
-        else:
-            order.append(("f", pending.pop(rng.randrange(len(pending)))))
-    lower, upper = {}, {}
-    for tick, (kind, j) in enumerate(order):
-        (lower if kind == "a" else upper)[j] = tick
-    return pgmo.Trace.from_columns([lower[i] for i in range(n)], [upper[i] for i in range(n)],
-                                   sizes)
-
-
 #: Best-fit is 12 % above the lower bound here; the full search reaches it.
-HARD = event_trace(25)
+HARD = random_iteration(25)
 #: The full search does not reach the lower bound here within seconds: a solve
 #: that is still running when the test needs one.
-STUBBORN = event_trace(4, n=400)
+STUBBORN = random_iteration(4, n=400)
 
 
 def test_the_hard_trace_is_hard():
