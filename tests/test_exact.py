@@ -24,6 +24,12 @@ def _backend(name: str, module: str):
 
 
 BACKENDS = (_backend("cpsat", "ortools"), _backend("highs", "scipy"))
+_NO_SOLVER = all(importlib.util.find_spec(m) is None for m in ("ortools", "scipy"))
+#: For tests that need some exact backend installed (pgmo[exact]).
+needs_a_solver = pytest.mark.skipif(_NO_SOLVER, reason="no exact solver installed "
+                                                       "(pip install pgmo[exact])")
+needs_highs = pytest.mark.skipif(importlib.util.find_spec("scipy") is None,
+                                 reason="SciPy not installed")
 
 
 OMNI = sorted((BENCH / "omnimalloc-small").glob("*.csv")) if BENCH else []
@@ -186,12 +192,14 @@ def test_time_limit_returns_a_valid_plan_with_honest_status(backend):
     assert info["status"]
 
 
+@needs_a_solver
 def test_trace_already_at_lower_bound_needs_no_solver():
     trace = pgmo.Trace.from_tuples([(0, 2, 4), (2, 4, 4), (1, 3, 2)])
     offsets, optimal, info = exact_offsets(trace, time_limit=5)
     assert optimal is True and peak_of(trace, offsets) == trace.lower_bound() == 6
 
 
+@needs_a_solver
 def test_invalid_warm_start_is_refused():
     trace = pgmo.Trace.from_tuples([("a", 0, 2, 4), ("b", 1, 3, 2)])
     with pytest.raises(ValueError, match="warm start is not a valid packing.*id=a.*id=b"):
@@ -240,6 +248,7 @@ def test_missing_named_backend_says_which_package(monkeypatch, backend, hidden, 
         exact_offsets(trace, backend=backend)
 
 
+@needs_highs
 def test_auto_falls_back_to_highs_without_ortools(monkeypatch):
     _hide(monkeypatch, "ortools.sat.python.cp_model")
     trace = pgmo.Trace.from_tuples([(0, 4, 3), (1, 3, 2), (2, 5, 2), (3, 6, 3)])

@@ -320,3 +320,40 @@ def test_write_failing_at_the_disk_leaves_no_temp_file(tmp_path, monkeypatch):
         pgmo.write_trace(pgmo.Trace.from_tuples([(0, 2, 8)]), path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+# -- the pool's plan files, without the pool --------------------------------------------
+def _saved_plan() -> tuple[pgmo.Trace, bytes]:
+    from pgmo.formats import planfile
+
+    profile = pgmo.Trace.from_columns([0, 1, 3, 5], [2, 4, 6, None], [1024, 2048, 3072, 512])
+    plan = pgmo.solve(profile.without_open(), method="bestfit")
+    return profile, planfile.dumps(profile, plan.offsets, plan.method, {"note": "test"})
+
+
+def test_plan_file_round_trip_keeps_open_blocks_and_offsets(tmp_path):
+    from pgmo.formats import planfile
+
+    profile, data = _saved_plan()
+    saved = planfile.loads(data)
+    assert saved.profile.blocks == profile.blocks and saved.profile.open_ids == (3,)
+    assert saved.method == "bestfit" and saved.extra == {"note": "test"}
+    path = tmp_path / "plan.pgmo.gz"
+    path.write_bytes(gzip.compress(data))
+    assert pgmo.read_trace(path).blocks == profile.blocks  # every command reads it
+    plan = pgmo.read_plan(path)
+    assert plan.trace.blocks == profile.without_open().blocks
+    assert list(plan.offsets) == saved.offsets
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda d: d[: len(d) // 2], "damaged or truncated"),
+    (lambda d: d.replace(b'"offsets":[', b'"offsets":[1', 1), "checksum mismatch"),
+    (lambda d: d.replace(b'"version":1', b'"version":7'), "version 7"),
+])
+def test_a_damaged_plan_file_is_refused_with_the_reason(damage, reason):
+    from pgmo.formats import planfile
+
+    _, data = _saved_plan()
+    with pytest.raises(pgmo.PlanFileError, match=reason):
+        planfile.loads(damage(data), "plan.json")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+
+import pytest
 import sys
 
 
@@ -22,6 +24,7 @@ def test_core_runs_without_loading_cupy_or_chainer(tmp_path):
 
 
 def test_pool_names_load_lazily_from_the_package():
+    pytest.importorskip("cupy")
     code = ("import sys, pgmo\n"
             "assert 'cupy' not in sys.modules\n"
             "cls = pgmo.ProfileGuidedMemoryPool\n"

@@ -10,7 +10,9 @@ import textwrap
 
 import pytest
 
-import pgmo
+pytest.importorskip("cupy")  # the pool's save and load (the plan file itself: test_formats)
+
+import pgmo  # noqa: E402
 from pgmo.errors import PlanFileError
 from pgmo.formats.planfile import _checksum
 from pgmo.pool import PlanFileError as PoolPlanFileError
