@@ -34,14 +34,9 @@ __all__ = ["HostMemory", "HostFallback", "host_pool", "host_engine", "host_backe
 TEST_DEFAULTS = {"replan": "sync", "method": "bestfit"}
 
 
-def _out_of_memory_error():
-    """CuPy's OutOfMemoryError when CuPy is there (the pool's own), else a stand-in."""
-    try:
-        from cupy.cuda.memory import OutOfMemoryError
-    except ImportError:
-        from .engine.options import default_oom
+def _cupy_out_of_memory():
+    from cupy.cuda.memory import OutOfMemoryError
 
-        return lambda size, total, limit: default_oom(size, total, limit)
     return OutOfMemoryError
 
 
@@ -115,8 +110,12 @@ class HostFallback:
     so they are safe from any thread and from garbage collection.
     """
 
-    def __init__(self, memory: HostMemory):
+    def __init__(self, memory: HostMemory, oom_error=None):
+        """``oom_error(size, total, limit)`` makes the error of a full device (CuPy's, say)."""
+        from .engine.options import default_oom
+
         self.memory = memory
+        self.oom_error = oom_error or default_oom
         self._cache: dict[int, list[_HostBuffer]] = collections.defaultdict(list)
         self._returned: collections.deque[_HostBuffer] = collections.deque()
         self._used = 0
@@ -160,7 +159,7 @@ class HostFallback:
                 return self.memory(rs)
             except MemoryError:
                 continue
-        raise _out_of_memory_error()(rs, self.total_bytes(), self._limit)
+        raise self.oom_error(rs, self.total_bytes(), self._limit)
 
     def _release_cache(self) -> None:
         self._cache.clear()
@@ -207,13 +206,13 @@ def host_backend(capacity: int | None = None, cupy_objects: bool = False):
     from .engine import Backend
 
     memory = HostMemory(capacity)
-    kw: dict[str, Any] = {}
-    if cupy_objects:
-        from cupy.cuda.memory import MemoryPointer, UnownedMemory
+    if not cupy_objects:
+        return Backend(allocate=memory, fallback=HostFallback(memory))
+    from cupy.cuda.memory import MemoryPointer, UnownedMemory
 
-        kw = {"memory_type": UnownedMemory, "pointer_type": MemoryPointer}
-    return Backend(allocate=memory, fallback=HostFallback(memory),
-                   oom_error=_out_of_memory_error(), **kw)
+    oom = _cupy_out_of_memory()
+    return Backend(allocate=memory, fallback=HostFallback(memory, oom), memory_type=UnownedMemory,
+                   pointer_type=MemoryPointer, oom_error=oom)
 
 
 def host_engine(capacity: int | None = None, **options: Any):
@@ -250,7 +249,8 @@ def host_pool(capacity: int | None = None, **options: Any):
     from .pool import ProfileGuidedMemoryPool
 
     memory = HostMemory(capacity)
-    pool = ProfileGuidedMemoryPool(memory, fallback=HostFallback(memory), device_id=0,
+    pool = ProfileGuidedMemoryPool(memory, fallback=HostFallback(memory, _cupy_out_of_memory()),
+                                   device_id=0,
                                    context=None, total_memory=capacity or 2 ** 40,
                                    **{**TEST_DEFAULTS, **options})
     pool.host_memory = True

@@ -1,11 +1,106 @@
-"""Data flows one way: the core (trace, io, solver, plan) never loads CuPy or Chainer."""
+"""Data flows one way: the core never loads CuPy, Chainer or the adapters, and no import cycles.
+
+The module graph is read from the source (every ``import``, at module level
+or inside a function), so a cycle hidden in a function body counts too.
+"""
 
 from __future__ import annotations
 
+import ast
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-import sys
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pgmo"
+
+#: Modules that talk to CuPy, Chainer or the user: the core never imports them.
+ADAPTERS = {"pgmo.pool", "pgmo.hooks", "pgmo.testing", "pgmo.trace_recorder", "pgmo.chainer",
+            "pgmo._chainer_compat", "pgmo.cli", "pgmo.demo", "pgmo.__main__"}
+#: Third-party modules only adapters may import.
+FOREIGN = {"cupy", "cupy_backends", "chainer", "torch", "rmm"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module ``path`` imports, anywhere in it, as absolute names."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            if node.module or not node.level:
+                found.add(target)  # "from . import x" imports x, not the package again
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: {m for m in imports_of(path) if m in modules and m != name}
+            for name, path in modules.items()}
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of imports, as the list of modules along it, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_there_is_no_import_cycle():
+    cycle = find_cycle(graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a"}}) is None
+
+
+def test_the_core_imports_no_adapter_and_nothing_of_cupy_or_chainer():
+    bad = []
+    for path in PACKAGE.rglob("*.py"):
+        name = module_name(path)
+        if name in ADAPTERS or name == "pgmo":  # the package only names them lazily
+            continue
+        for target in imports_of(path):
+            if target in ADAPTERS or target.split(".")[0] in FOREIGN:
+                bad.append(f"{name} imports {target}")
+    assert not bad, bad
 
 
 def test_core_runs_without_loading_cupy_or_chainer(tmp_path):
@@ -16,8 +111,22 @@ def test_core_runs_without_loading_cupy_or_chainer(tmp_path):
         f"t = pgmo.read_trace({str(tmp_path / 't.csv')!r})\n"
         "for method in ('bestfit', 'best'):\n"
         "    pgmo.solve(t, method=method, time_limit=1).validate()\n"
-        "import pgmo.bundled, pgmo.synth, pgmo.cli\n"
+        "import pgmo.bundled, pgmo.synth, pgmo.cli, pgmo.engine\n"
+        "from pgmo.testing import host_engine, replay\n"
+        "assert replay([t] * 3, host_engine(warmup=1))['corrupted'] == 0\n"
         "print(sorted(m for m in ('cupy', 'chainer') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_public_api_is_reachable_from_the_package():
+    code = ("import sys, pgmo\n"
+            "assert 'cupy' not in sys.modules\n"
+            "names = [pgmo.testing.host_engine, pgmo.engine.Engine, pgmo.PoolStats,\n"
+            "         pgmo.formats.FORMATS, pgmo.bundled.names]\n"
+            "assert 'cupy' not in sys.modules\n"
+            "print(sorted(set(pgmo.__all__) - set(dir(pgmo))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120).stdout
     assert out.strip() == "[]"
@@ -28,6 +137,7 @@ def test_pool_names_load_lazily_from_the_package():
     code = ("import sys, pgmo\n"
             "assert 'cupy' not in sys.modules\n"
             "cls = pgmo.ProfileGuidedMemoryPool\n"
+            "pool = pgmo.testing.host_pool()\n"
             "print(cls.__module__, 'cupy' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120).stdout
