@@ -178,10 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log what the solvers do and print their report")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # -v works after the command too ("pgmo solve trace.csv -v").
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                         help="log what the solvers do and print their report")
     trace_help = ("trace: MiniMalloc CSV, pgmo JSON, a pool's saved plan, a PyTorch memory "
                   "snapshot or an RMM log (format recognised from the content)")
 
-    p = sub.add_parser("solve", help="pack a trace and print the plan against the lower bound")
+    p = sub.add_parser("solve", parents=[verbose],
+                       help="pack a trace and print the plan against the lower bound")
     p.add_argument("file", help=trace_help)
     solver_options.add_arguments(p)
     _add_input_options(p)
@@ -190,13 +195,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="progress bar (default: when stderr is a terminal)")
     p.set_defaults(func=cmd_solve)
 
-    p = sub.add_parser("check", help="verify that a plan is a valid packing of a trace")
+    p = sub.add_parser("check", parents=[verbose],
+                       help="verify that a plan is a valid packing of a trace")
     p.add_argument("file", help=trace_help)
     p.add_argument("plan", help="a plan: a trace with an offset column, or a saved pool plan")
     _add_input_options(p)
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("plot", help="draw blocks over time x address, like the paper's Figure 1")
+    p = sub.add_parser("plot", parents=[verbose],
+                       help="draw blocks over time x address, like the paper's Figure 1")
     p.add_argument("file", help=trace_help)
     p.add_argument("--plan", help="plan to draw (default: solve with the solver options)")
     p.add_argument("-o", "--output", required=True, help="picture to write, e.g. plan.png")
@@ -204,8 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_options(p)
     p.set_defaults(func=cmd_plot)
 
-    p = sub.add_parser("analyze", help="will pgmo save me memory? plan a recorded trace and "
-                                       "compare with what its allocator reserved")
+    p = sub.add_parser("analyze", parents=[verbose],
+                       help="will pgmo save me memory? plan a recorded trace and "
+                            "compare with what its allocator reserved")
     p.add_argument("file", help=trace_help)
     p.add_argument("--reserved", default=None, metavar="BYTES|FILE",
                    help="what the recording allocator reserved, when the file does not say "
@@ -223,8 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_options(p)
     p.set_defaults(func=cmd_analyze)
 
-    p = sub.add_parser("demo", help="solve a bundled trace, compare with the paper's method, "
-                                    "draw it, and replay it through the pool")
+    p = sub.add_parser("demo", parents=[verbose],
+                       help="solve a bundled trace, compare with the paper's method, "
+                            "draw it, and replay it through the pool")
     p.add_argument("--trace", default=None, help="bundled trace name (see --list)")
     p.add_argument("--list", action="store_true", help="list the bundled traces")
     p.add_argument("-o", "--output", default="pgmo-demo.png", help="picture to write")

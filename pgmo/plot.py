@@ -16,7 +16,7 @@ from .plan import Plan
 from .trace import Trace
 from .units import byte_unit, format_bytes
 
-__all__ = ["live_bytes", "plot_plan"]
+__all__ = ["live_bytes", "plot_plan", "plan_figure"]
 
 
 def live_bytes(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -37,6 +37,20 @@ def plot_plan(plan: Plan | None, path, trace: Trace | None = None, title: str | 
 
     With ``plan=None`` only the live-bytes curve of ``trace`` is drawn.
     """
+    fig = plan_figure(plan, trace, title)
+    import matplotlib.pyplot as plt
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fig.savefig(out, dpi=dpi)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def plan_figure(plan: Plan | None, trace: Trace | None = None, title: str | None = None):
+    """The matplotlib figure of :func:`plot_plan` (the caller closes it)."""
     try:
         import matplotlib
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -94,9 +108,4 @@ def plot_plan(plan: Plan | None, path, trace: Trace | None = None, title: str | 
     ax.set_xlabel("event tick (one per alloc and per free)")
     if plan is None:
         ax.set_title(title or f"bytes live over time; lower bound {format_bytes(lb)}")
-
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=dpi)
-    plt.close(fig)
-    return out
+    return fig

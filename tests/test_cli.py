@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import subprocess
 import sys
 
@@ -103,3 +104,103 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     assert out.read_bytes().startswith(b"\x89PNG")
     if "pool replay skipped" not in text:
         assert "corrupted blocks   0" in text
+
+
+# -- every format pgmo writes, everywhere a trace is taken -------------------------------
+def saved_pool_plan(tmp_path):
+    """A pool's saved plan file, made without the pool: a profile with an open block."""
+    import pgmo
+    from pgmo.formats import planfile
+
+    profile = pgmo.Trace.from_columns([0, 1, 3, 5], [2, 4, 6, None], [1024, 2048, 3072, 512])
+    plan = pgmo.solve(profile.without_open(), method="bestfit")
+    path = tmp_path / "pool-plan.json"
+    planfile.save(path, profile, plan.offsets, plan.method)
+    return path, profile
+
+
+def test_commands_read_the_pools_saved_plans(tmp_path, capsys):
+    path, profile = saved_pool_plan(tmp_path)
+    assert main(["solve", str(path), "--method", "bestfit"]) == 0
+    assert "n           4" in capsys.readouterr().out  # the open block counts, live to the end
+    assert main(["check", str(path), str(path)]) == 0
+    assert "valid: 3 blocks" in capsys.readouterr().out  # the plan places the closed ones
+    if importlib.util.find_spec("matplotlib"):
+        assert main(["plot", str(path), "--plan", str(path), "-o", str(tmp_path / "p.png")]) == 0
+
+
+def test_a_folder_is_named_as_such(tmp_path, capsys):
+    assert main(["solve", str(tmp_path)]) == 2
+    assert "is a directory, not a trace file" in capsys.readouterr().err
+
+
+def test_unknown_content_names_the_known_formats(tmp_path, capsys):
+    path = tmp_path / "x.bin"
+    path.write_bytes(b"\x00\x01\x02binary")
+    assert main(["solve", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognised trace format" in err and "MiniMalloc CSV" in err and "--format" in err
+
+
+def test_format_flag_overrides_detection(trace_file, capsys):
+    assert main(["solve", str(trace_file), "--format", "pgmo-json"]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+
+
+# -- the solver flags are the API's options -------------------------------------------------
+def test_every_solver_option_has_a_flag_with_the_same_default(capsys):
+    import dataclasses
+
+    from pgmo.solver.options import SolverOptions
+
+    for command in ("solve", "plot"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        for field in dataclasses.fields(SolverOptions):
+            if field.metadata.get("cli"):
+                flag = "--" + field.name.replace("_", "-")
+                shown = "none" if field.default is None else field.default
+                assert flag in text and f"(default: {shown})" in text, (command, flag)
+
+
+def test_solver_flags_reach_the_solver_and_bad_values_are_named(trace_file, capsys):
+    assert main(["solve", str(trace_file), "--time-limit", "2", "--budget", "50",
+                 "--seed", "3", "--method", "best", "-v"]) == 0
+    out = capsys.readouterr().out
+    assert "(best)" in out and "strategy" in out  # --verbose prints the solver's report
+    with pytest.raises(SystemExit):
+        main(["solve", str(trace_file), "--time-limit", "soon"])
+    assert "--time-limit expects a number or none, got 'soon'" in capsys.readouterr().err
+
+
+def test_plot_and_solve_share_one_default_method(trace_file, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from pgmo.solver.options import SolverOptions
+
+    assert main(["plot", str(trace_file), "-o", str(tmp_path / "p.png")]) == 0
+    assert f"({SolverOptions().method}," in capsys.readouterr().out
+
+
+def test_the_plot_says_what_it_shows():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    import pgmo
+    from pgmo.plot import plan_figure
+
+    trace = pgmo.Trace.from_tuples([(0, 4, 3 << 20), (1, 3, 2 << 20), (3, 6, 4 << 20)])
+    plan = pgmo.solve(trace, method="bestfit")
+    fig = plan_figure(plan)
+    try:
+        blocks, live = fig.axes[0], fig.axes[1]
+        assert "bestfit" in blocks.get_title() and "peak 7.00 MiB" in blocks.get_title()
+        assert "lower bound 7.00 MiB" in blocks.get_title()
+        assert blocks.get_ylabel() == "address (MiB)" and live.get_ylabel() == "live (MiB)"
+        assert live.get_xlabel().startswith("event tick")
+        assert {t.get_text() for t in blocks.get_legend().get_texts()} == {
+            "peak 7.00 MiB", "lower bound 7.00 MiB"}
+        colour_bar = fig.axes[2]
+        assert colour_bar.get_ylabel() == "block size (MiB)"
+    finally:
+        plt.close(fig)
