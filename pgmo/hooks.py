@@ -13,10 +13,16 @@ from typing import Any, Callable
 
 from cupy.cuda import memory_hook as _memory_hook
 
-__all__ = ["hooks_active", "call_hooks", "FreeReport"]
+__all__ = ["hooks_active", "thread_hooks", "call_hooks", "FreeReport"]
 
-hooks_active = _memory_hook._has_memory_hooks
 _get_memory_hooks = _memory_hook.get_memory_hooks
+#: The calling thread's registered hooks (CuPy keeps one dict per thread).
+thread_hooks = _get_memory_hooks
+
+
+def hooks_active() -> bool:
+    """Whether the calling thread has memory hooks registered now."""
+    return bool(_get_memory_hooks())
 
 
 def call_hooks(event: str, kwargs: dict[str, Any], action: Callable[[], Any] | None = None,
@@ -49,6 +55,6 @@ class FreeReport:
         self.kwargs = {"device_id": device_id, "mem_size": mem_size, "mem_ptr": mem_ptr,
                        "pmem_id": pmem_id}
 
-    def __call__(self, release: Any) -> None:
-        if hooks_active() and _get_memory_hooks():
+    def __call__(self) -> None:
+        if _get_memory_hooks():
             call_hooks("free", self.kwargs)

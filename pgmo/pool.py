@@ -33,7 +33,7 @@ from .engine import Backend, Engine, PoolOptions, pool_options
 from .engine.arenas import RawListener
 from .errors import PlanError, PlanFileError
 from .formats import planfile
-from .hooks import FreeReport, call_hooks, hooks_active
+from .hooks import FreeReport, call_hooks, hooks_active, thread_hooks
 from .plan import Plan
 from .stats import PoolStats
 from .trace import Trace
@@ -138,8 +138,8 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         # The engine reaches the pool through a weak reference only, so dropping
         # the pool frees it (and its arena) without waiting for the GC.
         ref = weakref.ref(self)
-        engine.hot.hooks_active = hooks_active
-        engine.hot.hooked = lambda size: _call_if_alive(ref, "_malloc_with_hooks", size)
+        engine.report_to_hooks(thread_hooks,
+                               lambda size: _call_if_alive(ref, "_malloc_with_hooks", size))
         engine.on_install = lambda schedule: _call_if_alive(ref, "_plan_installed", schedule)
         # CuPy calls pool.malloc for every allocation: let it reach the hot path
         # directly (this instance attribute shadows the method below).
@@ -167,7 +167,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         pgmo's blocks cannot fail once handed out, so their malloc hooks run
         right after the hand-out, and their free hooks when they are freed.
         """
-        memptr = self._engine.hot.slow(size)  # raises CuPy's errors for bad sizes
+        memptr = self._engine.serve_unhooked(size)  # raises CuPy's errors for bad sizes
         release = memptr.mem._owner  # None for a null (size 0) pointer
         if release is not None and release.arena is None and self._fallback_reports_hooks:
             return memptr

@@ -58,13 +58,17 @@ class ArenaKeeper:
             self.arenas.discard(arena)
         self.sync_fallback_limit()
 
-    def fit(self, size: int) -> None:
-        """Make the current arena ``size`` bytes: grow, or shrink when nothing lives in it."""
+    def fit(self, size: int) -> bool:
+        """Make the current arena ``size`` bytes: grow, or shrink when nothing lives in it.
+
+        Returns whether the arena changed (the hot path must re-aim).
+        """
         arena = self.hot.arena
         if arena is not None and (arena.size < size or (arena.size > size and not arena.overdue)):
             self.drop()
         if self.hot.arena is None and size > 0 and not self.blocked:
             self.hot.arena = self._take(size)
+        return self.hot.arena is not arena
 
     def idle(self, arena: Arena) -> bool:
         return not arena.overdue and (arena is not self.hot.arena or not self.hot.live_slots)

@@ -167,6 +167,14 @@ class Engine:
     def __exit__(self, *exc) -> None:
         self._lock.release()
 
+    def report_to_hooks(self, thread_hooks, hooked) -> None:
+        """Report requests to memory hooks: ``thread_hooks()`` is the calling thread's
+        registered hooks (a mapping), ``hooked(size)`` serves and reports one request."""
+        hot = self.hot
+        hot.thread_hooks, hot.hooked = thread_hooks, hooked
+        if _get_ident() == hot.owner:
+            hot.owner_hooks = thread_hooks()
+
     def _refresh_kind(self) -> None:
         """Tell the hot path what the owner thread's requests are now (see handout.kind)."""
         hot = self.hot
@@ -183,7 +191,14 @@ class Engine:
 
     # ------------------------------------------------------------------ malloc
     def _serve_checked(self, size: Any) -> Any:
-        """The slow path: CuPy's errors for bad sizes, then :meth:`serve` under the lock."""
+        """The slow path: memory hooks, CuPy's errors for bad sizes, :meth:`serve` under the lock."""
+        hot = self.hot
+        if hot.hooked is not None and hot.thread_hooks():
+            return hot.hooked(size)
+        return self.serve_unhooked(size)
+
+    def serve_unhooked(self, size: Any) -> Any:
+        """Serve without reporting to memory hooks (the pool's hook reporting calls this)."""
         try:
             size = operator.index(size)
         except TypeError:
@@ -255,7 +270,7 @@ class Engine:
                 if o >= 0:
                     arena = hot.arena
                     if not arena.overdue or self._clear(arena, o, o + rs):
-                        pointer = hot.arena_block(arena, o, rs, i)
+                        pointer = hot.arena_block(arena, hot.addresses[i], rs, rs, i)
                         self._number(i)
                         hot.obs_lowers[i] = hot.tick - 1
                         return pointer
@@ -402,6 +417,7 @@ class Engine:
         self._in_iter = True
         self._recording = self._interrupts == 0
         hot.owner = _get_ident()
+        hot.owner_hooks = hot.thread_hooks() if hot.thread_hooks is not None else None
         hot.ctx = hot.context() if hot.context is not None else None
         hot.n = 0
         hot.tick = 0
@@ -411,10 +427,9 @@ class Engine:
         self._planned_iter = hot.planned_iter = self._use_plan
         hot.max_n = self._auto.period if auto else _NO_LIMIT
         self._iter_mode = self._next_mode()
-        # Planned iterations log into lists sized for the plan (+1 for the
-        # request that goes beyond it); others append.
-        m = self.schedule.n + 1 if self._use_plan else 0
-        hot.obs_sizes, hot.obs_lowers, hot.obs_uppers = [0] * m, [0] * m, [None] * m
+        # Planned iterations log into arrays sized for the plan (+1 for the
+        # request that goes beyond it); others grow theirs as they go.
+        hot.open_log(self.schedule.n + 1 if self._use_plan else max(64, hot.n))
         self._refresh_kind()
 
     def end_iteration(self, aborted: bool = False) -> None:
@@ -437,26 +452,26 @@ class Engine:
         self._refresh_kind()
         self.completed += 1
         n = hot.n
-        run_log = Log(hot.obs_sizes[:n], hot.obs_lowers[:n], hot.obs_uppers[:n])
         self._ended_departed = False
         if aborted or not n:
             self._at_boundary()
             return
-        self._last_log = run_log
         if self._planned_iter:
-            if not run_log.survivors() <= self.schedule.pinned:
+            if not set(hot.survivors(n)) <= self.schedule.pinned:
                 self._departed = True  # planned blocks outlived the iteration
-            if not self._departed:
+            if not self._departed:  # the usual case: its log is not needed
                 self._at_boundary()
                 return
             self._ended_departed = True
+            run_log = Log(*hot.log_columns(n))
             kind = "merge"
-        elif (self.completed > self.options.warmup and self.schedule is None
-              and self._pending is None and not self.planner.busy):
-            kind = "profile"
         else:
-            self._at_boundary()
-            return
+            run_log = self._last_log = Log(*hot.log_columns(n))
+            if not (self.completed > self.options.warmup and self.schedule is None
+                    and self._pending is None and not self.planner.busy):
+                self._at_boundary()
+                return
+            kind = "profile"
         schedule = self.planner.record(run_log, kind)
         if schedule is not None:
             self._pending = schedule
@@ -504,8 +519,8 @@ class Engine:
         self._pending = None
         if ready is not None:
             self._install(ready)
-        elif self.schedule is not None:
-            self.arenas.fit(self.schedule.arena_size)  # after free_all_blocks, say
+        elif self.schedule is not None and self.arenas.fit(self.schedule.arena_size):
+            self.hot.aim()  # a new arena (after free_all_blocks, say)
 
     def _install(self, schedule: Schedule) -> None:
         """Use ``schedule`` from this boundary on; the arena grows or shrinks here only."""
@@ -514,6 +529,7 @@ class Engine:
         self.schedule = schedule
         self.hot.rows = schedule.rows
         self.hot.slot = new_slots(schedule.n)
+        self.hot.aim()
         if self.on_install is not None:
             self.on_install(schedule)
 
@@ -562,6 +578,7 @@ class Engine:
         self.schedule = self._pending = None
         self.hot.rows = [(-1, -1, ())]
         self.hot.slot = new_slots(0)
+        self.hot.aim()
         self._use_plan = False
         self._refresh_kind()
         self.arenas.drop()

@@ -4,6 +4,7 @@
 # cython: language_level=3
 
 cimport cython
+from cpython.pythread cimport PyThread_get_thread_ident
 
 
 @cython.final
@@ -17,9 +18,22 @@ cdef class Arena:
 @cython.final
 cdef class Inbox:
     cdef public list items
+    cdef public Py_ssize_t count
+    cdef public long long[:] index
+    cdef public long long[:] iteration
+    cdef public long long[:] size
+    cdef public list arenas
     cdef public bint closed
 
+    @cython.locals(n=Py_ssize_t)
+    cpdef record(self, long long index, long long iteration, long long size, object arena)
 
+
+@cython.locals(k=Py_ssize_t)
+cpdef _grown(long long[:] values, Py_ssize_t n)
+
+
+# Compiled, Release reports its free from __dealloc__ and is never resurrected.
 @cython.final
 cdef class Release:
     cdef public Inbox inbox
@@ -54,6 +68,7 @@ cdef class HotPath:
     cdef public bint in_iter
     cdef public bint planned_iter
     cdef public list rows
+    cdef public list addresses
     cdef public long long[:] slot
     cdef public Arena arena
     cdef public long long iteration
@@ -61,10 +76,11 @@ cdef class HotPath:
     cdef public Py_ssize_t n
     cdef public Py_ssize_t max_n
     cdef public long long tick
-    cdef public list obs_sizes
-    cdef public list obs_lowers
-    cdef public list obs_uppers
-    cdef public object hooks_active
+    cdef public long long[:] obs_sizes
+    cdef public long long[:] obs_lowers
+    cdef public long long[:] obs_uppers
+    cdef public object thread_hooks
+    cdef public object owner_hooks
     cdef public object hooked
     cdef public Py_ssize_t live_slots
     cdef public long long watched_frees
@@ -77,27 +93,39 @@ cdef class HotPath:
     cdef public long long interrupted_requests
     cdef public long long other_requests
 
-    @cython.locals(kind=int, result=object, hooked=object)
-    cpdef object malloc(self, object size)
 
     @cython.locals(rs=cython.longlong, i=Py_ssize_t, cap=cython.longlong, o=cython.longlong,
-                   due=tuple, t=cython.longlong, arena=Arena, pointer=object)
+                   due=tuple, t=cython.longlong, arena=Arena, pointer=object, row=tuple)
     cpdef object serve_inline(self, long long size, int kind)
 
+    cpdef open_log(self, Py_ssize_t n)
+
+    @cython.locals(i=Py_ssize_t)
+    cpdef tuple log_columns(self, Py_ssize_t n)
+
+    @cython.locals(i=Py_ssize_t)
+    cpdef list survivors(self, Py_ssize_t n)
+
+    @cython.locals(k=Py_ssize_t)
     cpdef record(self, Py_ssize_t i, long long tick, long long rs)
 
+    cpdef aim(self)
+
     @cython.locals(it=cython.longlong, owner=Release, used=cython.longlong)
-    cpdef object arena_block(self, Arena arena, long long o, long long rs, Py_ssize_t i)
+    cpdef object arena_block(self, Arena arena, object address, object size, long long rs,
+                             Py_ssize_t i)
 
     @cython.locals(owner=Release, used=cython.longlong)
     cpdef object fallback_block(self, object block, long long rs, long long index,
                                 long long iteration)
 
-    @cython.locals(slot="long long[:]", rows=list, overdue=dict, j=Py_ssize_t,
-                   it=cython.longlong, o=cython.longlong, row=tuple)
+    @cython.locals(rows=list, overdue=dict, j=Py_ssize_t, it=cython.longlong,
+                   o=cython.longlong, row=tuple)
     cpdef check_due(self, tuple due)
 
-    @cython.locals(items=list, k=Py_ssize_t, m=Py_ssize_t, owner=Release, slot="long long[:]",
-                   current=Arena, arena=Arena, it_now=cython.longlong, rs=cython.longlong,
-                   index=cython.longlong, it=cython.longlong, overdue=dict)
+    @cython.locals(inbox=Inbox, items=list, k=Py_ssize_t, m=Py_ssize_t, left=Py_ssize_t,
+                   owner=Release)
     cpdef drain(self)
+
+    @cython.locals(overdue=dict)
+    cpdef apply_free(self, long long index, long long it, long long rs, Arena arena)

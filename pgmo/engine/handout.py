@@ -31,12 +31,16 @@ import array
 import logging
 import threading
 
-__all__ = ["Arena", "Inbox", "Release", "HotPath", "COMPILED", "NO_SLOT", "new_slots", "OUTSIDE", "WATCHED",
+__all__ = ["Arena", "Inbox", "Release", "HotPath", "COMPILED", "NO_SLOT", "NOT_FREED",
+           "new_slots", "new_log", "OUTSIDE", "WATCHED",
            "SLOW", "PLANNED", "RECORDED", "FALLBACK"]
 
 log = logging.getLogger("pgmo.pool")
 
-_get_ident = threading.get_ident
+# The calling thread's id.  Compiled, ``handout.pxd`` binds this name to the C
+# function of the same name; as plain Python it is threading's (set through
+# globals() so that Cython sees no assignment to its C name).
+globals().setdefault("PyThread_get_thread_ident", threading.get_ident)
 
 #: ``HotPath.slot[i]`` when request ``i`` has no live block in the current arena.
 NO_SLOT = -1
@@ -70,16 +74,50 @@ class Arena:
 
 
 class Inbox:
-    """Frees not yet applied, in the order they happened; closed when the engine is gone."""
+    """Frees not yet applied, in the order they happened; closed when the engine is gone.
+
+    Compiled, a :class:`Release` records its free here from its C destructor
+    (:meth:`record`, into arrays: no Python object is made).  As plain Python
+    it queues itself in ``items`` from ``__del__``: one list append, which is
+    atomic even when two threads free at once.
+    """
 
     def __init__(self):
-        self.items = []
+        self.items = []  # Releases queued by __del__ (plain Python)
+        self.count = 0  # frees recorded by record() (compiled), in the arrays below
+        self.index = array.array("q", [0]) * 64
+        self.iteration = array.array("q", [0]) * 64
+        self.size = array.array("q", [0]) * 64
+        self.arenas = []  # each recorded free's arena (None: a fallback block)
         self.closed = False
+
+    def record(self, index, iteration, size, arena):
+        """Note one free (compiled only: called from a destructor, holding the GIL)."""
+        n = self.count
+        if n == len(self.index):
+            self.index = _grown(self.index, n)
+            self.iteration = _grown(self.iteration, n)
+            self.size = _grown(self.size, n)
+        self.index[n] = index
+        self.iteration[n] = iteration
+        self.size[n] = size
+        self.arenas.append(arena)
+        self.count = n + 1
 
     def close(self):
         """The engine is gone: later frees release their memory and queue nothing."""
         self.closed = True
         del self.items[:]
+        del self.arenas[:]
+        self.count = 0
+
+
+def _grown(values, n):
+    """A copy of ``values[:n]`` with room for twice as many."""
+    out = array.array("q", [0]) * (2 * n)
+    for k in range(n):
+        out[k] = values[k]
+    return out
 
 
 class Release:
@@ -90,20 +128,38 @@ class Release:
     (memory hooks) is called in the freeing thread.  Made by :func:`_release`.
     """
 
-    def __del__(self):
-        on_free = self.on_free
-        if on_free is not None:
-            self.on_free = None
-            try:
-                on_free(self)
-            except Exception:  # a hook must never break a free
-                log.exception("memory hook failed on free")
-        self.keep = None
+    def __dealloc__(self):
+        # Compiled: the C destructor, run as the memory object lets go of its
+        # owner.  (Plain Python never calls it; it gets __del__ below.)
+        if self.on_free is not None:
+            self.report_free()
         inbox = self.inbox
-        if inbox.closed:
-            self.arena = None
-        else:
-            inbox.items.append(self)  # resurrected until the engine drains it
+        if not inbox.closed:
+            inbox.record(self.index, self.iteration, self.size, self.arena)
+
+    def report_free(self):
+        on_free = self.on_free
+        self.on_free = None
+        try:
+            on_free()
+        except Exception:  # a hook must never break a free
+            log.exception("memory hook failed on free")
+
+
+def _queue_free(self):
+    """``Release.__del__`` as plain Python: queue the Release (resurrected until drained)."""
+    if self.on_free is not None:
+        self.report_free()
+    self.keep = None  # give the fallback block back at once
+    inbox = self.inbox
+    if inbox.closed:
+        self.arena = None
+    else:
+        inbox.items.append(self)
+
+
+if not COMPILED:
+    Release.__del__ = _queue_free
 
 
 #: Larger requests always take the slow path (they cannot fit a C integer, or a device).
@@ -116,9 +172,19 @@ RECORDED = 2  # numbered and logged, served by the fallback (warm-up, profiling,
 FALLBACK = 3  # not numbered: interrupted, or outside iterations
 
 
+#: ``obs_uppers[i]`` of a request not freed (yet).
+NOT_FREED = -1
+
+
 def new_slots(n):
     """``slot`` for ``n`` requests, none live (a C array of 64-bit integers)."""
     return array.array("q", [NO_SLOT]) * n
+
+
+def new_log(n):
+    """Empty log arrays (sizes, lowers, uppers) with room for ``n`` requests."""
+    return (array.array("q", [0]) * n, array.array("q", [0]) * n,
+            array.array("q", [NOT_FREED]) * n)
 
 
 def _release(inbox, index, iteration, size, arena, keep):
@@ -164,13 +230,14 @@ class HotPath:
         self.fallback = None  # the pool serving what the plan does not
         self.context = None  # callable naming the device/stream, or None
         self.ctx = None  # the iteration's context
-        self.owner = _get_ident()  # the thread running the hot loop
+        self.owner = PyThread_get_thread_ident()  # the thread running the hot loop
         self.kind = SLOW
         self.solo = True  # only the owner has used the engine so far
         self.busy = False  # the owner is inside the inline path
         self.in_iter = False
         self.planned_iter = False  # the iteration started with the schedule in use
         self.rows = [(-1, -1, ())]
+        self.addresses = [0]  # arena.ptr + offset, per row (see aim)
         self.slot = new_slots(0)
         self.arena = None
         self.iteration = 0  # number of the current (or last) iteration
@@ -178,10 +245,13 @@ class HotPath:
         self.n = 0  # requests numbered in this iteration
         self.max_n = 1 << 62
         self.tick = 0  # the event clock
-        self.obs_sizes = []  # the iteration's log (see .recording)
-        self.obs_lowers = []
-        self.obs_uppers = []
-        self.hooks_active = None  # callable: memory hooks may be registered (CuPy)
+        # The iteration's log (see .recording): per request its rounded size
+        # (0: as planned), alloc tick and free tick (NOT_FREED until freed), in
+        # C arrays so that logging creates no Python objects.
+        self.obs_sizes = self.obs_lowers = self.obs_uppers = new_log(0)[0]
+        self.open_log(0)
+        self.thread_hooks = None  # callable: the calling thread's memory hooks (CuPy)
+        self.owner_hooks = None  # the owner thread's memory hooks (a dict), if any
         self.hooked = None  # serves a request while reporting it to the hooks
         self.live_slots = 0  # entries of slot that are not NO_SLOT
         self.watched_frees = 0  # frees of blocks watched for a repeating loop
@@ -198,22 +268,22 @@ class HotPath:
     def malloc(self, size):
         """Allocate ``size`` bytes: inline for the owner's usual requests, else the slow path.
 
-        The inline path runs without the engine's lock while only the owner
-        thread has used the engine: the owner publishes ``busy`` and
+        Requests made while memory hooks are registered take the slow path,
+        which reports them.  The inline path runs without the engine's lock
+        while only the owner thread has used the engine: the owner publishes ``busy`` and
         re-checks ``solo``; another thread clears ``solo`` under the lock and
         then waits for ``busy`` to drop (see ``Engine.__enter__``), so the two
         never run engine code at once.
         """
-        hooked = self.hooked
-        if hooked is not None and self.hooks_active():
-            return hooked(size)
         kind = self.kind
-        if kind != SLOW and self.solo and _get_ident() == self.owner \
-                and type(size) is int and 0 < size < INLINE_MAX:  # others: the slow path checks
+        if kind != SLOW and self.solo and PyThread_get_thread_ident() == self.owner \
+                and type(size) is int and 0 < size < INLINE_MAX \
+                and not self.owner_hooks:  # others: the slow path checks and reports
             self.busy = True
             try:
                 if self.solo:
-                    if self.inbox.items:
+                    inbox = self.inbox
+                    if inbox.count or inbox.items:
                         self.drain()
                     result = self.serve_inline(size, kind)
                     if result is not None:
@@ -245,7 +315,10 @@ class HotPath:
         if self.context is not None and self.context() != self.ctx:
             return None
         if kind == PLANNED:
-            cap, o, due = self.rows[i]  # the sentinel sends request n on
+            row = self.rows[i]  # the sentinel sends request n on
+            cap = row[0]
+            o = row[1]
+            due = row[2]
             if rs > cap:
                 return None
             if due:
@@ -258,7 +331,10 @@ class HotPath:
                 arena = self.arena
                 if arena.overdue:
                     return None
-                pointer = self.arena_block(arena, o, rs, i)
+                # The row's boxed size and the request's precomputed address:
+                # no new integer objects on the hot path.
+                pointer = self.arena_block(arena, self.addresses[i],
+                                           row[0] if rs == cap else rs, rs, i)
             t = self.tick
             self.n = i + 1
             self.tick = t + 1
@@ -275,19 +351,51 @@ class HotPath:
             self.profiled_requests += 1
         return pointer
 
+    def aim(self):
+        """Compute each planned request's address; after the rows or the arena change."""
+        arena = self.arena
+        base = arena.ptr if arena is not None else 0
+        self.addresses = [base + row[1] if row[1] >= 0 else 0 for row in self.rows]
+
+    def open_log(self, n):
+        """A fresh log with room for ``n`` requests (it grows when needed)."""
+        sizes, lowers, uppers = new_log(n)
+        self.obs_sizes = sizes
+        self.obs_lowers = lowers
+        self.obs_uppers = uppers
+
+    def log_columns(self, n):
+        """The first ``n`` requests of the log as lists; an open block's upper is None."""
+        sizes = [self.obs_sizes[i] for i in range(n)]
+        lowers = [self.obs_lowers[i] for i in range(n)]
+        uppers = [None if self.obs_uppers[i] == NOT_FREED else self.obs_uppers[i]
+                  for i in range(n)]
+        return sizes, lowers, uppers
+
+    def survivors(self, n):
+        """The first ``n`` requests whose block is still live (not freed in the log)."""
+        return [i for i in range(n) if self.obs_uppers[i] == NOT_FREED]
+
     def record(self, i, tick, rs):
         """Log request ``i`` (not served by the plan) on the event clock."""
-        if i < len(self.obs_sizes):
-            self.obs_sizes[i] = rs
-            self.obs_lowers[i] = tick
-        else:
-            self.obs_sizes.append(rs)
-            self.obs_lowers.append(tick)
-            self.obs_uppers.append(None)
+        if i >= len(self.obs_sizes):  # double the room, copying what is there
+            sizes, lowers, uppers = new_log(2 * i + 16)
+            for k in range(i):
+                sizes[k] = self.obs_sizes[k]
+                lowers[k] = self.obs_lowers[k]
+                uppers[k] = self.obs_uppers[k]
+            self.obs_sizes = sizes
+            self.obs_lowers = lowers
+            self.obs_uppers = uppers
+        self.obs_sizes[i] = rs
+        self.obs_lowers[i] = tick
 
     # --------------------------------------------------------------- hand-outs
-    def arena_block(self, arena, o, rs, i):
-        """Request ``i``'s planned block at ``arena + o``, already checked to be free."""
+    def arena_block(self, arena, address, size, rs, i):
+        """Request ``i``'s planned block at ``address`` in ``arena``, already checked to be free.
+
+        ``size`` is ``rs`` (the rounded size) as a Python integer.
+        """
         it = self.iteration
         owner = _release(self.inbox, i, it, rs, arena, None)
         self.slot[i] = it
@@ -297,7 +405,7 @@ class HotPath:
         if used > self.peak_used:
             self.peak_used = used
         self.planned_requests += 1
-        return self.pointer_type(self.memory_type(arena.ptr + o, rs, owner, self.device_id), 0)
+        return self.pointer_type(self.memory_type(address, size, owner, self.device_id), 0)
 
     def fallback_block(self, block, rs, index, iteration):
         """Wrap a block of the fallback pool; it goes back there when freed."""
@@ -311,13 +419,12 @@ class HotPath:
 
     def check_due(self, due):
         """Blocks planned to be freed by now that are still alive become overdue."""
-        slot = self.slot
         rows = self.rows
         overdue = self.arena.overdue
         for j in due:
-            it = slot[j]
+            it = self.slot[j]
             if it != NO_SLOT:
-                slot[j] = NO_SLOT
+                self.slot[j] = NO_SLOT
                 self.live_slots -= 1
                 row = rows[j]
                 o = row[1]
@@ -326,38 +433,49 @@ class HotPath:
     # ------------------------------------------------------------------- frees
     def drain(self):
         """Apply queued frees in the order they happened (the engine is held)."""
-        items = self.inbox.items
+        inbox = self.inbox
+        m = inbox.count
+        if m:
+            for k in range(m):
+                self.apply_free(inbox.index[k], inbox.iteration[k], inbox.size[k],
+                                inbox.arenas[k])
+            left = inbox.count - m
+            if left == 0:
+                inbox.arenas.clear()
+            else:  # frees recorded meanwhile (a destructor run by this very loop) stay
+                for k in range(left):
+                    inbox.index[k] = inbox.index[m + k]
+                    inbox.iteration[k] = inbox.iteration[m + k]
+                    inbox.size[k] = inbox.size[m + k]
+                del inbox.arenas[:m]
+            inbox.count = left
+        items = inbox.items
         m = len(items)
-        if m == 0:
-            return
-        slot = self.slot
-        current = self.arena
-        it_now = self.iteration if self.logging_frees else -2
-        for k in range(m):  # frees queued meanwhile land after m, for the next drain
-            owner = items[k]
-            rs = owner.size
-            self.used -= rs
-            arena = owner.arena
-            index = owner.index
-            it = owner.iteration
-            if arena is None:
-                self.fb_used -= rs
+        if m:
+            for k in range(m):  # frees queued meanwhile land after m, for the next drain
+                owner = items[k]
+                self.apply_free(owner.index, owner.iteration, owner.size, owner.arena)
+            if len(items) == m:
+                items.clear()
             else:
-                owner.arena = None
-                if arena is current and index < len(slot) and slot[index] == it:
-                    slot[index] = NO_SLOT
-                    self.live_slots -= 1
-                else:
-                    overdue = arena.overdue
-                    del overdue[(it << 32) | index]
-                    if not overdue and arena is not current:
-                        self.on_arena_idle(arena)
-            if it == it_now:
-                self.obs_uppers[index] = self.tick
-                self.tick += 1
-            elif it == WATCHED:
-                self.watched_frees += 1
-        if len(items) == m:
-            items.clear()
+                del items[:m]
+
+    def apply_free(self, index, it, rs, arena):
+        """One free, in its turn: the bytes, the slot or overdue entry, the clock."""
+        self.used -= rs
+        if arena is None:
+            self.fb_used -= rs
         else:
-            del items[:m]
+            if arena is self.arena and index < len(self.slot) and self.slot[index] == it:
+                self.slot[index] = NO_SLOT
+                self.live_slots -= 1
+            else:
+                overdue = arena.overdue
+                del overdue[(it << 32) | index]
+                if not overdue and arena is not self.arena:
+                    self.on_arena_idle(arena)
+        if it == self.iteration and self.logging_frees:
+            self.obs_uppers[index] = self.tick
+            self.tick += 1
+        elif it == WATCHED:
+            self.watched_frees += 1

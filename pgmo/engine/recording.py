@@ -1,8 +1,8 @@
 """An iteration's log on the event clock, and how logs become one profile.
 
-The hot path writes the log into plain lists (``HotPath.obs_lowers`` /
-``obs_uppers`` and the engine's ``obs_sizes``); at the iteration's end the
-engine takes a :class:`Log` of them.  A block still live at the end is open
+The hot path writes the log into C arrays (``HotPath.obs_sizes``,
+``obs_lowers``, ``obs_uppers``); at the iteration's end the engine takes a
+:class:`Log` of them, as lists.  A block still live at the end is open
 (``upper`` None): the next plan pins its request to the fallback.
 
 In an iteration served by the plan, a request that kept to its planned size
