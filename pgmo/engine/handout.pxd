@@ -7,6 +7,9 @@ cimport cython
 from cpython.pythread cimport PyThread_get_thread_ident
 
 
+cdef long long _KEY_BIAS
+
+
 @cython.final
 cdef class Arena:
     cdef public object buffer
@@ -18,19 +21,12 @@ cdef class Arena:
 @cython.final
 cdef class Inbox:
     cdef public list items
-    cdef public Py_ssize_t count
-    cdef public long long[:] index
-    cdef public long long[:] iteration
-    cdef public long long[:] size
+    cdef public list keys
+    cdef public list sizes
     cdef public list arenas
     cdef public bint closed
 
-    @cython.locals(n=Py_ssize_t)
     cpdef record(self, long long index, long long iteration, long long size, object arena)
-
-
-@cython.locals(k=Py_ssize_t)
-cpdef _grown(long long[:] values, Py_ssize_t n)
 
 
 # Compiled, Release reports its free from __dealloc__ and is never resurrected.
@@ -123,8 +119,8 @@ cdef class HotPath:
                    o=cython.longlong, row=tuple)
     cpdef check_due(self, tuple due)
 
-    @cython.locals(inbox=Inbox, items=list, k=Py_ssize_t, m=Py_ssize_t, left=Py_ssize_t,
-                   owner=Release)
+    @cython.locals(inbox=Inbox, items=list, k=Py_ssize_t, m=Py_ssize_t, owner=Release,
+                   arenas=list, keys=list, sizes=list, key=cython.longlong)
     cpdef drain(self)
 
     @cython.locals(overdue=dict)

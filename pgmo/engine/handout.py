@@ -73,51 +73,39 @@ class Arena:
         self.overdue = {}
 
 
+#: Iterations are >= WATCHED and requests >= -1: ``record`` packs both in one key.
+_KEY_BIAS = 8
+
+
 class Inbox:
     """Frees not yet applied, in the order they happened; closed when the engine is gone.
 
     Compiled, a :class:`Release` records its free here from its C destructor
-    (:meth:`record`, into arrays: no Python object is made).  As plain Python
-    it queues itself in ``items`` from ``__del__``: one list append, which is
+    (:meth:`record`).  A destructor can run in the middle of any allocation
+    (the cycle collector frees things there), so :meth:`record` only appends
+    integers to lists: neither allocates an object the collector tracks, so
+    no collection, and no second free, can start inside it.  As plain Python
+    a Release queues itself in ``items`` from ``__del__``: one list append,
     atomic even when two threads free at once.
     """
 
     def __init__(self):
         self.items = []  # Releases queued by __del__ (plain Python)
-        self.count = 0  # frees recorded by record() (compiled), in the arrays below
-        self.index = array.array("q", [0]) * 64
-        self.iteration = array.array("q", [0]) * 64
-        self.size = array.array("q", [0]) * 64
-        self.arenas = []  # each recorded free's arena (None: a fallback block)
+        self.keys = []  # frees recorded by record() (compiled): pack(request, iteration),
+        self.sizes = []  # rounded size,
+        self.arenas = []  # and arena (None: a fallback block)
         self.closed = False
 
     def record(self, index, iteration, size, arena):
         """Note one free (compiled only: called from a destructor, holding the GIL)."""
-        n = self.count
-        if n == len(self.index):
-            self.index = _grown(self.index, n)
-            self.iteration = _grown(self.iteration, n)
-            self.size = _grown(self.size, n)
-        self.index[n] = index
-        self.iteration[n] = iteration
-        self.size[n] = size
+        self.keys.append(((iteration + _KEY_BIAS) << 32) | (index + 1))
+        self.sizes.append(size)
         self.arenas.append(arena)
-        self.count = n + 1
 
     def close(self):
         """The engine is gone: later frees release their memory and queue nothing."""
         self.closed = True
-        del self.items[:]
-        del self.arenas[:]
-        self.count = 0
-
-
-def _grown(values, n):
-    """A copy of ``values[:n]`` with room for twice as many."""
-    out = array.array("q", [0]) * (2 * n)
-    for k in range(n):
-        out[k] = values[k]
-    return out
+        del self.items[:], self.keys[:], self.sizes[:], self.arenas[:]
 
 
 class Release:
@@ -283,7 +271,7 @@ class HotPath:
             try:
                 if self.solo:
                     inbox = self.inbox
-                    if inbox.count or inbox.items:
+                    if inbox.arenas or inbox.items:
                         self.drain()
                     result = self.serve_inline(size, kind)
                     if result is not None:
@@ -434,21 +422,20 @@ class HotPath:
     def drain(self):
         """Apply queued frees in the order they happened (the engine is held)."""
         inbox = self.inbox
-        m = inbox.count
+        arenas = inbox.arenas
+        m = len(arenas)
         if m:
-            for k in range(m):
-                self.apply_free(inbox.index[k], inbox.iteration[k], inbox.size[k],
-                                inbox.arenas[k])
-            left = inbox.count - m
-            if left == 0:
-                inbox.arenas.clear()
-            else:  # frees recorded meanwhile (a destructor run by this very loop) stay
-                for k in range(left):
-                    inbox.index[k] = inbox.index[m + k]
-                    inbox.iteration[k] = inbox.iteration[m + k]
-                    inbox.size[k] = inbox.size[m + k]
-                del inbox.arenas[:m]
-            inbox.count = left
+            keys, sizes = inbox.keys, inbox.sizes
+            for k in range(m):  # frees recorded meanwhile land after m, for the next drain
+                key = keys[k]
+                self.apply_free((key & 0xFFFFFFFF) - 1, (key >> 32) - _KEY_BIAS, sizes[k],
+                                arenas[k])
+            if len(arenas) == m:
+                arenas.clear()
+                keys.clear()
+                sizes.clear()
+            else:
+                del arenas[:m], keys[:m], sizes[:m]
         items = inbox.items
         m = len(items)
         if m:
