@@ -25,7 +25,8 @@
 # Environment (all optional):
 #   OUT              where results go (default /tmp/pgmo-out)
 #   SCRATCH          working folder for wheels, traces and the demo picture
-#                    (default ${TMPDIR:-/tmp}/pgmo-session)
+#                    (default ${TMPDIR:-/tmp}/pgmo-session); both may be relative
+#                    to the folder the script is started from
 #   PY               the Python to run (default python3)
 #   SESSION_SECONDS  time for the whole run (default 570); a step gets at most
 #                    what is left less 10 s, and is skipped when under 15 s is left
@@ -40,10 +41,11 @@
 # installed Chainer is used.
 set -uo pipefail
 
-cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/pgmo-out}
 SCRATCH=${SCRATCH:-${TMPDIR:-/tmp}/pgmo-session}
 mkdir -p "$OUT" "$SCRATCH"
+OUT=$(cd "$OUT" && pwd) SCRATCH=$(cd "$SCRATCH" && pwd)  # relative to where it was started
+cd "$(dirname "$0")/.."
 SESSION_SECONDS=${SESSION_SECONDS:-570}
 : "${TIMEOUT_TESTS:=150}" "${TIMEOUT_TRACES:=240}" "${TIMEOUT_MALLOC:=60}" \
   "${TIMEOUT_SANITIZER_ONE_LINER:=100}" "${TIMEOUT_SANITIZER_CHAINER:=150}" \

@@ -81,7 +81,8 @@ def python(argv: list[str]) -> int:
     if step == "probe":
         sys.stdin.read()
         print("python 3.12.3 numpy 2.5.0 cupy 14.2.0\ndevice NVIDIA H100 80GB HBM3")
-    elif step == "tests":
+    elif step == "tests":  # progress, failures, then the counts, as pytest -q prints them
+        print("\n".join(plan.get("lines", [".......                [100%]"])))
         print(plan.get("summary", "7 passed, 551 deselected in 12.34s"))
     elif step == "traces":
         out_dir = _value(argv, "--out-dir")
@@ -90,6 +91,8 @@ def python(argv: list[str]) -> int:
                                        "resnet50-train-b32.json.gz"]):
             with gzip.open(os.path.join(out_dir, name), "wt") as fh:
                 json.dump({"stub trace": name}, fh)
+    elif step == "demo":
+        _write(_value(argv, "-o"), 100)  # the picture
     elif step == "malloc":
         print("| workload | path | us / malloc+free | x cupy MemoryPool | x pgmo optimized |")
     elif step == "bench":

@@ -57,7 +57,7 @@ class Checkout:
     """A copy of the files a script needs, stand-ins on PATH, and what they recorded."""
 
     def __init__(self, base: Path, files: list[str], plan: dict | None = None):
-        self.root = base / "checkout"
+        self.base, self.root = base, base / "checkout"
         for name in files:
             (self.root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(os.path.join(ROOT, name), self.root / name)
@@ -85,7 +85,8 @@ class Checkout:
                         STUB_CALLS=str(self.calls_file), STUB_PLAN=str(self.plan_file),
                         STUB_CLOCK=str(self.clock), **env)
         return subprocess.run(["bash", str(self.root / "scripts" / script), *args],
-                              env=base_env, capture_output=True, text=True, timeout=120)
+                              env=base_env, capture_output=True, text=True, timeout=120,
+                              cwd=self.base)
 
     def calls(self, role: str | None = None) -> list[dict]:
         if not self.calls_file.exists():
@@ -192,6 +193,7 @@ def test_session_puts_each_steps_output_in_its_file(default_session):
     assert "stub traces output" in s.log  # record_traces.py reports into session.log
     assert (s.out / "bench_malloc.txt").read_text().startswith("stub malloc output\n| workload")
     assert "stub demo output" in (s.out / "demo.log").read_text()
+    assert (s.scratch / "pgmo-demo.png").exists()  # the picture stays out of the results
     sanitizer = (s.out / "sanitizer.log").read_text()
     assert sanitizer.index("stub one-liner output") < sanitizer.index("stub chainer output")
 
@@ -215,7 +217,9 @@ def test_session_archives_the_traces(default_session):
 def failing_session(tmp_path_factory):
     """pytest fails, the traces step times out after writing 3 files, malloc and a sanitizer
     run fail."""
-    plan = {"tests": {"rc": 1, "summary": "2 failed, 5 passed, 551 deselected in 9.00s"},
+    plan = {"tests": {"rc": 1, "summary": "2 failed, 5 passed, 551 deselected in 9.00s",
+                      "lines": [".F.F...", "FAILED tests/test_pool_gpu.py::test_a - assert 1 == 2",
+                                "FAILED tests/test_pool_gpu.py::test_b - RuntimeError: error"]},
             "traces": {"files": ["a.json.gz", "b.json.gz", "c.json.gz"], "sleep": 60},
             "malloc": {"rc": 3}, "one-liner": {"rc": 2}}
     return Session(tmp_path_factory.mktemp("failing"), plan=plan, TIMEOUT_TRACES="3")
@@ -284,6 +288,18 @@ def test_session_without_wheels_uses_the_installed_chainer(tmp_path):
     assert "pip-install" not in s.python_calls()
     assert f"no .whl/: using the Chainer installed in {s.py}, if any" in s.events
     assert s.step_events() == ["BEGIN malloc", "END malloc: exit 0"]
+
+
+@needs_shell
+def test_relative_out_and_scratch_are_where_the_script_was_started(tmp_path):
+    checkout = Checkout(tmp_path, ["scripts/gpu_session.sh"])
+    result = checkout.run("gpu_session.sh", "demo", OUT="results", SCRATCH="work",
+                          PY=checkout.py)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["demo.log",
+                                                                         "session.log"]
+    assert (tmp_path / "work" / "pgmo-demo.png").exists()
+    assert not (checkout.root / "results").exists()
 
 
 # ---------------------------------------------------------------- fetch_gpu_wheels.sh
