@@ -29,6 +29,8 @@ def _list() -> int:
         origin = "synthetic (pgmo.synth)" if trace.metadata.get("synthetic") else \
             f"recorded on {trace.metadata.get('device', 'a GPU')}"
         print(f"{name:42} {len(trace):7d} {_mib(trace.lower_bound()):>14}  {origin}")
+        for problem in bundled.provenance_problems(trace.metadata):
+            print(f"{'':42}   provenance: {problem}")
     return 0
 
 

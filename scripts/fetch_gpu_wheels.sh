@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
-# Collect, on this machine, the wheels the GPU device machine lacks, into .whl/.
+# Build, on a machine with network access, the wheels a GPU machine without it
+# needs, into .whl/ (scripts/gpu_session.sh installs them from there).
 #
-# The device image (see /work/.library/device/KINDS.md) has Python 3.12, CuPy
-# 14 (cupy-cuda13x), NumPy 2.5, pytest, hypothesis, scipy, matplotlib, tqdm and
-# every dependency of Chainer (filelock, protobuf, six, typing-extensions,
-# setuptools), but not Chainer itself, and nothing can be downloaded there.
-# Chainer 7.8.1 is published only as an sdist whose setup.py imports
-# pkg_resources, so it is built here into a pure-Python wheel with setuptools<82
-# (constraints-chainer.txt).  pgmo itself travels as source: the device command
-# puts the repository root on PYTHONPATH.
+# Chainer 7.8.1 is published only as a source archive whose setup.py imports
+# pkg_resources, so it is built here into a pure-Python wheel under
+# constraints-chainer.txt (setuptools<82).  pgmo itself needs no wheel:
+# scripts/gpu_session.sh runs it from the checkout.  The GPU machine must have
+# CuPy for its CUDA, NumPy and Chainer's dependencies (filelock, protobuf, six,
+# typing-extensions, setuptools) installed already.
 #
-#   scripts/fetch_gpu_wheels.sh            # chainer only (about 1 MiB)
+#   scripts/fetch_gpu_wheels.sh            # Chainer only (about 1 MiB)
 #   scripts/fetch_gpu_wheels.sh --ortools  # also OR-Tools, for pgmo's exact solver
 #
-# .whl/ is git-ignored; name it in the device call's carry list.
+# Environment: PYTHON, the Python whose pip builds the wheels (default python3);
+# MAX_WHEEL_MIB, the most .whl/ may hold (default 48, so that the checkout
+# with its wheels stays small enough to copy in one go).  .whl/ is ignored by
+# git: copy it with the checkout to the GPU machine.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 python=${PYTHON:-python3}
+max_mib=${MAX_WHEEL_MIB:-48}
 dest=.whl
 mkdir -p "$dest"
 
@@ -27,10 +30,10 @@ PIP_CONSTRAINT=constraints-chainer.txt PIP_BUILD_CONSTRAINT=constraints-chainer.
     "$python" -m pip wheel -q --no-deps --no-cache-dir -w "$dest" chainer==7.8.1
 
 if [[ "${1:-}" == "--ortools" ]]; then
-    # Binary wheel (about 29 MiB) for the device's CPython 3.12 on x86-64.  Its
-    # needs are on the device except immutabledict, but it pins
-    # protobuf>=6.33.1,<6.34: check `python3 -m pip show protobuf` there first.
-    # Not needed by `pytest -m gpu`.
+    # Binary wheels (about 29 MiB) for CPython 3.12 on x86-64 Linux: change
+    # --python-version for another Python.  OR-Tools needs protobuf>=6.33.1,<6.34:
+    # check `python3 -m pip show protobuf` on the GPU machine first.  Not
+    # needed by `pytest -m gpu`.
     echo "downloading ortools and immutabledict for cp312 manylinux x86-64"
     "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
@@ -38,7 +41,7 @@ if [[ "${1:-}" == "--ortools" ]]; then
         -d "$dest" ortools==9.15.6755 immutabledict
 fi
 
-# The device installs every wheel in .whl/ at once: two versions of one
+# gpu_session.sh installs every wheel in .whl/ at once: two versions of one
 # package would stop that install, so refuse them here.
 dups=$(ls "$dest"/*.whl | xargs -n1 basename | cut -d- -f1 | tr 'A-Z-' 'a-z_' | sort | uniq -d)
 if [[ -n "$dups" ]]; then
@@ -49,8 +52,7 @@ fi
 total=$(du -cb "$dest"/*.whl | tail -1 | cut -f1)
 ls -l "$dest"
 echo "total: $total bytes"
-if (( total > 48 * 1024 * 1024 )); then
-    # The whole working tree that travels to the device is limited to 64 MiB.
-    echo "error: wheels exceed 48 MiB; the device call carries at most 64 MiB in all" >&2
+if (( total > max_mib * 1024 * 1024 )); then
+    echo "error: wheels exceed $max_mib MiB (MAX_WHEEL_MIB); remove what is not needed" >&2
     exit 1
 fi

@@ -1,29 +1,55 @@
 #!/usr/bin/env bash
-# Issue 5's GPU evidence in one script, for the device machine (run tool).
+# Reproduce pgmo's GPU results on a machine with an NVIDIA GPU, in one run.
+# docs/reproducing-gpu-results.md says what to install first and what each file holds.
 #
 #   bash scripts/gpu_session.sh [STEP...]     steps: tests traces malloc sanitizer demo bench
 #
-# Default: tests traces malloc sanitizer demo (about 9 minutes at most); run
-# "bench" as a second device command, since one command may run 10 minutes.
-# Every step is time-boxed with `timeout` and the whole stays under
-# SESSION_SECONDS (default 570).  Results go to $OUT (at most 8 files come
-# back; this script writes at most 8):
-#   session.log      every step's start, end, exit status, and the environment
-#   pytest-gpu.log   pytest -m gpu (pass/fail counts on its last line)
-#   traces.tar.gz    real traces from scripts/record_traces.py
-#   bench_malloc.txt scripts/bench_malloc.py --gpu
-#   sanitizer.log    compute-sanitizer --tool memcheck runs, with ERROR SUMMARY lines
-#   demo.log         python -m pgmo demo
-#   results.md, bench_memory.log   scripts/bench_memory.py
+# With no STEP it runs: tests traces malloc sanitizer demo (about 9 minutes at
+# most).  "bench", the memory and speed tables, takes as long again: run it on
+# its own (bash scripts/gpu_session.sh bench).  Every step runs under
+# `timeout`, a step that fails or times out does not stop the next, and the
+# whole run stays within SESSION_SECONDS.
 #
-# The device has CuPy, NumPy, pytest, hypothesis and Chainer's dependencies
-# but no Chainer: carry .whl (scripts/fetch_gpu_wheels.sh) in the run call.
+# Results go to $OUT, at most 8 files:
+#   session.log      every step's start, end and exit status, the GPU, the versions,
+#                    and the summaries of the other files
+#   pytest-gpu.log   pytest -m gpu (pass/fail counts on its last line)
+#   traces.tar.gz    traces/*.json.gz from scripts/record_traces.py (what was
+#                    written, also when the step timed out)
+#   bench_malloc.txt scripts/bench_malloc.py --gpu
+#   sanitizer.log    compute-sanitizer --tool memcheck runs (ERROR SUMMARY lines
+#                    are copied into session.log)
+#   demo.log         python -m pgmo demo
+#   results.md, bench_memory.log   scripts/bench_memory.py (step "bench" only)
+#
+# Environment (all optional):
+#   OUT              where results go (default /tmp/pgmo-out)
+#   SCRATCH          working folder for wheels, traces and the demo picture
+#                    (default ${TMPDIR:-/tmp}/pgmo-session); both may be relative
+#                    to the folder the script is started from
+#   PY               the Python to run (default python3)
+#   SESSION_SECONDS  time for the whole run (default 570); a step gets at most
+#                    what is left less 10 s, and is skipped when under 15 s is left
+#   TIMEOUT_TESTS TIMEOUT_TRACES TIMEOUT_MALLOC TIMEOUT_SANITIZER_ONE_LINER
+#   TIMEOUT_SANITIZER_CHAINER TIMEOUT_DEMO TIMEOUT_BENCH
+#                    one step's limit in seconds (150 240 60 100 150 60 560)
+#   SANITIZER        compute-sanitizer to use (default: on PATH, else /usr/local/cuda*/bin)
+#
+# pgmo is taken from this checkout (its root goes first on PYTHONPATH).  Wheels
+# in .whl/ (scripts/fetch_gpu_wheels.sh builds Chainer's) are installed into
+# $SCRATCH/site, ahead of what the Python already has; without .whl/ the
+# installed Chainer is used.
 set -uo pipefail
 
-cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/pgmo-out}
-mkdir -p "$OUT"
+SCRATCH=${SCRATCH:-${TMPDIR:-/tmp}/pgmo-session}
+mkdir -p "$OUT" "$SCRATCH"
+OUT=$(cd "$OUT" && pwd) SCRATCH=$(cd "$SCRATCH" && pwd)  # relative to where it was started
+cd "$(dirname "$0")/.."
 SESSION_SECONDS=${SESSION_SECONDS:-570}
+: "${TIMEOUT_TESTS:=150}" "${TIMEOUT_TRACES:=240}" "${TIMEOUT_MALLOC:=60}" \
+  "${TIMEOUT_SANITIZER_ONE_LINER:=100}" "${TIMEOUT_SANITIZER_CHAINER:=150}" \
+  "${TIMEOUT_DEMO:=60}" "${TIMEOUT_BENCH:=560}"
 START=$(date +%s)
 PY=${PY:-python3}
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
@@ -32,16 +58,19 @@ exec 3>&1  # the terminal, whatever a step's output is redirected to
 
 say() { echo "[$(date -u +%H:%M:%S) +$(( $(date +%s) - START ))s] $*" | tee -a "$LOG" >&3; }
 
-# Seconds a step may run: its own cap, or what is left of the session.
+# Seconds left for steps, keeping 10 s to wrap up.
+left() { echo $(( SESSION_SECONDS - ($(date +%s) - START) - 10 )); }
+
+# Seconds a step may run: its own limit, or what is left of the session.
 budget() {
-    local left=$(( SESSION_SECONDS - ($(date +%s) - START) - 10 ))
+    local left; left=$(left)
     (( left < $1 )) && echo $(( left > 0 ? left : 1 )) || echo "$1"
 }
 
-# step NAME CAP COMMAND...: run COMMAND under timeout, log its status.
+# step NAME LIMIT COMMAND...: run COMMAND under timeout, log its status.
 step() {
     local name=$1 cap; cap=$(budget "$2"); shift 2
-    if (( cap < 15 )); then say "SKIP $name: session time used up"; return 0; fi
+    if (( $(left) < 15 )); then say "SKIP $name: session time used up"; return 0; fi
     say "BEGIN $name (timeout ${cap}s): $*"
     local t0=$(date +%s) rc=0
     timeout -k 10 "$cap" "$@" || rc=$?
@@ -49,15 +78,23 @@ step() {
     return 0
 }
 
+sanitizer_path() {
+    if [[ -n "${SANITIZER:-}" ]]; then
+        [[ -x "$SANITIZER" ]] && echo "$SANITIZER"
+        return 0
+    fi
+    command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1
+}
+
 setup() {
     say "setup"
     if compgen -G ".whl/*.whl" >/dev/null; then
         $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target /tmp/site .whl/*.whl >>"$LOG" 2>&1 || say "WARNING: wheel install failed"
+            --target "$SCRATCH/site" .whl/*.whl >>"$LOG" 2>&1 || say "WARNING: wheel install failed"
     else
-        say "WARNING: no .whl/ carried: Chainer is missing (run scripts/fetch_gpu_wheels.sh here)"
+        say "no .whl/: using the Chainer installed in $PY, if any"
     fi
-    export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    export PYTHONPATH="$SCRATCH/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
     {
         nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
         $PY - <<'EOF' 2>&1
@@ -66,6 +103,8 @@ print("python", platform.python_version(), "numpy", numpy.__version__, "cupy", c
 print("device", cupy.cuda.runtime.getDeviceProperties(0)["name"])
 import pgmo, pgmo.chainer, chainer
 print("pgmo", pgmo.__version__, "from", pgmo.__file__, "chainer", chainer.__version__)
+from pgmo.engine import compiled
+print("pgmo hot path:", "compiled" if compiled() else "plain Python (not compiled)")
 # Chainer 7.8.1 on this CuPy and NumPy: nothing on the CPU can check it.
 import chainer.functions as F, chainer.links as L
 from chainer.backends import cuda
@@ -76,53 +115,57 @@ loss = F.sum(F.relu(link(link.xp.ones((2, 4), "f"))))
 loss.backward()
 print("chainer forward/backward on the GPU ok:", float(loss.array), type(link.W.grad))
 EOF
-        command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>&1
+        echo "compute-sanitizer: $(sanitizer_path)"
     } >>"$LOG" 2>&1
 }
 
 run_tests() {
-    step tests 150 $PY -m pytest -m gpu -q -p no:cacheprovider -o addopts= tests \
+    step tests "$TIMEOUT_TESTS" $PY -m pytest -m gpu -q -p no:cacheprovider -o addopts= tests \
         >"$OUT/pytest-gpu.log" 2>&1
     say "pytest: $(grep -E '(passed|failed|error|skipped|deselected)' "$OUT/pytest-gpu.log" | tail -n 1)"
 }
 
 run_traces() {
-    rm -rf /tmp/traces
-    step traces 240 $PY scripts/record_traces.py --device 0 --out-dir /tmp/traces \
+    local dir="$SCRATCH/traces"
+    rm -rf "$dir"
+    step traces "$TIMEOUT_TRACES" $PY scripts/record_traces.py --device 0 --out-dir "$dir" \
         --arch alexnet googlenet resnet50 inception-resnet-v2 --batchsize 32 64 128 \
         --inference --seq2seq 3 >>"$LOG" 2>&1
-    # Whatever was written before a timeout still comes back.
-    if compgen -G "/tmp/traces/*.json.gz" >/dev/null; then
-        tar -czf "$OUT/traces.tar.gz" -C /tmp traces
-        say "traces: $(ls /tmp/traces | wc -l) files, $(du -sh /tmp/traces | cut -f1)"
+    # Whatever was written before a timeout or a failure is kept.
+    if compgen -G "$dir/*.json.gz" >/dev/null; then
+        tar -czf "$OUT/traces.tar.gz" -C "$SCRATCH" traces
+        say "traces: $(ls "$dir" | wc -l) files, $(du -sh "$dir" | cut -f1)"
     fi
 }
 
 run_malloc() {
-    step malloc 60 $PY scripts/bench_malloc.py --gpu >"$OUT/bench_malloc.txt" 2>&1
+    step malloc "$TIMEOUT_MALLOC" $PY scripts/bench_malloc.py --gpu >"$OUT/bench_malloc.txt" 2>&1
 }
 
 run_sanitizer() {
     local cs
-    cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
+    cs=$(sanitizer_path)
     if [[ -z "$cs" ]]; then say "SKIP sanitizer: compute-sanitizer not found"; return; fi
     : >"$OUT/sanitizer.log"
-    step sanitizer-one-liner 100 "$cs" --tool memcheck --leak-check no \
-        $PY examples/one_liner.py --device 0 --iterations 5 --batchsize 64 --inputs 256 \
-        --hidden 128 --classes 10 >>"$OUT/sanitizer.log" 2>&1
-    step sanitizer-chainer 150 "$cs" --tool memcheck --leak-check no \
-        $PY examples/train_imagenet.py --device 0 --arch resnet50 --pool pgmo \
+    step sanitizer-one-liner "$TIMEOUT_SANITIZER_ONE_LINER" "$cs" --tool memcheck \
+        --leak-check no $PY examples/one_liner.py --device 0 --iterations 5 --batchsize 64 \
+        --inputs 256 --hidden 128 --classes 10 >>"$OUT/sanitizer.log" 2>&1
+    step sanitizer-chainer "$TIMEOUT_SANITIZER_CHAINER" "$cs" --tool memcheck \
+        --leak-check no $PY examples/train_imagenet.py --device 0 --arch resnet50 --pool pgmo \
         --batchsize 4 --insize 64 --classes 10 --iterations 4 >>"$OUT/sanitizer.log" 2>&1
-    say "sanitizer: $(grep -h 'ERROR SUMMARY' "$OUT/sanitizer.log" | tr '\n' ' ')"
+    local summaries; summaries=$(grep -h 'ERROR SUMMARY' "$OUT/sanitizer.log" | tr '\n' ' ')
+    say "sanitizer: ${summaries:-no ERROR SUMMARY line (see sanitizer.log)}"
 }
 
 run_demo() {
-    step demo 60 $PY -m pgmo demo -o /tmp/pgmo-demo.png >"$OUT/demo.log" 2>&1
+    step demo "$TIMEOUT_DEMO" $PY -m pgmo demo -o "$SCRATCH/pgmo-demo.png" >"$OUT/demo.log" 2>&1
 }
 
 run_bench() {
-    local cap; cap=$(budget 560)
-    step bench "$cap" $PY scripts/bench_memory.py --device 0 --budget $(( cap - 40 )) \
+    local cap; cap=$(budget "$TIMEOUT_BENCH")
+    # bench_memory.py stops starting configurations in time to write its report.
+    step bench "$cap" $PY scripts/bench_memory.py --device 0 \
+        --budget $(( cap > 80 ? cap - 40 : cap / 2 )) \
         -o "$OUT/results.md" >"$OUT/bench_memory.log" 2>&1
 }
 

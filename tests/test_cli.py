@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import pgmo
 from pgmo import read_plan
 from pgmo.cli import main
 
@@ -91,7 +92,26 @@ def test_plot_with_a_given_plan(trace_file, tmp_path):
 
 def test_demo_lists_bundled_traces(capsys):
     assert main(["demo", "--list"]) == 0
-    assert "synthetic-resnet50-train-b32" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "synthetic-resnet50-train-b32" in out
+    assert "provenance:" not in out  # every shipped trace says how it was made
+
+
+def test_demo_list_shows_what_a_trace_fails_to_record(tmp_path, monkeypatch, capsys):
+    from pgmo import bundled
+
+    monkeypatch.setattr(bundled, "TRACE_DIR", tmp_path)
+    meta = {"synthetic": False, "model": "resnet50", "kind": "training", "batch_size": 32,
+            "device": "NVIDIA H100 80GB HBM3"}
+    pgmo.write_trace(pgmo.Trace.from_rows([(0, 0, 2, 1024)], metadata=meta),
+                     tmp_path / "resnet50-train-b32.json.gz")
+    assert main(["demo", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("resnet50-train-b32") and \
+        lines[1].endswith("recorded on NVIDIA H100 80GB HBM3")
+    assert [line.split("provenance: ")[1] for line in lines[2:]] == [
+        f"a recorded trace must record {key!r}: {bundled.RECORDED_FIELDS[key]}"
+        for key in ("command", "cupy", "numpy", "python", "chainer", "pgmo", "date")]
 
 
 def test_demo_runs_end_to_end(tmp_path, capsys):

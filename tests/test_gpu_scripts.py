@@ -1,10 +1,17 @@
-"""CPU dry runs of the GPU scripts, so that a session with a GPU runs them right the first time.
+"""The GPU scripts, run on the CPU: the shell scripts with stand-ins, the Python ones as dry runs.
+
+``scripts/gpu_session.sh`` and ``scripts/fetch_gpu_wheels.sh`` run for real in
+a copy of the checkout, with the programs they call replaced by
+``tests/script_stubs.py`` (the Python interpreter, ``compute-sanitizer``,
+``nvidia-smi``; ``date`` reads a fake clock, so session budgets are tested
+without waiting): what each step is given, what it logs, which files it
+leaves, and that one failing step does not stop the next.
 
 ``scripts/record_traces.py`` and ``scripts/bench_memory.py`` are run as the
-device session runs them, in a subprocess, with ``--device -1`` at tiny
-sizes.  The checks: every output is labelled a dry run, no file could pass
-for a recording, the tables have the columns the issue asks for, and no GPU
-number is made up.  ``scripts/gpu_session.sh`` gets a syntax check.
+GPU session runs them, in a subprocess, with ``--device -1`` at tiny sizes.
+The checks: every output is labelled a dry run, no file could pass for a
+recording, the tables have the columns users read, and no GPU number is
+made up.
 """
 
 import gzip
@@ -14,13 +21,16 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
+from pathlib import Path
 
 import pytest
 
-from pgmo import _chainer_compat
+from pgmo import _chainer_compat, bundled
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "scripts")
+STUBS = os.path.join(ROOT, "tests", "script_stubs.py")
 
 
 def run_script(script, *args, timeout=240):
@@ -32,14 +42,330 @@ def run_script(script, *args, timeout=240):
     return result.stdout, result.stderr
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-@pytest.mark.parametrize("script", ["gpu_session.sh", "fetch_gpu_wheels.sh"])
-def test_shell_scripts_parse(script):
-    subprocess.run(["bash", "-n", os.path.join(SCRIPTS, script)], check=True)
+# ------------------------------------------------------------ the shell scripts, stubbed
+needs_shell = pytest.mark.skipif(
+    not all(shutil.which(tool) for tool in ("bash", "timeout", "tar", "du", "date")),
+    reason="needs bash and coreutils")
+
+#: The fake clock's start (epoch seconds); stubs move it forward with "advance".
+CLOCK_START = 1_700_000_000
+DEFAULT_STEPS = ["tests", "traces", "malloc", "sanitizer-one-liner", "sanitizer-chainer",
+                 "demo"]
 
 
-def test_gpu_session_writes_at_most_eight_files():
-    """The device returns at most 8 files from $OUT: the script must not name more."""
+class Checkout:
+    """A copy of the files a script needs, stand-ins on PATH, and what they recorded."""
+
+    def __init__(self, base: Path, files: list[str], plan: dict | None = None):
+        self.base, self.root = base, base / "checkout"
+        for name in files:
+            (self.root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(os.path.join(ROOT, name), self.root / name)
+        self.bin = base / "bin"
+        self.bin.mkdir(parents=True)
+        for role in ("python", "compute-sanitizer", "nvidia-smi"):
+            self._executable("py" if role == "python" else role,
+                             f'exec "{sys.executable}" -S "{STUBS}" {role} "$@"')
+        self._executable("date", f'if [ "$1" = "+%s" ]; then cat "$STUB_CLOCK"; '
+                                 f'else exec "{shutil.which("date")}" "$@"; fi')
+        self.py = str(self.bin / "py")
+        self.calls_file, self.clock, self.plan_file = (base / "calls.jsonl", base / "clock",
+                                                       base / "plan.json")
+        self.clock.write_text(str(CLOCK_START))
+        self.plan_file.write_text(json.dumps(plan or {}))
+
+    def _executable(self, name: str, body: str) -> None:
+        path = self.bin / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+
+    def run(self, script: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+        base_env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "LC_ALL")}
+        base_env.update(PATH=f"{self.bin}{os.pathsep}{os.environ['PATH']}",
+                        STUB_CALLS=str(self.calls_file), STUB_PLAN=str(self.plan_file),
+                        STUB_CLOCK=str(self.clock), **env)
+        return subprocess.run(["bash", str(self.root / "scripts" / script), *args],
+                              env=base_env, capture_output=True, text=True, timeout=120,
+                              cwd=self.base)
+
+    def calls(self, role: str | None = None) -> list[dict]:
+        if not self.calls_file.exists():
+            return []
+        calls = [json.loads(line) for line in self.calls_file.read_text().splitlines()]
+        return [c for c in calls if role is None or c["role"] == role]
+
+
+class Session:
+    """One run of ``scripts/gpu_session.sh`` with stand-ins."""
+
+    def __init__(self, base: Path, *steps: str, plan: dict | None = None, wheels: bool = True,
+                 **env: str):
+        self.checkout = Checkout(base, ["scripts/gpu_session.sh"], plan)
+        self.root = self.checkout.root
+        if wheels:
+            (self.root / ".whl").mkdir()
+            (self.root / ".whl" / "chainer-7.8.1-py3-none-any.whl").write_bytes(b"wheel")
+        self.out, self.scratch = base / "out", base / "scratch"
+        self.py = self.checkout.py
+        self.result = self.checkout.run("gpu_session.sh", *steps, OUT=str(self.out),
+                                        SCRATCH=str(self.scratch), PY=self.py, **env)
+        assert self.result.returncode == 0, self.result.stderr
+        self.log = (self.out / "session.log").read_text()
+        # what the script said, without the "[HH:MM:SS +Ns] " prefix
+        self.events = [re.sub(r"^\[\d\d:\d\d:\d\d \+\d+s\] ", "", line)
+                       for line in self.log.splitlines() if line.startswith("[")]
+
+    def python_calls(self) -> dict[str, dict]:
+        return {c["step"]: c for c in self.checkout.calls("python")}
+
+    def step_events(self) -> list[str]:
+        """BEGIN/END/SKIP lines, shortened to "BEGIN name", "END name: exit N", "SKIP name"."""
+        short = []
+        for event in self.events:
+            m = re.match(r"(BEGIN|END|SKIP) ([\w-]+)(: exit \d+)?", event)
+            if m:
+                short.append(f"{m[1]} {m[2]}{m[3] or ''}")
+        return short
+
+
+@pytest.fixture(scope="module")
+def default_session(tmp_path_factory):
+    """The default steps, all succeeding; the Chainer run's memcheck reports 2 errors."""
+    return Session(tmp_path_factory.mktemp("session"), plan={"chainer": {"errors": 2}})
+
+
+@needs_shell
+def test_session_logs_each_default_step_with_its_exit_status(default_session):
+    s = default_session
+    expected = []
+    for name in DEFAULT_STEPS:
+        expected += [f"BEGIN {name}", f"END {name}: exit 0"]
+    assert s.step_events() == expected  # each step begins and ends before the next
+    assert "bench" not in s.python_calls()  # the long step runs only when asked for
+    assert s.events[-1].startswith("done; files in ")
+    # the environment: the GPU, the versions, the sanitizer found
+    assert "NVIDIA H100 80GB HBM3, 81559 MiB, 570.86" in s.log
+    assert "python 3.12.3 numpy 2.5.0 cupy 14.2.0" in s.log
+    assert f"compute-sanitizer: {s.checkout.bin / 'compute-sanitizer'}" in s.log
+
+
+@needs_shell
+def test_session_gives_each_step_its_command(default_session):
+    s, calls = default_session, default_session.python_calls()
+    assert list(calls) == ["pip-install", "probe", "tests", "traces", "malloc", "one-liner",
+                           "chainer", "demo"]
+    assert calls["pip-install"]["argv"] == [
+        "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+        "--no-cache-dir", "--upgrade", "--target", str(s.scratch / "site"),
+        ".whl/chainer-7.8.1-py3-none-any.whl"]
+    assert calls["tests"]["argv"] == ["-m", "pytest", "-m", "gpu", "-q", "-p",
+                                      "no:cacheprovider", "-o", "addopts=", "tests"]
+    assert calls["traces"]["argv"] == [
+        "scripts/record_traces.py", "--device", "0", "--out-dir", str(s.scratch / "traces"),
+        "--arch", "alexnet", "googlenet", "resnet50", "inception-resnet-v2",
+        "--batchsize", "32", "64", "128", "--inference", "--seq2seq", "3"]
+    assert calls["malloc"]["argv"] == ["scripts/bench_malloc.py", "--gpu"]
+    assert calls["demo"]["argv"] == ["-m", "pgmo", "demo", "-o",
+                                     str(s.scratch / "pgmo-demo.png")]
+    memcheck = ["--tool", "memcheck", "--leak-check", "no", s.py]
+    assert [c["argv"] for c in s.checkout.calls("compute-sanitizer")] == [
+        memcheck + ["examples/one_liner.py", "--device", "0", "--iterations", "5",
+                    "--batchsize", "64", "--inputs", "256", "--hidden", "128",
+                    "--classes", "10"],
+        memcheck + ["examples/train_imagenet.py", "--device", "0", "--arch", "resnet50",
+                    "--pool", "pgmo", "--batchsize", "4", "--insize", "64", "--classes", "10",
+                    "--iterations", "4"]]
+    for step, call in calls.items():  # every step sees the wheels and the checkout's pgmo
+        assert call["cwd"] == str(s.root)
+        if step != "pip-install":
+            assert call["env"]["PYTHONPATH"] == f"{s.scratch / 'site'}:{s.root}", step
+
+
+@needs_shell
+def test_session_puts_each_steps_output_in_its_file(default_session):
+    s = default_session
+    assert sorted(p.name for p in s.out.iterdir()) == sorted([
+        "session.log", "pytest-gpu.log", "traces.tar.gz", "bench_malloc.txt",
+        "sanitizer.log", "demo.log"])
+    assert (s.out / "pytest-gpu.log").read_text().splitlines()[-1] == \
+        "7 passed, 551 deselected in 12.34s"
+    assert "pytest: 7 passed, 551 deselected in 12.34s" in s.events
+    assert "stub traces output" in s.log  # record_traces.py reports into session.log
+    assert (s.out / "bench_malloc.txt").read_text().startswith("stub malloc output\n| workload")
+    assert "stub demo output" in (s.out / "demo.log").read_text()
+    assert (s.scratch / "pgmo-demo.png").exists()  # the picture stays out of the results
+    sanitizer = (s.out / "sanitizer.log").read_text()
+    assert sanitizer.index("stub one-liner output") < sanitizer.index("stub chainer output")
+
+
+@needs_shell
+def test_session_copies_sanitizer_error_summaries_into_the_log(default_session):
+    assert [e for e in default_session.events if e.startswith("sanitizer:")] == [
+        "sanitizer: ========= ERROR SUMMARY: 0 errors ========= ERROR SUMMARY: 2 errors "]
+
+
+@needs_shell
+def test_session_archives_the_traces(default_session):
+    s = default_session
+    with tarfile.open(s.out / "traces.tar.gz") as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+    assert names == ["traces/alexnet-train-b32.json.gz", "traces/resnet50-train-b32.json.gz"]
+    assert "traces: 2 files, " in s.log
+
+
+@pytest.fixture(scope="module")
+def failing_session(tmp_path_factory):
+    """pytest fails, the traces step times out after writing 3 files, malloc and a sanitizer
+    run fail."""
+    plan = {"tests": {"rc": 1, "summary": "2 failed, 5 passed, 551 deselected in 9.00s",
+                      "lines": [".F.F...", "FAILED tests/test_pool_gpu.py::test_a - assert 1 == 2",
+                                "FAILED tests/test_pool_gpu.py::test_b - RuntimeError: error"]},
+            "traces": {"files": ["a.json.gz", "b.json.gz", "c.json.gz"], "sleep": 60},
+            "malloc": {"rc": 3}, "one-liner": {"rc": 2}}
+    return Session(tmp_path_factory.mktemp("failing"), plan=plan, TIMEOUT_TRACES="3")
+
+
+@needs_shell
+def test_failing_or_timed_out_step_does_not_stop_the_others(failing_session):
+    s = failing_session
+    assert s.step_events() == [
+        "BEGIN tests", "END tests: exit 1", "BEGIN traces", "END traces: exit 124",
+        "BEGIN malloc", "END malloc: exit 3", "BEGIN sanitizer-one-liner",
+        "END sanitizer-one-liner: exit 2", "BEGIN sanitizer-chainer",
+        "END sanitizer-chainer: exit 0", "BEGIN demo", "END demo: exit 0"]
+    assert "BEGIN traces (timeout 3s): " in s.log
+    assert re.search(r"END traces: exit 124 after \d+s \(TIMED OUT\)", s.log)
+    assert "pytest: 2 failed, 5 passed, 551 deselected in 9.00s" in s.events
+
+
+@needs_shell
+def test_traces_archive_holds_what_was_written_before_a_timeout(failing_session):
+    s = failing_session
+    with tarfile.open(s.out / "traces.tar.gz") as tar:
+        files = {m.name: json.loads(gzip.decompress(tar.extractfile(m).read()))
+                 for m in tar.getmembers() if m.isfile()}
+    assert files == {f"traces/{n}": {"stub trace": n} for n in ("a.json.gz", "b.json.gz",
+                                                                   "c.json.gz")}
+    assert "traces: 3 files, " in s.log
+
+
+@needs_shell
+def test_session_with_every_step_writes_at_most_eight_files(tmp_path):
+    s = Session(tmp_path, "tests", "traces", "malloc", "sanitizer", "demo", "bench")
+    files = sorted(p.name for p in s.out.iterdir())
+    assert files == sorted(["session.log", "pytest-gpu.log", "traces.tar.gz",
+                            "bench_malloc.txt", "sanitizer.log", "demo.log", "results.md",
+                            "bench_memory.log"])
+    assert len(files) <= 8  # what a results folder of 8 files can hold
+    assert s.python_calls()["bench"]["argv"] == [
+        "scripts/bench_memory.py", "--device", "0", "--budget", "520", "-o",
+        str(s.out / "results.md")]  # 570 s session, 10 s kept, 40 s for the report
+    assert "stub bench output" in (s.out / "bench_memory.log").read_text()
+    assert s.step_events()[-2:] == ["BEGIN bench", "END bench: exit 0"]
+
+
+@needs_shell
+def test_later_steps_are_skipped_when_session_time_is_used_up(tmp_path):
+    # On the fake clock: tests take 50 s and traces 60 s of a 130 s session.
+    s = Session(tmp_path, plan={"tests": {"advance": 50}, "traces": {"advance": 60}},
+                SESSION_SECONDS="130")
+    assert s.step_events() == [
+        "BEGIN tests", "END tests: exit 0", "BEGIN traces", "END traces: exit 0",
+        "SKIP malloc", "SKIP sanitizer-one-liner", "SKIP sanitizer-chainer", "SKIP demo"]
+    assert "BEGIN tests (timeout 120s): " in s.log  # capped at the session's 130 - 10 s
+    assert "END tests: exit 0 after 50s" in s.events
+    assert "BEGIN traces (timeout 70s): " in s.log  # what was left, not its own 240 s
+    for name in ("malloc", "sanitizer-one-liner", "sanitizer-chainer", "demo"):
+        assert f"SKIP {name}: session time used up" in s.events
+    assert not {"malloc", "one-liner", "chainer", "demo"} & set(s.python_calls())
+    assert "sanitizer: no ERROR SUMMARY line (see sanitizer.log)" in s.events
+    assert (s.out / "traces.tar.gz").exists()
+
+
+@needs_shell
+def test_session_without_wheels_uses_the_installed_chainer(tmp_path):
+    s = Session(tmp_path, "malloc", wheels=False)
+    assert "pip-install" not in s.python_calls()
+    assert f"no .whl/: using the Chainer installed in {s.py}, if any" in s.events
+    assert s.step_events() == ["BEGIN malloc", "END malloc: exit 0"]
+
+
+@needs_shell
+def test_relative_out_and_scratch_are_where_the_script_was_started(tmp_path):
+    checkout = Checkout(tmp_path, ["scripts/gpu_session.sh"])
+    result = checkout.run("gpu_session.sh", "demo", OUT="results", SCRATCH="work",
+                          PY=checkout.py)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["demo.log",
+                                                                         "session.log"]
+    assert (tmp_path / "work" / "pgmo-demo.png").exists()
+    assert not (checkout.root / "results").exists()
+
+
+# ---------------------------------------------------------------- fetch_gpu_wheels.sh
+def fetch_wheels(tmp_path, *args, plan=None, existing=()):
+    checkout = Checkout(tmp_path, ["scripts/fetch_gpu_wheels.sh", "constraints-chainer.txt"],
+                        plan)
+    for name in existing:
+        (checkout.root / ".whl").mkdir(exist_ok=True)
+        (checkout.root / ".whl" / name).write_bytes(b"old")
+    result = checkout.run("fetch_gpu_wheels.sh", *args, PYTHON=checkout.py)
+    return checkout, result
+
+
+@needs_shell
+def test_fetch_wheels_builds_chainer_under_pgmos_constraints(tmp_path):
+    checkout, result = fetch_wheels(tmp_path)
+    assert result.returncode == 0, result.stderr
+    [call] = checkout.calls()
+    assert call["argv"] == ["-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir",
+                            "-w", ".whl", "chainer==7.8.1"]
+    assert call["cwd"] == str(checkout.root)
+    # setuptools<82 while building (Chainer's setup.py imports pkg_resources)
+    assert call["env"]["PIP_CONSTRAINT"] == call["env"]["PIP_BUILD_CONSTRAINT"] == \
+        "constraints-chainer.txt"
+    assert "setuptools<82" in (checkout.root / "constraints-chainer.txt").read_text()
+    assert sorted(p.name for p in (checkout.root / ".whl").iterdir()) == [
+        "chainer-7.8.1-py3-none-any.whl"]
+    assert result.stdout.splitlines()[-1] == "total: 1000 bytes"
+
+
+@needs_shell
+def test_fetch_wheels_with_ortools_downloads_wheels_for_cpython_312(tmp_path):
+    checkout, result = fetch_wheels(tmp_path, "--ortools")
+    assert result.returncode == 0, result.stderr
+    wheel, download = checkout.calls()
+    assert wheel["step"] == "pip-wheel" and download["step"] == "pip-download"
+    argv = download["argv"]
+    assert argv[:3] == ["-m", "pip", "download"]
+    assert argv[-2:] == ["ortools==9.15.6755", "immutabledict"]
+    assert {"--no-deps", "--only-binary=:all:"} <= set(argv)
+    assert argv[argv.index("--python-version") + 1] == "3.12"
+    assert argv[argv.index("--implementation") + 1] == "cp"
+    assert argv[argv.index("-d") + 1] == ".whl"
+    platforms = [argv[i + 1] for i, a in enumerate(argv) if a == "--platform"]
+    assert "manylinux2014_x86_64" in platforms and all("x86_64" in p for p in platforms)
+    assert result.stdout.splitlines()[-1] == "total: 3100 bytes"
+
+
+@needs_shell
+def test_fetch_wheels_refuses_two_versions_of_a_package(tmp_path):
+    _, result = fetch_wheels(tmp_path, existing=["chainer-7.8.0-py3-none-any.whl"])
+    assert result.returncode == 1
+    assert "error: several wheels of: chainer (keep one version each)" in result.stderr
+
+
+@needs_shell
+def test_fetch_wheels_refuses_more_than_48_mib(tmp_path):
+    _, result = fetch_wheels(tmp_path, plan={"pip-wheel": {"size": 48 * 2**20 + 1}})
+    assert result.returncode == 1
+    assert "error: wheels exceed 48 MiB" in result.stderr
+    _, result = fetch_wheels(tmp_path / "fits", plan={"pip-wheel": {"size": 48 * 2**20}})
+    assert result.returncode == 0, result.stderr
+
+
+def test_gpu_session_names_at_most_eight_result_files():
+    """Every file the script could write to $OUT, whichever steps run: at most 8."""
     with open(os.path.join(SCRIPTS, "gpu_session.sh")) as fh:
         text = fh.read()
     outputs = set(re.findall(r'\$OUT/([A-Za-z0-9_.-]+)', text))
@@ -76,8 +402,10 @@ def test_record_traces_dry_run_is_labelled(tmp_path):
         assert meta["dry_run"] is True and meta["synthetic"] is True
         assert "dry run" in meta["recorded_by"].lower() and "no GPU recording" in meta["note"]
         assert meta["device"].startswith("CPU")
-        for key in ("model", "kind", "batch_size", "cupy", "chainer", "numpy", "date"):
-            assert key in meta, key
+        # everything a recording must say is there; only the dry-run label keeps it out
+        assert bundled.provenance_problems(meta) == [
+            "a CPU dry run (dry_run: true), not a recording"], name
+        assert bundled.provenance_problems({**meta, "dry_run": False, "synthetic": False}) == []
         trace = pgmo.read_trace(tmp_path / name)  # a valid trace the solver accepts
         assert len(trace) == meta["requests"] > 0
         assert trace.lower_bound() == meta["lower_bound"]

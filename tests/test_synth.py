@@ -34,7 +34,85 @@ def test_every_bundled_trace_says_how_it_was_made():
     assert bundled.names(), "no bundled traces"
     for name in bundled.names():
         meta = bundled.load(name).metadata
-        assert meta.get("synthetic") is True or meta.get("device"), name
+        assert bundled.provenance_problems(meta) == [], name
+        if meta["synthetic"]:  # a generated trace is the generator's, exactly
+            assert name in synth.bundled_specs(), f"{name}: no pgmo.synth generator makes it"
+        else:
+            assert not name.startswith("synthetic-"), name
+
+
+#: Metadata as ``scripts/record_traces.py`` writes it on a GPU.
+RECORDED = {"model": "resnet50", "kind": "training", "batch_size": 32, "input_size": 224,
+            "command": "record_traces.py --device 0 --arch resnet50 --batchsize 32",
+            "device": "NVIDIA H100 80GB HBM3", "cupy": "14.2.0", "numpy": "2.5.0",
+            "python": "3.12.3", "chainer": "7.8.1", "pgmo": "0.1.0",
+            "date": "2025-06-01T12:00:00+00:00", "recorded_by": "pgmo profiling mode",
+            "synthetic": False, "dry_run": False}
+
+
+#: What a recording must name: the workload, how it was recorded, where, with what, when.
+MUST_RECORD = ("model", "batch_size", "kind", "command", "device", "cupy", "numpy", "python",
+               "chainer", "pgmo", "date")
+#: What a generated trace must name: how it was made, and what pgmo.synth needs to redo it.
+MUST_SAY_SYNTHETIC = ("recorded_by", "model", "batch_size", "kind")
+
+
+def test_a_complete_recording_may_be_bundled():
+    assert bundled.provenance_problems(RECORDED) == []
+    assert set(bundled.RECORDED_FIELDS) == set(MUST_RECORD)
+    assert set(bundled.SYNTHETIC_FIELDS) == set(MUST_SAY_SYNTHETIC)
+
+
+@pytest.mark.parametrize("field", MUST_RECORD)
+@pytest.mark.parametrize("blank", [None, "", "  "])
+def test_a_recording_without_each_field_is_refused(field, blank):
+    meta = dict(RECORDED)
+    if blank is None:
+        del meta[field]
+    else:
+        meta[field] = blank
+    assert bundled.provenance_problems(meta) == [
+        f"a recorded trace must record {field!r}: {bundled.RECORDED_FIELDS[field]}"]
+
+
+@pytest.mark.parametrize("name", sorted(synth.bundled_specs()))
+@pytest.mark.parametrize("field", MUST_SAY_SYNTHETIC)
+def test_a_synthetic_trace_without_each_field_is_refused(name, field):
+    meta = dict(bundled.load(name).metadata)
+    del meta[field]
+    assert bundled.provenance_problems(meta) == [
+        f"a synthetic trace must record {field!r}: {bundled.SYNTHETIC_FIELDS[field]}"]
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"synthetic": None}, "'synthetic' must be true (generated) or false (recorded on a GPU), "
+                          "got None"),
+    ({"synthetic": "no"}, "'synthetic' must be true (generated) or false (recorded on a GPU), "
+                          "got 'no'"),
+    ({"batch_size": 0}, "'batch_size' must be an integer >= 1, got 0"),
+    ({"batch_size": "32"}, "'batch_size' must be an integer >= 1, got '32'"),
+    ({"kind": "train"}, "'kind' must be one of training, inference, got 'train'"),
+    ({"date": "yesterday"}, "'date' must be ISO 8601 (e.g. 2025-01-31T12:00:00+00:00), "
+                            "got 'yesterday'"),
+    ({"date": 20250601}, "'date' must be ISO 8601 (e.g. 2025-01-31T12:00:00+00:00), "
+                         "got 20250601"),
+])
+def test_a_recording_with_a_bad_value_is_refused(change, problem):
+    assert bundled.provenance_problems({**RECORDED, **change}) == [problem]
+
+
+def test_a_dry_run_is_no_recording():
+    meta = {**RECORDED, "synthetic": True, "dry_run": True, "device": "CPU (x86_64), dry run"}
+    assert bundled.provenance_problems(meta) == [
+        "a CPU dry run (dry_run: true), not a recording"]
+    del meta["cupy"]  # and it is still held to what a recording must say
+    assert bundled.provenance_problems(meta)[1:] == [
+        "a recorded trace must record 'cupy': CuPy's version"]
+
+
+def test_provenance_of_something_not_metadata_is_a_type_error():
+    with pytest.raises(TypeError, match="trace metadata must be a mapping, got list"):
+        bundled.provenance_problems([("synthetic", True)])
 
 
 def test_unknown_bundled_trace_names_the_choices():
