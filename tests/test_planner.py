@@ -222,7 +222,8 @@ def test_torture_workloads_with_background_replanning():
     st = engine.stats()
     assert st.reoptimizations >= 1 and st.planned_requests > 0
     assert st.used_bytes == 0 and st.planner_failures == 0
-    assert {m for r in results for m in r["modes"]} >= {"planning", "optimized"}
+    modes = {m for r in results for m in r["modes"]}
+    assert "optimized" in modes and modes <= {"warmup", "profiling", "planning", "optimized"}
     engine.close()
 
 
