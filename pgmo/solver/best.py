@@ -9,11 +9,12 @@ until a packing reaches the lower bound (then it is optimal):
 2. on traces of :data:`CORE_MIN_N` blocks or more, the peak core
    (:mod:`.peak_core`): the blocks around the max-load instant packed exactly,
    the rest fitted around them (real traces: exact on pangu, BERT);
-3. on traces small enough for it, anytime tightening with the canonical
+3. briefly, the skyline backtracking search under capacity
+   (:func:`.skyline_dfs.capacity_search`): cheap, and on some instances it
+   reaches the lower bound where the canonical search takes long;
+4. on traces small enough for it, anytime tightening with the canonical
    search (:mod:`.tightening`): restarts at the lower bound and between the
    bounds, which also proves lower bounds;
-4. the skyline backtracking search under capacity
-   (:func:`.skyline_dfs.capacity_search`);
 5. local search over skyline priorities (:class:`.local_search.SkylineSearch`)
    with what is left.
 
@@ -50,7 +51,7 @@ CORE_MIN_N = 1000
 #: must also stay under :data:`.canonical_search.MAX_CELLS`).
 TIGHTEN_MAX_N = 20_000
 #: Share of the budget left when each search phase starts.
-SHARES = {"peak-core": 0.3, "tightening": 0.7, "capacity-search": 0.7}
+SHARES = {"peak-core": 0.3, "capacity-search": 0.06, "tightening": 0.9}
 
 # Rough cost model of one gap-fit run, in seconds, before one has been timed.
 _GAP_COST_PER_BLOCK = 2e-5
@@ -160,7 +161,19 @@ def best_offsets(trace: Trace, budget: Budget | float, progress: bool = False,
             report["restarts"] += stats.get("restarts", 0)
         step()
 
-        # 3. canonical search, tightening the capacity
+        # 3. skyline backtracking under capacity
+        if 1 < n and open_gap():
+            part = budget.share(SHARES["capacity-search"])
+            offsets, _, probes = capacity_search(lowers, uppers, sizes, bound, state["peak"],
+                                                 part, seed)
+            budget.spend(part.used)
+            report["restarts"] += len(probes)
+            report["capacity_probes"] += [[c, "found" if ok else "stopped"] for c, ok in probes]
+            if offsets is not None:
+                consider("capacity-search", offsets)
+        step()
+
+        # 4. canonical search, tightening the capacity
         if 1 < n <= TIGHTEN_MAX_N and open_gap() \
                 and n * sections_of(lowers, uppers)[2] <= MAX_CELLS:
             part = budget.share(SHARES["tightening"])
@@ -171,18 +184,6 @@ def best_offsets(trace: Trace, budget: Budget | float, progress: bool = False,
             bound = max(bound, found.proven_bound)
             if found.offsets is not None:
                 consider("canonical-search", found.offsets)
-        step()
-
-        # 4. skyline backtracking under capacity
-        if 1 < n and open_gap():
-            part = budget.share(SHARES["capacity-search"])
-            offsets, _, probes = capacity_search(lowers, uppers, sizes, bound, state["peak"],
-                                                 part, seed)
-            budget.spend(part.used)
-            report["restarts"] += len(probes)
-            report["capacity_probes"] += [[c, "found" if ok else "stopped"] for c, ok in probes]
-            if offsets is not None:
-                consider("capacity-search", offsets)
         step()
 
         # 5. local search with the rest (its first move re-runs a skyline)

@@ -114,8 +114,10 @@ class CanonicalSearch:
         lo = np.array([lowers[i] for i in order], dtype=np.int64)
         up = np.array([uppers[i] for i in order], dtype=np.int64)
         self.neighbours = []
+        self.reach = []  # sections that placing block k can change: its neighbours' spans
         for k in range(n):
             near = np.flatnonzero((lo < up[k]) & (up > lo[k]))
+            self.reach.append((int(self.first_arr[near].min()), int(self.last_arr[near].max())))
             self.neighbours.append(near[near != k])
         self.load0 = load
         cuts = np.zeros(max(n_sections - 1, 0), dtype=np.int64)
@@ -187,7 +189,7 @@ class CanonicalSearch:
             return INFEASIBLE
         if choices.size > 1:
             choices = choices[np.argsort(floor[choices], kind="stable")]
-        load, floors, span, capacity = self.load, self.floors, self.span, self.capacity
+        load, floors, capacity = self.load, self.floors, self.capacity
         part_load = load[s_lo:s_hi]
         max_load = int(part_load.max())
         for b in choices.tolist():
@@ -208,11 +210,17 @@ class CanonicalSearch:
                 old_floor = floor[raised]
                 floor[raised] = top
                 old_rows = floors[raised]
-                floors[raised] = np.where(span[raised], np.int64(top), _BIG)
+                floors[raised] = np.maximum(old_rows, top)  # cells outside spans stay BIG
             status = INFEASIBLE
-            lowest = np.maximum(floors[:, s_lo:s_hi].min(axis=0), o)
-            lowest += part_load
-            if not ((lowest > capacity) & (part_load > 0)).any():
+            # Only sections where a block was placed or raised can break the
+            # bound; there, o + load <= capacity (checked above), so the
+            # lowest floor alone decides.  A section with no unplaced block
+            # has floor BIG and load 0.
+            c_lo, c_hi = self.reach[b]
+            c_lo, c_hi = max(s_lo, c_lo), min(s_hi, c_hi)
+            need = floors[:, c_lo:c_hi].min(axis=0)
+            need += load[c_lo:c_hi]
+            if not ((need > capacity) & (need < _BIG)).any():
                 status = self._after_placing(part, s_lo, s_hi, b, o)
             if raised.size:
                 floors[raised] = old_rows

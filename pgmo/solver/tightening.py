@@ -6,9 +6,10 @@ round and rotates between block orders (:data:`.canonical_search.ORDER_RULES`).
 Each round probes, for every order:
 
 1. the proven lower bound (the max load at first): success there is optimal;
-2. a capacity halfway between the highest capacity that failed this round
-   and the best peak so far, with fewer nodes: success lowers the peak,
-   failure steers the next probe up.
+2. a capacity a little below the best peak so far, with fewer nodes: at
+   first an eighth of the gap to the lower bound below it; the drop halves
+   whenever such a probe fails.  Near a feasible peak the search finds
+   packings easily, so the peak walks down to where the instance gets hard.
 
 A probe that runs out of choices is a proof that nothing fits under that
 capacity, which raises the proven lower bound.  Capacities are multiples of
@@ -20,6 +21,7 @@ gives the same result on every machine.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -32,6 +34,8 @@ __all__ = ["tighten", "Tightening", "MIDDLE_SHARE"]
 #: A probe between the bounds gets 1/MIDDLE_SHARE of the nodes of a probe at
 #: the lower bound: on tight instances the lower bound is where it pays off.
 MIDDLE_SHARE = 4
+#: Probes between the bounds per block order and round.
+SAMPLES = 1
 
 
 @dataclass
@@ -75,16 +79,18 @@ def tighten(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int],
             result.proven_bound = max(result.proven_bound, capacity + step)
         return status
 
+    rng = random.Random(seed)
     while result.peak > result.proven_bound and not budget.expired():
         limit *= 2
-        failed = result.proven_bound - step  # highest capacity that failed this round
         for search in searches:
             if result.peak <= result.proven_bound or budget.expired():
                 break
             if probe(search, result.proven_bound, limit) == FOUND:
                 break
-            middle = (failed + result.peak) // 2 // step * step
-            if result.proven_bound < middle < result.peak and not budget.expired():
-                if probe(search, middle, limit // MIDDLE_SHARE) != FOUND:
-                    failed = max(failed, middle)
+            for _ in range(SAMPLES):
+                steps_between = (result.peak - result.proven_bound) // step
+                if steps_between < 2 or budget.expired():
+                    break
+                below = result.proven_bound + step * rng.randrange(1, steps_between)
+                probe(search, below, max(n, limit // MIDDLE_SHARE))
     return result
