@@ -83,6 +83,18 @@ def _strategies(lowers, uppers, sizes) -> list[tuple[str, str, Callable[[], list
     return out
 
 
+def _stop_reason(optimal: bool, budget: Budget, n: int) -> str:
+    """Why the search ended, for the report."""
+    if optimal:
+        return "optimum"
+    if budget.time_left() <= 0:
+        return "time limit"
+    left = budget.steps_left
+    if left is not None and left < max(16, n):  # too few for another probe or move
+        return "budget"
+    return "search finished"
+
+
 def solve(trace: Trace, options: SolverOptions, deadline: float | None) -> Packing:
     """The ``best`` method behind :func:`pgmo.solve`."""
     if deadline is None and options.budget is None:
@@ -207,9 +219,7 @@ def best_offsets(trace: Trace, budget: Budget | float, progress: bool = False,
         "proven_bound": bound,
         "gap": peak / lb - 1 if lb else 0.0,
         "gap_bytes": peak - lb,
-        "stopped_by": ("optimum" if peak <= bound else
-                       "budget" if budget.steps_left == 0 else
-                       "time limit" if budget.time_left() <= 0 else "search finished"),
+        "stopped_by": _stop_reason(peak <= bound, budget, n),
         "peaks": tried,
         "skipped": skipped,
         "capacity_probes": report["capacity_probes"],
