@@ -105,6 +105,10 @@ def run_method(trace, method: str, time_limit: float, exact_max_n: int, budget=N
     return plan.peak, time.perf_counter() - start, note
 
 
+def _seconds(text: str) -> float | None:
+    return None if text.strip().lower() == "none" else float(text)
+
+
 def fmt_ratio(peak, ref):
     return f"{peak / ref:.4f}" if peak is not None and ref else "-"
 
@@ -114,7 +118,9 @@ def main(argv=None) -> int:
     ap.add_argument("inputs", nargs="+", help="instance CSV files or folders of them")
     ap.add_argument("--methods", default="bestfit,best",
                     help="comma-separated methods (bestfit,best,exact); default bestfit,best")
-    ap.add_argument("--time-limit", type=float, default=10.0, help="seconds per instance for best/exact")
+    ap.add_argument("--time-limit", type=_seconds, default=10.0,
+                    help="seconds per instance for best/exact ('none': no limit; best then "
+                         "needs --budget)")
     ap.add_argument("--best-known", action="append", default=[], type=Path,
                     help="CSV 'instance,peak' of best known peaks (repeatable)")
     ap.add_argument("--inclusive", default="*/iree/*",
@@ -241,7 +247,7 @@ def main(argv=None) -> int:
                  f"at LB where a packing at LB is known: {sum(hit)}/{len(hit)}")
         if overruns[m]:
             worst, where = max(overruns[m])
-            emit(f"- **{m}** worst overrun past the {args.time_limit:g} s limit: "
+            emit(f"- **{m}** worst overrun past the {args.time_limit or 0:g} s limit: "
                  f"{100 * worst:+.1f}% ({where}; target <= +5%)")
     for note in notes:
         emit(f"- {note}")

@@ -51,7 +51,7 @@ def test_search_stops_at_its_node_limit():
     search = CanonicalSearch(*trace.columns())
     status, offsets = search.run(trace.lower_bound(), node_limit=3)
     assert (status, offsets) == (STOPPED, None) or status == FOUND
-    assert search.nodes <= 4
+    assert search.nodes <= 4  # the limit, and the node that found it spent
 
 
 def test_sections_are_the_maximal_sets_of_live_blocks():
@@ -86,7 +86,7 @@ def test_peak_tick_is_where_the_load_is_highest():
 def test_peak_core_packs_pangu_at_its_lower_bound():
     trace = pgmo.read_trace(BENCH / "idealloc" / "somas_tensors" / "pangu_2.6B.csv")
     cols = trace.columns()
-    packings = list(core_packings(*cols, trace.lower_bound(), Budget(steps=2000)))
+    packings = list(core_packings(*cols, trace.lower_bound(), Budget(steps=8000)))
     assert packings
     name, offsets = packings[-1]
     assert find_conflict(trace.blocks, offsets) is None
@@ -97,5 +97,5 @@ def test_peak_core_packs_pangu_at_its_lower_bound():
 @pytest.mark.parametrize("name", ["A", "C", "G"])
 def test_canonical_search_reaches_the_optimum_on_minimalloc_instances(name):
     trace = pgmo.read_trace(BENCH / "minimalloc" / "challenging" / f"{name}.1048576.csv")
-    plan = pgmo.solve(trace, time_limit=None, budget=60_000)
+    plan = pgmo.solve(trace, time_limit=None, budget=300_000)
     assert plan.peak == trace.lower_bound() and plan.optimal

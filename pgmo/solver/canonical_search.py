@@ -22,7 +22,9 @@ The section bound is computed with numpy over a blocks x sections matrix of
 floors, so the search is meant for up to a few thousand blocks
 (:data:`MAX_CELLS`).  The search is deterministic: the block order is fixed
 by a named rule (and a seed for tie-breaks), and it stops after a node
-limit, so equal limits give equal answers on every machine.
+limit, so equal limits give equal answers on every machine.  Every child
+tried counts as a node, also those the bounds prune at once: that keeps a
+node limit close to a fixed amount of work.
 """
 
 from __future__ import annotations
@@ -196,6 +198,9 @@ class CanonicalSearch:
             o = int(floor[b])
             if o + max_load > capacity:
                 break  # the later choices start no lower
+            self.nodes += 1  # the child is built and checked: it counts, pruned or not
+            if self.nodes > self.node_limit:
+                return STOPPED
             s = self.sizes[b]
             top = o + s
             f, l = self.first[b], self.last[b]

@@ -33,7 +33,7 @@ __all__ = ["core_packings", "WINDOWS", "peak_tick"]
 #: Half-widths (in ticks of the trace's clock) of the windows tried, narrow first.
 WINDOWS = (50, 200, 10)
 #: Nodes for one core search, per block in the core.
-NODES_PER_BLOCK = 4
+NODES_PER_BLOCK = 8
 
 
 def peak_tick(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int]) -> int:
