@@ -83,11 +83,13 @@ def _strategies(lowers, uppers, sizes) -> list[tuple[str, str, Callable[[], list
     return out
 
 
-def _stop_reason(optimal: bool, budget: Budget, n: int) -> str:
+def _stop_reason(optimal: bool, budget: Budget, n: int, started: float) -> str:
     """Why the search ended, for the report."""
     if optimal:
         return "optimum"
-    if budget.time_left() <= 0:
+    # The last phases stop a little early rather than late.
+    if budget.deadline is not None and budget.time_left() <= 0.05 + 0.02 * (
+            budget.deadline - started):
         return "time limit"
     left = budget.steps_left
     if left is not None and left < max(16, n):  # too few for another probe or move
@@ -107,6 +109,7 @@ def solve(trace: Trace, options: SolverOptions, deadline: float | None) -> Packi
 def best_offsets(trace: Trace, budget: Budget | float, progress: bool = False,
                  seed: int = 0) -> tuple[list[int], dict]:
     """Best packing found within ``budget`` (or by a perf_counter deadline); (offsets, info)."""
+    started = time.perf_counter()
     if not isinstance(budget, Budget):
         budget = Budget(None, budget)
     lowers, uppers, sizes = trace.columns()
@@ -219,7 +222,7 @@ def best_offsets(trace: Trace, budget: Budget | float, progress: bool = False,
         "proven_bound": bound,
         "gap": peak / lb - 1 if lb else 0.0,
         "gap_bytes": peak - lb,
-        "stopped_by": _stop_reason(peak <= bound, budget, n),
+        "stopped_by": _stop_reason(peak <= bound, budget, n, started),
         "peaks": tried,
         "skipped": skipped,
         "capacity_probes": report["capacity_probes"],
