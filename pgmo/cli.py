@@ -188,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("solve", parents=[verbose],
                        help="pack a trace and print the plan against the lower bound")
     p.add_argument("file", help=trace_help)
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="also print the solver's report (search steps, restarts, bound, gap)")
     solver_options.add_arguments(p)
     _add_input_options(p)
     p.add_argument("-o", "--output", help="write id,lower,upper,size,offset CSV (or .json)")

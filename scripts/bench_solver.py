@@ -3,13 +3,18 @@
 
 Usage::
 
-    python scripts/bench_solver.py ../shared/dsa-benchmarks --time-limit 10 -o table.md
+    python scripts/bench_solver.py ../shared/dsa-benchmarks --bundled --time-limit 10 -o table.md
 
-For every instance CSV found (``solutions/`` folders are skipped) it solves
-with each method through :func:`pgmo.solve` and prints one table per folder:
-n, lower bound (LB), best known peak, then per method the peak, the seconds
-and the ratios peak/LB and peak/best-known.  Summary lines give the mean
-ratios per method for each folder and over all instances.
+For every instance CSV found (``solutions/`` folders are skipped), and with
+``--bundled`` for pgmo's bundled traces, it solves with each method through
+:func:`pgmo.solve` and prints one table per folder: n, lower bound (LB),
+best known peak, then per method the peak, the seconds, the overrun past the
+time limit (seconds and %; negative: it returned early) and the ratios
+peak/LB and peak/best-known.  Summary lines give the mean ratios per method
+for each folder and over all instances, then the targets: mean and max
+peak/best-known on the MiniMalloc "challenging" suite, max peak/LB on the
+real traces (and whether each trace with a known packing at LB is packed
+at LB), and each method's worst overrun.
 
 Best known peaks come from ``--best-known`` CSVs (``instance,peak``; the
 instance is matched against the end of the file path without ``.csv``; the
@@ -85,19 +90,23 @@ def best_known_for(instance: Path, known: dict[str, int]) -> int | None:
     return known[max(matches, key=len)] if matches else None
 
 
-def run_method(trace, method: str, time_limit: float, exact_max_n: int):
+def run_method(trace, method: str, time_limit: float, exact_max_n: int, budget=None):
     """(peak, seconds, note) for one method; never raises."""
     if method == "exact" and len(trace) > exact_max_n:
         return None, None, f"skipped: n > {exact_max_n}"
     start = time.perf_counter()
     try:
-        plan = pgmo.solve(trace, method=method, time_limit=time_limit)
+        plan = pgmo.solve(trace, method=method, time_limit=time_limit, budget=budget)
     except (ImportError, NotImplementedError) as exc:
         return None, None, f"unavailable: {exc}"
     except Exception as exc:  # a failing method must not stop the benchmark
         return None, time.perf_counter() - start, f"error: {type(exc).__name__}: {exc}"
     note = "optimal" if plan.optimal else ""
     return plan.peak, time.perf_counter() - start, note
+
+
+def _seconds(text: str) -> float | None:
+    return None if text.strip().lower() == "none" else float(text)
 
 
 def fmt_ratio(peak, ref):
@@ -109,12 +118,17 @@ def main(argv=None) -> int:
     ap.add_argument("inputs", nargs="+", help="instance CSV files or folders of them")
     ap.add_argument("--methods", default="bestfit,best",
                     help="comma-separated methods (bestfit,best,exact); default bestfit,best")
-    ap.add_argument("--time-limit", type=float, default=10.0, help="seconds per instance for best/exact")
+    ap.add_argument("--time-limit", type=_seconds, default=10.0,
+                    help="seconds per instance for best/exact ('none': no limit; best then "
+                         "needs --budget)")
     ap.add_argument("--best-known", action="append", default=[], type=Path,
                     help="CSV 'instance,peak' of best known peaks (repeatable)")
     ap.add_argument("--inclusive", default="*/iree/*",
                     help="glob of files whose lifetimes are inclusive at both ends")
     ap.add_argument("--exact-max-n", type=int, default=60, help="run exact only up to this many blocks")
+    ap.add_argument("--budget", type=int, default=None,
+                    help="search steps for 'best' (default: none, only the time limit)")
+    ap.add_argument("--bundled", action="store_true", help="also solve pgmo's bundled traces")
     ap.add_argument("-o", "--output", type=Path, help="also write the tables to this Markdown file")
     args = ap.parse_args(argv)
 
@@ -124,7 +138,9 @@ def main(argv=None) -> int:
             ap.error(f"unknown method {m!r}; choose from {', '.join(pgmo.METHODS)}")
     known_files = ([BUNDLED_BEST_KNOWN] if BUNDLED_BEST_KNOWN.exists() else []) + args.best_known
     known = read_best_known(known_files)
-    instances = find_instances(args.inputs)
+    instances = [(p, p.parent.as_posix()) for p in find_instances(args.inputs)]
+    if args.bundled:
+        instances += [(name, "pgmo bundled traces") for name in pgmo.bundled.names()]
     if not instances:
         raise SystemExit("bench_solver: no instance CSV files found")
 
@@ -150,13 +166,17 @@ def main(argv=None) -> int:
 
     header = ["instance", "n", "LB", "best known"]
     for m in methods:
-        header += [f"{m} peak", f"{m} s", f"{m} /LB", f"{m} /best"]
+        header += [f"{m} peak", f"{m} s", f"{m} over", f"{m} /LB", f"{m} /best"]
     ratios_lb: dict[str, list[float]] = defaultdict(list)
     ratios_best: dict[str, list[float]] = defaultdict(list)
     folder_lb: dict[str, list[float]] = defaultdict(list)
     folder_best: dict[str, list[float]] = defaultdict(list)
     notes: list[str] = []
     current_folder = None
+    overruns: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    challenging: dict[str, list[float]] = defaultdict(list)
+    real_lb: dict[str, list[float]] = defaultdict(list)
+    at_known_lb: dict[str, list[bool]] = defaultdict(list)
 
     def folder_summary():
         if current_folder is not None:
@@ -165,8 +185,7 @@ def main(argv=None) -> int:
             folder_lb.clear()
             folder_best.clear()
 
-    for path in instances:
-        folder = path.parent.as_posix()
+    for path, folder in instances:
         if folder != current_folder:
             folder_summary()
             current_folder = folder
@@ -175,30 +194,61 @@ def main(argv=None) -> int:
             emit()
             emit("| " + " | ".join(header) + " |")
             emit("|" + "---|" * len(header))
-        inclusive = fnmatch.fnmatch(path.as_posix(), args.inclusive)
-        trace = pgmo.read_trace(path, inclusive=inclusive)
+        if isinstance(path, str):  # a bundled trace
+            trace, name, inclusive, best = pgmo.bundled.load(path), path, False, None
+        else:
+            inclusive = fnmatch.fnmatch(path.as_posix(), args.inclusive)
+            trace, name = pgmo.read_trace(path, inclusive=inclusive), path.stem
+            best = best_known_for(path, known)
         lb = trace.lower_bound()
-        best = best_known_for(path, known)
-        row = [path.stem + (" (incl.)" if inclusive else ""), str(len(trace)), str(lb),
+        row = [name + (" (incl.)" if inclusive else ""), str(len(trace)), str(lb),
                str(best) if best is not None else "-"]
         for m in methods:
-            peak, seconds, note = run_method(trace, m, args.time_limit, args.exact_max_n)
+            peak, seconds, note = run_method(trace, m, args.time_limit, args.exact_max_n,
+                                             args.budget if m == "best" else None)
             if note and note != "optimal":
-                notes.append(f"{path.stem} {m}: {note}")
+                notes.append(f"{name} {m}: {note}")
+            over = "-"
+            if seconds is not None and args.time_limit:
+                late = seconds - args.time_limit
+                overruns[m].append((late / args.time_limit, name))
+                over = f"{late:+.2f} ({100 * late / args.time_limit:+.0f}%)"
             if peak is None:
-                row += ["-", f"{seconds:.2f}" if seconds is not None else "-", "-", "-"]
+                row += ["-", f"{seconds:.2f}" if seconds is not None else "-", over, "-", "-"]
                 continue
             ratios_lb[m].append(peak / lb)
             folder_lb[m].append(peak / lb)
             if best:
                 ratios_best[m].append(peak / best)
                 folder_best[m].append(peak / best)
-            row += [str(peak), f"{seconds:.2f}", fmt_ratio(peak, lb), fmt_ratio(peak, best)]
+            if "challenging" in folder and best:
+                challenging[m].append(peak / best)
+            if "idealloc" in folder:
+                real_lb[m].append(peak / lb)
+                if best == lb:
+                    at_known_lb[m].append(peak == lb)
+            row += [str(peak), f"{seconds:.2f}", over, fmt_ratio(peak, lb), fmt_ratio(peak, best)]
         emit("| " + " | ".join(row) + " |")
 
     folder_summary()
     emit()
     emit("Summary (all instances): " + summary_line(ratios_lb, ratios_best))
+    emit()
+    emit("Targets:")
+    emit()
+    for m in methods:
+        if challenging[m]:
+            r = challenging[m]
+            emit(f"- **{m}** MiniMalloc challenging: mean peak/best-known {sum(r) / len(r):.4f} "
+                 f"(target <= 1.01), max {max(r):.4f} (target <= 1.03), n={len(r)}")
+        if real_lb[m]:
+            hit = at_known_lb[m]
+            emit(f"- **{m}** real traces: max peak/LB {max(real_lb[m]):.4f} (target <= 1.002); "
+                 f"at LB where a packing at LB is known: {sum(hit)}/{len(hit)}")
+        if overruns[m]:
+            worst, where = max(overruns[m])
+            emit(f"- **{m}** worst overrun past the {args.time_limit or 0:g} s limit: "
+                 f"{100 * worst:+.1f}% ({where}; target <= +5%)")
     for note in notes:
         emit(f"- {note}")
     if args.output:

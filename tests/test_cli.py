@@ -36,6 +36,14 @@ def test_solve_prints_the_plan_and_writes_a_checkable_csv(trace_file, tmp_path, 
     assert "valid: 5 blocks" in capsys.readouterr().out
 
 
+def test_solve_verbose_reports_the_search(trace_file, capsys):
+    assert main(["solve", str(trace_file), "--verbose", "--time-limit", "none",
+                 "--budget", "500"]) == 0
+    text = capsys.readouterr().out
+    for key in ("strategy", "nodes", "restarts", "proved_optimal", "gap", "proven_bound"):
+        assert f"  {key} " in text
+
+
 @pytest.mark.parametrize("method", ["bestfit", "best", "exact"])
 def test_every_method_from_the_command_line(trace_file, capsys, method):
     if method == "exact":

@@ -1,23 +1,28 @@
-"""The default method: try several greedy packings, keep the lowest, then search.
+"""The default method: greedy packings first, then searches, keeping the lowest peak.
 
-No single greedy rule wins everywhere: the paper's skyline best-fit is exact
-on some real traces where TFLite's greedy-by-size is 0.4 % above the lower
-bound, and the reverse happens on others.  So ``best``
+No single rule wins everywhere, so ``best`` runs, while its budget lasts and
+until a packing reaches the lower bound (then it is optimal):
 
-1. runs the skyline best-fit with several priorities (cheap, O(n log n));
-2. runs gap-fit greedy placement (:mod:`.greedy`) in several orders while the
-   time budget allows (each run costs a numpy pass over the placed blocks);
-3. on traces of up to :data:`DFS_MAX_N` blocks, spends most of the remaining
-   time in :func:`.skyline_dfs.capacity_search`: backtracking skyline
-   packing under a capacity, first at the lower bound, then at capacities
-   climbing towards the best peak so far and bisecting once one succeeds;
-4. spends what is left in :class:`.local_search.SkylineSearch`, searching
-   priority orders for the skyline from the best skyline priority of step 1.
+1. greedy candidates: the skyline best-fit with several priorities and
+   gap-fit placement in several orders (:mod:`.greedy`), each skipped when
+   one run would not end before the deadline;
+2. on traces of :data:`CORE_MIN_N` blocks or more, the peak core
+   (:mod:`.peak_core`): the blocks around the max-load instant packed exactly,
+   the rest fitted around them (real traces: exact on pangu, BERT);
+3. briefly, the skyline backtracking search under capacity
+   (:func:`.skyline_dfs.capacity_search`): cheap, and on some instances it
+   reaches the lower bound where the canonical search takes long;
+4. on traces small enough for it, anytime tightening with the canonical
+   search (:mod:`.tightening`): restarts at the lower bound and between the
+   bounds, which also proves lower bounds;
+5. local search over skyline priorities (:class:`.local_search.SkylineSearch`)
+   with what is left.
 
-It stops as soon as a packing reaches the lower bound (proven optimal) and
-always returns the best packing found.  ``info`` names the winning strategy,
-the peak of every candidate, the capacity probes and how many local-search
-moves were made.
+The budget (:class:`.budget.Budget`) counts search steps and keeps the
+deadline: with a step budget and no time limit the plan is the same on every
+machine.  ``info`` reports the winning strategy, the peak of every candidate,
+the steps (``nodes``) and ``restarts`` spent, the proven lower bound and the
+gap to it, and whether optimality was proven.
 """
 
 from __future__ import annotations
@@ -27,24 +32,32 @@ from typing import Callable
 
 from ..trace import Trace, packing_peak
 from .bestfit import paper_priority, skyline_offsets
+from .budget import Budget
+from .canonical_search import MAX_CELLS, sections_of
 from .greedy import ORDERS, gap_fit_offsets
 from .local_search import SkylineSearch
 from .options import SolverOptions
 from .packing import Packing
+from .peak_core import core_packings
 from .skyline_dfs import capacity_search
+from .tightening import tighten
 
-__all__ = ["solve", "best_offsets", "DFS_MAX_N", "DFS_SHARE"]
+__all__ = ["solve", "best_offsets", "CORE_MIN_N", "TIGHTEN_MAX_N", "SHARES"]
 
-#: Largest trace given to the backtracking search (its steps scan the whole
-#: horizon with numpy; on the 60k-block traces one descent already takes
-#: seconds).
-DFS_MAX_N = 100_000
-#: Share of the time left after the greedy candidates given to it.
-DFS_SHARE = 0.9
+#: Smallest trace given the peak-core strategy (smaller ones get the whole
+#: canonical search instead).
+CORE_MIN_N = 1000
+#: Largest trace given the canonical search (its blocks x sections matrix
+#: must also stay under :data:`.canonical_search.MAX_CELLS`).
+TIGHTEN_MAX_N = 20_000
+#: Share of the budget left when each search phase starts.
+SHARES = {"peak-core": 0.3, "capacity-search": 0.06, "tightening": 0.9}
 
 # Rough cost model of one gap-fit run, in seconds, before one has been timed.
 _GAP_COST_PER_BLOCK = 2e-5
 _GAP_COST_PER_PAIR_OF_BLOCKS = 1.5e-9
+# And of one skyline run.
+_SKYLINE_COST_PER_BLOCK = 3e-5
 
 
 def _strategies(lowers, uppers, sizes) -> list[tuple[str, str, Callable[[], list[int]]]]:
@@ -70,98 +83,150 @@ def _strategies(lowers, uppers, sizes) -> list[tuple[str, str, Callable[[], list
     return out
 
 
+def _stop_reason(optimal: bool, budget: Budget, n: int, started: float) -> str:
+    """Why the search ended, for the report."""
+    if optimal:
+        return "optimum"
+    # The last phases stop a little early rather than late.
+    if budget.deadline is not None and budget.time_left() <= 0.05 + 0.02 * (
+            budget.deadline - started):
+        return "time limit"
+    left = budget.steps_left
+    if left is not None and left < max(16, n):  # too few for another probe or move
+        return "budget"
+    return "search finished"
+
+
 def solve(trace: Trace, options: SolverOptions, deadline: float | None) -> Packing:
     """The ``best`` method behind :func:`pgmo.solve`."""
-    if deadline is None:
+    if deadline is None and options.budget is None:
         raise ValueError("method 'best' without a time limit needs a step budget")
-    offsets, info = best_offsets(trace, deadline, progress=options.progress, seed=options.seed)
-    return Packing(offsets, True if info["reached_lower_bound"] else None, info)
+    offsets, info = best_offsets(trace, Budget(options.budget, deadline),
+                                 progress=options.progress, seed=options.seed)
+    return Packing(offsets, info["proved_optimal"], info)
 
 
-def best_offsets(trace: Trace, deadline: float, progress: bool = False,
+def best_offsets(trace: Trace, budget: Budget | float, progress: bool = False,
                  seed: int = 0) -> tuple[list[int], dict]:
-    """Best packing found by ``deadline`` (a perf_counter value); returns (offsets, info)."""
+    """Best packing found within ``budget`` (or by a perf_counter deadline); (offsets, info)."""
+    started = time.perf_counter()
+    if not isinstance(budget, Budget):
+        budget = Budget(None, budget)
     lowers, uppers, sizes = trace.columns()
     n, lb = len(sizes), trace.lower_bound()
-
-    def peak_of(offsets):
-        return packing_peak(offsets, sizes)
-
     strategies = _strategies(lowers, uppers, sizes)
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(strategies) + 1, desc="pgmo best", unit="step", leave=False)
+        bar = tqdm(total=len(strategies) + 4, desc="pgmo best", unit="phase", leave=False)
 
+    state = {"name": None, "offsets": None, "peak": None}
     tried: dict[str, int] = {}
     skipped: list[str] = []
-    best_name, best, best_peak = None, None, None
-    seed_peak, seed_priority = None, None
-    skyline_cost = 0.0
-    gap_cost = n * (_GAP_COST_PER_BLOCK + n * _GAP_COST_PER_PAIR_OF_BLOCKS)
+    report: dict = {"restarts": 0, "capacity_probes": [], "local_search_moves": 0}
+    bound = lb  # proven lower bound on the optimal peak
+
+    def consider(name: str, offsets: list[int]) -> None:
+        peak = packing_peak(offsets, sizes)
+        tried[name] = min(peak, tried.get(name, peak))
+        if state["peak"] is None or peak < state["peak"]:
+            state.update(name=name, offsets=offsets, peak=peak)
+            if bar is not None:
+                bar.set_postfix(peak_over_lb=f"{peak / lb:.4f}")
+
+    def open_gap() -> bool:
+        return state["peak"] > bound and not budget.expired()
+
+    def step():
+        if bar is not None:
+            bar.update(1)
+
     try:
+        # 1. greedy candidates
+        seed_peak, seed_priority = None, None
+        cost = {"skyline": n * _SKYLINE_COST_PER_BLOCK,
+                "gap": n * (_GAP_COST_PER_BLOCK + n * _GAP_COST_PER_PAIR_OF_BLOCKS)}
         for name, kind, run in strategies:
-            if best_peak == lb:
+            if state["peak"] == lb:
                 break
-            remaining = deadline - time.perf_counter()
-            if best is not None and (remaining <= 0 or (kind == "gap" and gap_cost > remaining)):
+            if state["offsets"] is not None and cost[kind] > budget.time_left():
                 skipped.append(name)
                 continue
             t0 = time.perf_counter()
             if kind == "gap":
                 offsets = run()
-                gap_cost = time.perf_counter() - t0
             else:
                 offsets, priority = run()
-                skyline_cost = time.perf_counter() - t0
-            peak = peak_of(offsets)
-            tried[name] = peak
-            if kind == "skyline" and (seed_peak is None or peak < seed_peak):
-                seed_peak, seed_priority = peak, priority
-            if best_peak is None or peak < best_peak:
-                best_name, best, best_peak = name, offsets, peak
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(peak_over_lb=f"{best_peak / lb:.4f}")
+                peak = packing_peak(offsets, sizes)
+                if seed_peak is None or peak < seed_peak:
+                    seed_peak, seed_priority = peak, priority
+            cost[kind] = time.perf_counter() - t0
+            consider(name, offsets)
+            step()
 
-        probes = []
-        if best_peak > lb and 1 < n <= DFS_MAX_N and time.perf_counter() < deadline:
-            now = time.perf_counter()
-            offsets, peak, probes = capacity_search(lowers, uppers, sizes, lb, best_peak,
-                                                    now + DFS_SHARE * (deadline - now), seed)
-            tried["capacity-search"] = peak
-            if offsets is not None and peak < best_peak:
-                best_name, best, best_peak = "capacity-search", offsets, peak
-                if bar is not None:
-                    bar.set_postfix(peak_over_lb=f"{best_peak / lb:.4f}")
+        # 2. peak core (large traces)
+        if n >= CORE_MIN_N and open_gap():
+            part = budget.share(SHARES["peak-core"])
+            stats: dict = {}
+            for name, offsets in core_packings(lowers, uppers, sizes, lb, part,
+                                               fill_seconds=2 * cost["gap"], stats=stats):
+                consider(name, offsets)
+            budget.spend(part.used)
+            report["restarts"] += stats.get("restarts", 0)
+        step()
 
-        moves = 0
-        # The search's first step re-runs a skyline: only start if two fit.
-        if best_peak > lb and n > 1 and time.perf_counter() + 2 * skyline_cost < deadline:
+        # 3. skyline backtracking under capacity
+        if 1 < n and open_gap():
+            part = budget.share(SHARES["capacity-search"])
+            offsets, _, probes = capacity_search(lowers, uppers, sizes, bound, state["peak"],
+                                                 part, seed)
+            budget.spend(part.used)
+            report["restarts"] += len(probes)
+            report["capacity_probes"] += [[c, "found" if ok else "stopped"] for c, ok in probes]
+            if offsets is not None:
+                consider("capacity-search", offsets)
+        step()
+
+        # 4. canonical search, tightening the capacity
+        if 1 < n <= TIGHTEN_MAX_N and open_gap() \
+                and n * sections_of(lowers, uppers)[2] <= MAX_CELLS:
+            part = budget.share(SHARES["tightening"])
+            found = tighten(lowers, uppers, sizes, bound, state["peak"], part, seed)
+            budget.spend(part.used)
+            report["restarts"] += found.restarts
+            report["capacity_probes"] += [[c, s] for c, s in found.probes]
+            bound = max(bound, found.proven_bound)
+            if found.offsets is not None:
+                consider("canonical-search", found.offsets)
+        step()
+
+        # 5. local search with the rest (its first move re-runs a skyline)
+        if n > 1 and open_gap() and seed_priority is not None \
+                and budget.time_left() > 2 * cost["skyline"]:
             search = SkylineSearch(lowers, uppers, sizes, seed=seed)
-
-            def improved(peak):
-                if bar is not None:
-                    bar.set_postfix(peak_over_lb=f"{peak / lb:.4f}")
-
-            offsets, peak, moves = search.run(seed_priority, deadline, lb, improved)
-            tried["local-search"] = peak
-            if peak < best_peak:
-                best_name, best, best_peak = "local-search", offsets, peak
-        if bar is not None:
-            bar.update(1)
+            offsets, _, moves = search.run(seed_priority, budget, bound)
+            report["local_search_moves"] = moves
+            consider("local-search", offsets)
+        step()
     finally:
         if bar is not None:
             bar.close()
 
+    peak = state["peak"]
     info = {
-        "strategy": best_name,
-        "candidates": len(tried),
+        "strategy": state["name"],
+        "nodes": budget.used,
+        "restarts": report["restarts"],
+        "proved_optimal": peak <= bound,
+        "proven_bound": bound,
+        "gap": peak / lb - 1 if lb else 0.0,
+        "gap_bytes": peak - lb,
+        "stopped_by": _stop_reason(peak <= bound, budget, n, started),
         "peaks": tried,
         "skipped": skipped,
-        "capacity_probes": probes,
-        "local_search_moves": moves,
-        "reached_lower_bound": best_peak == lb,
+        "capacity_probes": report["capacity_probes"],
+        "local_search_moves": report["local_search_moves"],
+        "reached_lower_bound": peak == lb,
     }
-    return best, info
+    return state["offsets"], info

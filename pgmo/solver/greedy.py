@@ -18,7 +18,7 @@ block real traces, where per-pair neighbour lists would hold ~10^8 entries.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -49,19 +49,32 @@ def order_by(name: str, lowers, uppers, sizes) -> list[int]:
 
 
 def gap_fit_offsets(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int],
-                    order: Sequence[int], rule: str = "best") -> list[int]:
-    """Offsets (in block order) placing blocks in ``order`` by ``rule`` ("best"/"first")."""
+                    order: Sequence[int], rule: str = "best",
+                    fixed: Mapping[int, int] | None = None) -> list[int]:
+    """Offsets (in block order) placing blocks in ``order`` by ``rule`` ("best"/"first").
+
+    ``fixed`` maps blocks to offsets decided beforehand (they must not
+    overlap each other); the others are placed around them, in ``order``.
+    """
     if rule not in ("best", "first"):
         raise ValueError(f"unknown gap rule {rule!r}; choose 'best' or 'first'")
     n = len(sizes)
+    fixed = fixed or {}
     # Placed blocks, sorted by offset, in preallocated arrays (first m used).
     p_off = np.zeros(n, dtype=np.int64)
     p_end = np.zeros(n, dtype=np.int64)
     p_lo = np.zeros(n, dtype=np.int64)
     p_up = np.zeros(n, dtype=np.int64)
     offsets = [0] * n
+    m = 0
+    for i, o in sorted(fixed.items(), key=lambda item: (item[1], item[0])):
+        p_off[m], p_end[m], p_lo[m], p_up[m] = o, o + sizes[i], lowers[i], uppers[i]
+        offsets[i] = o
+        m += 1
     best_rule = rule == "best"
-    for m, i in enumerate(order):
+    for i in order:
+        if i in fixed:
+            continue
         lo, up, s = lowers[i], uppers[i], sizes[i]
         idx = np.flatnonzero((p_lo[:m] < up) & (p_up[:m] > lo))
         if idx.size == 0:
@@ -88,4 +101,5 @@ def gap_fit_offsets(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequenc
             p_lo[k + 1:m + 1] = p_lo[k:m].copy()
             p_up[k + 1:m + 1] = p_up[k:m].copy()
         p_off[k], p_end[k], p_lo[k], p_up[k] = o, o + s, lo, up
+        m += 1
     return offsets

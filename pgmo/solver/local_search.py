@@ -12,7 +12,10 @@ Move: with probability 1/2 take a block that reaches the current peak and
 raise its priority to a random higher rank; otherwise move one to three
 random blocks to random ranks.  Keep the move when (peak, number of blocks at
 the peak) does not get worse; sideways moves let the search drift across
-plateaus.  Stop at the deadline or when the target (the lower bound) is met.
+plateaus.  Stop when the budget runs out or the target (the lower bound) is
+met.  A move re-runs the skyline over all n blocks, so it is charged
+:func:`move_steps` (n/4) search steps: about the work of that many nodes of
+the backtracking searches.
 """
 
 from __future__ import annotations
@@ -22,8 +25,14 @@ import time
 from typing import Callable, Sequence
 
 from .bestfit import skyline_offsets
+from .budget import Budget
 
-__all__ = ["SkylineSearch"]
+__all__ = ["SkylineSearch", "move_steps"]
+
+
+def move_steps(n: int) -> int:
+    """Search steps one move over ``n`` blocks is charged."""
+    return max(1, n // 4)
 
 
 class SkylineSearch:
@@ -43,9 +52,9 @@ class SkylineSearch:
         peak = max(tops)
         return offsets, peak, [i for i, top in enumerate(tops) if top == peak]
 
-    def run(self, priority: Sequence[int], deadline: float, target: int,
+    def run(self, priority: Sequence[int], budget: Budget, target: int,
             on_improve: Callable[[int], None] | None = None) -> tuple[list[int], int, int]:
-        """Search from ``priority`` until ``deadline`` or peak <= ``target``.
+        """Search from ``priority`` until ``budget`` runs out or peak <= ``target``.
 
         Returns (best offsets, best peak, moves tried).  The first evaluation
         (of ``priority`` itself) always happens, so the result is never worse
@@ -53,13 +62,16 @@ class SkylineSearch:
         more evaluation (timed on the first) still ends before the deadline.
         """
         rng, n = self.rng, self.n
+        cost = move_steps(n)
         current = list(priority)
         started = time.perf_counter()
         best_off, best_peak, critical = self.evaluate(current)
         eval_cost = time.perf_counter() - started  # so the last move ends by the deadline
         score = (best_peak, len(critical))
         moves = 0
-        while best_peak > target and n > 1 and time.perf_counter() + eval_cost < deadline:
+        while (best_peak > target and n > 1 and budget.time_left() > eval_cost
+               and budget.limit(cost) == cost):
+            budget.spend(cost)
             moves += 1
             candidate = list(current)
             if rng.random() < 0.5:

@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from ..trace import packing_peak
+from .budget import Budget
 
 __all__ = ["skyline_dfs", "probe", "capacity_search"]
 
@@ -38,9 +39,12 @@ STEPS_PER_TRY = 1000
 
 
 def skyline_dfs(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int],
-                capacity: int, priority: Sequence[int], deadline: float,
-                max_steps: int | None = None, leftmost_first: bool = True) -> list[int] | None:
+                capacity: int, priority: Sequence[int], deadline: float | None = None,
+                max_steps: int | None = None, leftmost_first: bool = True,
+                spent: list[int] | None = None) -> list[int] | None:
     """Offsets with peak <= ``capacity``, or None if none was found by ``deadline``.
+
+    ``spent`` (a one-element list), if given, gets the steps taken added.
 
     ``priority`` lists block indices, preferred first (tried first at a branch).
     With ``leftmost_first`` the blocks starting at the line's left end are
@@ -102,51 +106,57 @@ def skyline_dfs(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[in
             choices.append(-1)
         return [choices, 0, h, ls, le, lift_to, -2]
 
+    if deadline is None:
+        deadline = float("inf")
     # Each frame: [choices, next choice index, h, ls, le, lift_to, applied choice]
     stack = [options()]
     steps = 0
-    while stack:
-        frame = stack[-1]
-        choices, nxt, h, ls, le, lift_to, applied = frame
-        # Undo the choice this frame applied last time.
-        if applied == -1:
-            height[ls:le] = h
-        elif applied >= 0:
-            placed[applied] = False
-            remaining += 1
-            height[first[applied]:last[applied]] = h
-            load[first[applied]:last[applied]] += sizes[applied]
-        frame[6] = -2
-        if nxt >= len(choices):
-            stack.pop()
-            continue
-        steps += 1
-        if steps & 255 == 0 and time.perf_counter() > deadline:
-            return None
-        if max_steps is not None and steps > max_steps:
-            return None
-        choice = choices[nxt]
-        frame[1] = nxt + 1
-        if choice >= 0 and h + sizes[choice] > capacity:
-            continue  # cannot happen while the load bound holds; kept for safety
-        frame[6] = choice
-        if choice == -1:
-            height[ls:le] = lift_to
-        else:
-            placed[choice] = True
-            remaining -= 1
-            offsets[choice] = h
-            height[first[choice]:last[choice]] = h + sizes[choice]
-            load[first[choice]:last[choice]] -= sizes[choice]
-            if remaining == 0:
-                return offsets
-        stack.append(options())
-    return None
+    try:
+        while stack:
+            frame = stack[-1]
+            choices, nxt, h, ls, le, lift_to, applied = frame
+            # Undo the choice this frame applied last time.
+            if applied == -1:
+                height[ls:le] = h
+            elif applied >= 0:
+                placed[applied] = False
+                remaining += 1
+                height[first[applied]:last[applied]] = h
+                load[first[applied]:last[applied]] += sizes[applied]
+            frame[6] = -2
+            if nxt >= len(choices):
+                stack.pop()
+                continue
+            steps += 1
+            if steps & 15 == 0 and time.perf_counter() > deadline:
+                return None
+            if max_steps is not None and steps > max_steps:
+                return None
+            choice = choices[nxt]
+            frame[1] = nxt + 1
+            if choice >= 0 and h + sizes[choice] > capacity:
+                continue  # cannot happen while the load bound holds; kept for safety
+            frame[6] = choice
+            if choice == -1:
+                height[ls:le] = lift_to
+            else:
+                placed[choice] = True
+                remaining -= 1
+                offsets[choice] = h
+                height[first[choice]:last[choice]] = h + sizes[choice]
+                load[first[choice]:last[choice]] -= sizes[choice]
+                if remaining == 0:
+                    return offsets
+            stack.append(options())
+        return None
+    finally:
+        if spent is not None:
+            spent[0] += steps
 
 
 def probe(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int], capacity: int,
-          deadline: float, rng: random.Random, noise: float = 0.5) -> list[int] | None:
-    """Randomised restarts of :func:`skyline_dfs` at ``capacity`` until ``deadline``.
+          budget: Budget, rng: random.Random, noise: float = 0.5) -> list[int] | None:
+    """Randomised restarts of :func:`skyline_dfs` at ``capacity`` until ``budget`` runs out.
 
     Deep chronological backtracking rarely repairs an early mistake, so each
     try gets a small step budget and the next one perturbs the priority
@@ -157,42 +167,45 @@ def probe(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int], ca
     n = len(sizes)
     max_steps = max(STEPS_PER_TRY, 4 * n)
     tries = 0
-    while time.perf_counter() < deadline:
+    while not budget.expired():
         factor = (lambda i: 1.0) if tries < 2 else (lambda i: 1.0 + noise * rng.random())
         priority = sorted(range(n), key=lambda i: ((lowers[i] - uppers[i]) * factor(i), -sizes[i], i))
         tries += 1
-        offsets = skyline_dfs(lowers, uppers, sizes, capacity, priority, deadline, max_steps,
-                              leftmost_first=tries % 2 == 1)
+        spent = [0]
+        offsets = skyline_dfs(lowers, uppers, sizes, capacity, priority, budget.deadline,
+                              budget.limit(max_steps), leftmost_first=tries % 2 == 1,
+                              spent=spent)
+        budget.spend(max(1, spent[0]))
         if offsets is not None:
             return offsets
     return None
 
 
 def capacity_search(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int],
-                    lower_bound: int, known_peak: int, deadline: float,
+                    lower_bound: int, known_peak: int, budget: Budget,
                     seed: int = 0) -> tuple[list[int] | None, int, list[tuple[int, bool]]]:
     """Look for packings below ``known_peak``, tightest capacities first.
 
-    Probes the lower bound first (a quarter of the time, half when
+    Probes the lower bound first (a quarter of the budget, half when
     ``known_peak`` is within 1 % of it: many real and benchmark instances are
     solvable there, and near-optimal real traces gain little from anything
     else), then climbs in eighths of the gap to ``known_peak`` until a probe
     succeeds, then bisects between the last failed capacity and the peak
-    found.  Each later probe gets an eighth of the time.  A failed probe
-    proves nothing; it only steers the next one.
-    Returns (best offsets found or None, their peak or ``known_peak``, the
-    probes as (capacity, found)).
+    found.  Each later probe gets an eighth of what is left.  A failed probe
+    proves nothing; it only steers the next one.  Steps are counted in
+    ``budget``.  Returns (best offsets found or None, their peak or
+    ``known_peak``, the probes as (capacity, found)).
     """
     rng = random.Random(seed)
-    total = deadline - time.perf_counter()
     gap = known_peak - lower_bound
     best, best_peak = None, known_peak
     probes: list[tuple[int, bool]] = []
     failed_below = lower_bound - 1  # highest capacity that failed
     capacity, share = lower_bound, (1 / 2 if gap * 100 < lower_bound else 1 / 4)
-    while failed_below < best_peak - 1 and time.perf_counter() < deadline:
-        until = min(deadline, time.perf_counter() + share * total)
-        offsets = probe(lowers, uppers, sizes, capacity, until, rng)
+    while failed_below < best_peak - 1 and not budget.expired():
+        part = budget.share(share)
+        offsets = probe(lowers, uppers, sizes, capacity, part, rng)
+        budget.spend(part.used)
         probes.append((capacity, offsets is not None))
         if offsets is not None:
             best = offsets

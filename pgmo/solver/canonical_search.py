@@ -1,0 +1,267 @@
+"""Depth-first search over canonical packings: is there one under a capacity?
+
+The idea is MiniMalloc's (Moffitt, ASPLOS 2023); this is our own code.  Any
+packing can be pushed down until every block rests on a block below it (or
+on 0) without raising the peak.  Placing the blocks of such a packing in
+order of offset, each lands on the lowest offset free of the blocks placed
+before it (its *floor*).  So the search only has to choose, at every step,
+which block comes next; the offset follows.  Pruning:
+
+- monotonic: offsets never decrease along a branch (ties in a fixed block
+  order), so every branch is one canonical packing;
+- dominance: a block that would leave room below it for another unplaced
+  block entirely is not tried (that block should go first);
+- section bound: in every *section* (a maximal set of blocks live at one
+  time) the unplaced blocks must fit between their lowest floor (at least the
+  current offset) and the capacity; this catches wasted space at once;
+- a block with no unplaced neighbour is placed without trying alternatives;
+- when no unplaced block spans a boundary between sections, the two sides are
+  independent and are searched one after the other.
+
+The section bound is computed with numpy over a blocks x sections matrix of
+floors, so the search is meant for up to a few thousand blocks
+(:data:`MAX_CELLS`).  The search is deterministic: the block order is fixed
+by a named rule (and a seed for tie-breaks), and it stops after a node
+limit, so equal limits give equal answers on every machine.  Every child
+tried counts as a node, also those the bounds prune at once: that keeps a
+node limit close to a fixed amount of work.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from contextlib import contextmanager
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["CanonicalSearch", "FOUND", "INFEASIBLE", "STOPPED", "ORDER_RULES", "MAX_CELLS",
+           "sections_of"]
+
+FOUND, INFEASIBLE, STOPPED = "found", "infeasible", "stopped"
+#: Block orders (ties at equal floors go to the earlier block): each letter a
+#: key, largest first.  W: lifetime, A: area, T: the largest load the block
+#: lives through, Z: size.
+ORDER_RULES = ("WAT", "TAW", "TWA")
+#: Largest blocks x sections matrix the search takes (int64 cells).
+MAX_CELLS = 4_000_000
+_BIG = np.int64(1 << 62)
+_CHECK_TIME_EVERY = 32  # nodes
+
+
+def sections_of(lowers: Sequence[int], uppers: Sequence[int]) -> tuple[list[int], list[int], int]:
+    """Each block's range ``[first, last)`` of sections, and the number of sections.
+
+    A section is the set of blocks live just before a free that follows an
+    alloc (frees first at equal ticks: half-open lifetimes).  Every set of
+    blocks live at one time is inside one section, so checking sections
+    checks every time.
+    """
+    n = len(lowers)
+    events = sorted([(uppers[i], 0, i) for i in range(n)] + [(lowers[i], 1, i) for i in range(n)])
+    first, last = [0] * n, [0] * n
+    count, opened = 0, False
+    for _, kind, i in events:
+        if kind:
+            first[i] = count
+            opened = True
+        else:
+            if opened:
+                count += 1
+                opened = False
+            last[i] = count
+    return first, last, count
+
+
+@contextmanager
+def _recursion_depth(depth: int):
+    old = sys.getrecursionlimit()
+    if depth > old:
+        sys.setrecursionlimit(depth)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+class CanonicalSearch:
+    """The search for one trace and one block order; :meth:`run` probes a capacity."""
+
+    def __init__(self, lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int],
+                 rule: str = "WAT", seed: int | None = None):
+        n = len(sizes)
+        first, last, n_sections = sections_of(lowers, uppers)
+        load = np.zeros(n_sections + 1, dtype=np.int64)
+        np.add.at(load, first, sizes)
+        np.subtract.at(load, last, sizes)
+        load = np.cumsum(load)[:-1]
+        peak_load = [int(load[first[i]:last[i]].max()) if last[i] > first[i] else 0
+                     for i in range(n)]
+        keys = {"W": [u - lo for lo, u in zip(lowers, uppers)], "Z": list(sizes),
+                "T": peak_load}
+        keys["A"] = [w * s for w, s in zip(keys["W"], sizes)]
+        rng = random.Random(seed) if seed is not None else None
+        tie = [rng.random() for _ in range(n)] if rng else [0.0] * n
+        order = sorted(range(n), key=lambda i: tuple(-keys[c][i] for c in rule) + (tie[i], i))
+        self.order = order  # search index k is block order[k]
+        self.n, self.n_sections = n, n_sections
+        self.size = np.array([sizes[i] for i in order], dtype=np.int64)
+        self.sizes = self.size.tolist()
+        self.first = [first[i] for i in order]
+        self.last = [last[i] for i in order]
+        self.first_arr = np.array(self.first, dtype=np.int64)
+        self.last_arr = np.array(self.last, dtype=np.int64)
+        lo = np.array([lowers[i] for i in order], dtype=np.int64)
+        up = np.array([uppers[i] for i in order], dtype=np.int64)
+        self.neighbours = []
+        self.reach = []  # sections that placing block k can change: its neighbours' spans
+        for k in range(n):
+            near = np.flatnonzero((lo < up[k]) & (up > lo[k]))
+            self.reach.append((int(self.first_arr[near].min()), int(self.last_arr[near].max())))
+            self.neighbours.append(near[near != k])
+        self.load0 = load
+        cuts = np.zeros(max(n_sections - 1, 0), dtype=np.int64)
+        for k in range(n):
+            if self.last[k] - 1 > self.first[k]:
+                cuts[self.first[k]:self.last[k] - 1] += 1
+        self.cuts0 = cuts
+        span = np.zeros((n, n_sections), dtype=bool)
+        for k in range(n):
+            span[k, self.first[k]:self.last[k]] = True
+        self.span = span
+        self.nodes = 0
+
+    # ------------------------------------------------------------------ run
+    def run(self, capacity: int, node_limit: int,
+            deadline: float | None = None) -> tuple[str, list[int] | None]:
+        """(FOUND, offsets in block order) | (INFEASIBLE, None) | (STOPPED, None).
+
+        INFEASIBLE is a proof: no packing has a peak <= ``capacity``.
+        STOPPED: the node limit or the deadline came first.  ``self.nodes``
+        tells how many nodes were visited.
+        """
+        n = self.n
+        self.capacity = capacity
+        self.node_limit = node_limit
+        self.deadline = float("inf") if deadline is None else deadline
+        self.nodes = 0
+        self.floor = np.zeros(n, dtype=np.int64)
+        self.floors = np.where(self.span, np.int64(0), _BIG)
+        self.placed = np.zeros(n, dtype=bool)
+        self.load = self.load0.copy()
+        self.cuts = self.cuts0.copy()
+        self.offset = [0] * n
+        self.solution = [0] * n
+        if n == 0:
+            return FOUND, []
+        if int(self.load.max()) > capacity or int(self.size.max()) > capacity:
+            return INFEASIBLE, None
+        with _recursion_depth(2 * n + 1000):
+            status = self._search(np.arange(n), 0, self.n_sections, -1, -1)
+        if status != FOUND:
+            return status, None
+        offsets = [0] * n
+        for k, i in enumerate(self.order):
+            offsets[i] = self.solution[k]
+        return FOUND, offsets
+
+    def _search(self, part: np.ndarray, s_lo: int, s_hi: int, last_offset: int,
+                last_block: int) -> str:
+        """Place the unplaced blocks of ``part`` (sections [s_lo, s_hi)) canonically."""
+        self.nodes += 1
+        if self.nodes > self.node_limit:
+            return STOPPED
+        if self.nodes % _CHECK_TIME_EVERY == 0 and time.perf_counter() > self.deadline:
+            return STOPPED
+        placed, floor, size = self.placed, self.floor, self.size
+        free = part[~placed[part]]
+        if free.size == 0:
+            for k in part.tolist():
+                self.solution[k] = self.offset[k]
+            return FOUND
+        free_floor = floor[free]
+        lowest_top = (free_floor + size[free]).min()
+        # Canonical order and dominance (see the module docstring).
+        ok = (free_floor < lowest_top) & ((free_floor > last_offset)
+                                          | ((free_floor == last_offset) & (free > last_block)))
+        choices = free[ok]
+        if choices.size == 0:
+            return INFEASIBLE
+        if choices.size > 1:
+            choices = choices[np.argsort(floor[choices], kind="stable")]
+        load, floors, capacity = self.load, self.floors, self.capacity
+        part_load = load[s_lo:s_hi]
+        max_load = int(part_load.max())
+        for b in choices.tolist():
+            o = int(floor[b])
+            if o + max_load > capacity:
+                break  # the later choices start no lower
+            self.nodes += 1  # the child is built and checked: it counts, pruned or not
+            if self.nodes > self.node_limit:
+                return STOPPED
+            s = self.sizes[b]
+            top = o + s
+            f, l = self.first[b], self.last[b]
+            placed[b] = True
+            self.offset[b] = o
+            near = self.neighbours[b]
+            unplaced_near = near[~placed[near]]
+            raised = unplaced_near[floor[unplaced_near] < top]
+            load[f:l] -= s
+            floors[b, f:l] = _BIG
+            if raised.size:
+                old_floor = floor[raised]
+                floor[raised] = top
+                old_rows = floors[raised]
+                floors[raised] = np.maximum(old_rows, top)  # cells outside spans stay BIG
+            status = INFEASIBLE
+            # Only sections where a block was placed or raised can break the
+            # bound; there, o + load <= capacity (checked above), so the
+            # lowest floor alone decides.  A section with no unplaced block
+            # has floor BIG and load 0.
+            c_lo, c_hi = self.reach[b]
+            c_lo, c_hi = max(s_lo, c_lo), min(s_hi, c_hi)
+            need = floors[:, c_lo:c_hi].min(axis=0)
+            need += load[c_lo:c_hi]
+            if not ((need > capacity) & (need < _BIG)).any():
+                status = self._after_placing(part, s_lo, s_hi, b, o)
+            if raised.size:
+                floors[raised] = old_rows
+                floor[raised] = old_floor
+            floors[b, f:l] = o
+            load[f:l] += s
+            placed[b] = False
+            if status != INFEASIBLE:
+                return status
+            if unplaced_near.size == 0:
+                break  # nothing above it: any other choice here fails the same way
+        return INFEASIBLE
+
+    def _after_placing(self, part, s_lo, s_hi, b, o) -> str:
+        """Recurse, splitting into independent parts when ``b`` was the last link."""
+        f, l = self.first[b], self.last[b]
+        if l - 1 <= f:
+            return self._search(part, s_lo, s_hi, o, b)
+        cuts = self.cuts[f:l - 1]
+        cuts -= 1
+        try:
+            zero = np.flatnonzero(cuts == 0)
+            if zero.size == 0:
+                return self._search(part, s_lo, s_hi, o, b)
+            bounds = [s_lo] + [f + 1 + int(z) for z in zero] + [s_hi]
+            rest = part[~self.placed[part]]
+            rest_first, rest_last = self.first_arr[rest], self.last_arr[rest]
+            for a, z in zip(bounds[:-1], bounds[1:]):
+                piece = rest[(rest_first < z) & (rest_last > a)]
+                if piece.size:
+                    status = self._search(piece, a, z, -1, -1)
+                    if status != FOUND:
+                        return status
+            for k in part.tolist():
+                if self.placed[k]:
+                    self.solution[k] = self.offset[k]
+            return FOUND
+        finally:
+            cuts += 1

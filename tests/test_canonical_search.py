@@ -1,0 +1,101 @@
+"""The canonical search and the capacity tightening built on it.
+
+Answers are checked against the independent validator and, on tiny traces,
+against the exact solver's proven optimum: FOUND at the optimum, a proof of
+infeasibility just below it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pgmo
+from pgmo.solver.budget import Budget
+from pgmo.solver.canonical_search import (FOUND, INFEASIBLE, ORDER_RULES, STOPPED,
+                                          CanonicalSearch, sections_of)
+from pgmo.solver.bestfit import bestfit_offsets
+from pgmo.solver.peak_core import core_packings, peak_tick
+from pgmo.solver.tightening import tighten
+from pgmo.trace import Trace, packing_peak
+from pgmo.validate import find_conflict
+
+from .benchmarks import BENCH, needs_bench
+from .strategies import event_traces, traces
+
+
+def optimum(trace: Trace) -> int:
+    exact = pytest.importorskip("pgmo.solver.exact")
+    offsets, optimal, _ = exact.exact_offsets(trace, time_limit=None)
+    assert optimal
+    return packing_peak(offsets, trace.columns()[2])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.one_of(traces(max_blocks=8, max_tick=10, max_size=8),
+                 event_traces(max_blocks=8, max_size=8)), st.sampled_from(ORDER_RULES))
+def test_search_finds_the_optimum_and_proves_nothing_fits_below(trace, rule):
+    best = optimum(trace)
+    search = CanonicalSearch(*trace.columns(), rule)
+    status, offsets = search.run(best, node_limit=10**6)
+    assert status == FOUND
+    assert find_conflict(trace.blocks, offsets) is None
+    assert packing_peak(offsets, trace.columns()[2]) <= best
+    assert search.run(best - 1, node_limit=10**6) == (INFEASIBLE, None)
+
+
+def test_search_stops_at_its_node_limit():
+    rows = [(i, i % 5, i % 5 + 3, 1 + i % 7) for i in range(40)]
+    trace = Trace.from_tuples(rows)
+    search = CanonicalSearch(*trace.columns())
+    status, offsets = search.run(trace.lower_bound(), node_limit=3)
+    assert (status, offsets) == (STOPPED, None) or status == FOUND
+    assert search.nodes <= 4  # the limit, and the node that found it spent
+
+
+def test_sections_are_the_maximal_sets_of_live_blocks():
+    # [0,4) and [2,6) meet in one section; [6,8) touches [2,6) only at 6.
+    first, last, count = sections_of([0, 2, 6], [4, 6, 8])
+    assert count == 2
+    assert (first, last) == ([0, 0, 1], [1, 1, 2])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.one_of(traces(max_blocks=20), event_traces(max_blocks=20)), st.integers(0, 2))
+def test_tightening_only_reports_valid_improvements_and_true_bounds(trace, seed):
+    cols = trace.columns()
+    known = packing_peak(bestfit_offsets(*cols), cols[2])
+    result = tighten(*cols, trace.lower_bound(), known, Budget(steps=400), seed)
+    assert result.nodes <= 400
+    if result.offsets is None:
+        assert result.peak == known
+    else:
+        assert find_conflict(trace.blocks, result.offsets) is None
+        assert result.peak == packing_peak(result.offsets, cols[2]) < known
+    assert trace.lower_bound() <= result.proven_bound
+    if len(trace) <= 8:
+        assert result.proven_bound <= optimum(trace)
+
+
+def test_peak_tick_is_where_the_load_is_highest():
+    assert peak_tick([0, 2, 5], [4, 6, 9], [1, 2, 4]) == 5
+
+
+@needs_bench
+def test_peak_core_packs_pangu_at_its_lower_bound():
+    trace = pgmo.read_trace(BENCH / "idealloc" / "somas_tensors" / "pangu_2.6B.csv")
+    cols = trace.columns()
+    packings = list(core_packings(*cols, trace.lower_bound(), Budget(steps=8000)))
+    assert packings
+    name, offsets = packings[-1]
+    assert find_conflict(trace.blocks, offsets) is None
+    assert packing_peak(offsets, cols[2]) == trace.lower_bound()
+
+
+@needs_bench
+@pytest.mark.parametrize("name", ["A", "C", "G"])
+def test_canonical_search_reaches_the_optimum_on_minimalloc_instances(name):
+    trace = pgmo.read_trace(BENCH / "minimalloc" / "challenging" / f"{name}.1048576.csv")
+    plan = pgmo.solve(trace, time_limit=None, budget=300_000)
+    assert plan.peak == trace.lower_bound() and plan.optimal
