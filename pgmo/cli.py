@@ -181,15 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
     # -v works after the command too ("pgmo solve trace.csv -v").
     verbose = argparse.ArgumentParser(add_help=False)
     verbose.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                         help="log what the solvers do and print their report")
+                         help="log what the solvers do and print their report (search "
+                              "steps, restarts, proven bound, gap)")
     trace_help = ("trace: MiniMalloc CSV, pgmo JSON, a pool's saved plan, a PyTorch memory "
                   "snapshot or an RMM log (format recognised from the content)")
 
     p = sub.add_parser("solve", parents=[verbose],
                        help="pack a trace and print the plan against the lower bound")
     p.add_argument("file", help=trace_help)
-    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                   help="also print the solver's report (search steps, restarts, bound, gap)")
     solver_options.add_arguments(p)
     _add_input_options(p)
     p.add_argument("-o", "--output", help="write id,lower,upper,size,offset CSV (or .json)")
