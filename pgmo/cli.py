@@ -59,6 +59,11 @@ def _read_options(args) -> ReadOptions:
                        stream=getattr(args, "stream", None))
 
 
+def _add_progress_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on long solves (default: when stderr is a terminal)")
+
+
 def _read(path: str, args) -> tuple[Trace, list[int] | None]:
     loaded = load(path, args.format, _read_options(args))
     return loaded.trace, loaded.offsets
@@ -192,8 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     solver_options.add_arguments(p)
     _add_input_options(p)
     p.add_argument("-o", "--output", help="write id,lower,upper,size,offset CSV (or .json)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar (default: when stderr is a terminal)")
+    _add_progress_option(p)
     p.set_defaults(func=cmd_solve)
 
     p = sub.add_parser("check", parents=[verbose],
@@ -226,8 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--plot", metavar="FILE", default=None,
                    help="draw the plan (time x address), e.g. plan.png")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress on long solves (default: when stderr is a terminal)")
+    _add_progress_option(p)
     solver_options.add_arguments(p)
     _add_input_options(p)
     p.set_defaults(func=cmd_analyze)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import queue
 import random
 import subprocess
 import sys
@@ -26,6 +25,8 @@ import pgmo
 from pgmo.engine import planner as planner_module
 from pgmo.synth import random_iteration
 from pgmo.testing import Checker, host_engine, replay
+
+from .late_frees import LateFreer
 
 BACKGROUND = {"replan": "background", "method": "best", "time_limit": 5.0}
 
@@ -146,7 +147,6 @@ def test_background_solving_under_concurrent_mallocs_and_frees():
     engine = host_engine(warmup=1, **BACKGROUND)
     checker = Checker(host=True)
     lock = threading.Lock()
-    handoff: queue.Queue = queue.Queue()
     stop = threading.Event()
     errors = []
 
@@ -165,22 +165,10 @@ def test_background_solving_under_concurrent_mallocs_and_frees():
                 checker.free(handle)
         held.clear()
 
-    def freer():
-        while not (stop.is_set() and handoff.empty()):
-            try:
-                handle = handoff.get(timeout=0.01)
-            except queue.Empty:
-                continue
-            with lock:
-                if not checker.free(handle):
-                    errors.append("corrupted")
-            del handle
-            handoff.task_done()
-
     threads = [threading.Thread(target=other_thread, daemon=True) for _ in range(2)]
-    threads.append(threading.Thread(target=freer, daemon=True))
     for t in threads:
         t.start()
+    freer = LateFreer(checker, lock, errors)
     evs = pgmo.trace.events(HARD.blocks)
     try:
         for iteration in range(30):
@@ -192,12 +180,13 @@ def test_background_solving_under_concurrent_mallocs_and_frees():
                         with lock:
                             live[i] = checker.alloc(engine, HARD.blocks[i].size + grow)
                     else:
-                        handoff.put(live.pop(i))  # freed by the other thread, later
-                handoff.join()  # ...but within the iteration (else they are pinned)
+                        freer.put(live.pop(i))  # freed by the other thread, later
+                freer.wait()  # ...but within the iteration (else they are pinned)
     finally:
         stop.set()
         for t in threads:
             t.join()
+        freer.stop()
     assert not errors
     assert checker.corrupted == 0 and checker.overlaps == 0
     st = engine.stats()
@@ -282,12 +271,12 @@ def test_a_forked_child_leaves_the_parents_worker_alone():
 def test_interpreter_exit_leaves_no_worker(tmp_path):
     code = textwrap.dedent("""
         import sys
-        sys.path.insert(0, {tests!r})
-        from test_planner import STUBBORN, worker_of
+        sys.path.insert(0, {root!r})
+        from tests.test_planner import STUBBORN, worker_of
         from pgmo.testing import host_engine
         engine = host_engine(warmup=0, replan="background", method="best", time_limit=30.0)
         print(worker_of(engine, STUBBORN).pid, flush=True)
-    """).format(tests=os.path.dirname(__file__))
+    """).format(root=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
     assert out.returncode == 0, out.stderr

@@ -14,6 +14,7 @@ from pgmo.testing import Checker, host_backend, host_engine, replay
 from pgmo.trace import events
 
 from .benchmarks import BENCH, needs_bench
+from .late_frees import LateFreer
 from .strategies import event_traces, traces, workloads
 
 
@@ -227,7 +228,6 @@ def test_seq2seq_sizes_converge(make_pool):
 
 def test_concurrent_stats_and_frees_from_other_threads(make_pool):
     """The owner's lock-free path must stay exclusive when other threads join in."""
-    import queue
     import threading
 
     trace = pgmo.Trace.from_tuples([(i, i, i + 3, 1000 + 512 * (i % 5)) for i in range(40)])
@@ -236,7 +236,6 @@ def test_concurrent_stats_and_frees_from_other_threads(make_pool):
     assert pool.mode == "optimized"
     stop = threading.Event()
     lock = threading.Lock()  # guards the checker's own bookkeeping
-    handoff: queue.Queue = queue.Queue()
     checker = Checker(host=True)
     errors = []
 
@@ -246,20 +245,9 @@ def test_concurrent_stats_and_frees_from_other_threads(make_pool):
             if st.used_bytes + st.free_bytes != st.total_bytes:
                 errors.append(st)
 
-    def freer():
-        while not (stop.is_set() and handoff.empty()):
-            try:
-                handle = handoff.get(timeout=0.01)
-            except queue.Empty:
-                continue
-            with lock:
-                if not checker.free(handle):
-                    errors.append("corrupted")
-            del handle
-
-    threads = [threading.Thread(target=watcher), threading.Thread(target=freer)]
-    for t in threads:
-        t.start()
+    watching = threading.Thread(target=watcher)
+    watching.start()
+    freer = LateFreer(checker, lock, errors)
     events = sorted([(b.upper, 0, i) for i, b in enumerate(trace.blocks)]
                     + [(b.lower, 1, i) for i, b in enumerate(trace.blocks)])
     for _ in range(30):
@@ -270,10 +258,10 @@ def test_concurrent_stats_and_frees_from_other_threads(make_pool):
                     with lock:
                         live[i] = checker.alloc(pool, trace.blocks[i].size)
                 else:
-                    handoff.put(live.pop(i))  # freed by the other thread, later
+                    freer.put(live.pop(i))  # freed by the other thread, later
     stop.set()
-    for t in threads:
-        t.join()
+    watching.join()
+    freer.stop()
     assert not errors
     assert checker.corrupted == 0 and checker.overlaps == 0
     st = pool.stats()
