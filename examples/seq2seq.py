@@ -24,6 +24,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pgmo.chainer  # noqa: E402  (applies the Chainer compatibility layer first)
+from pgmo import SolverOptions  # noqa: E402
 
 import chainer  # noqa: E402
 import chainer.functions as F  # noqa: E402
@@ -220,7 +221,8 @@ def parse_args(argv=None):
     parser.add_argument("--device", "-d", type=int, default=0, help="GPU id, or -1 for the CPU")
     parser.add_argument("--warmup", type=int, default=1, help="pgmo warm-up iterations")
     parser.add_argument("--method", default="best", help="pgmo solver (see pgmo.METHODS)")
-    parser.add_argument("--time-limit", type=float, default=10.0, help="pgmo solver seconds")
+    parser.add_argument("--time-limit", type=float, default=SolverOptions().time_limit,
+                        help="pgmo solver seconds")
     parser.add_argument("--seed", type=int, default=0, help="seeds the data and the weights")
     args = parser.parse_args(argv)
     for name in ("units", "layers", "batchsize", "iterations", "sentences", "min_length",

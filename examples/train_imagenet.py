@@ -27,6 +27,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pgmo.chainer  # noqa: E402  (applies the Chainer compatibility layer first)
+from pgmo import SolverOptions  # noqa: E402
 
 import chainer  # noqa: E402
 import numpy as np  # noqa: E402
@@ -149,7 +150,8 @@ def parse_args(argv=None):
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=1, help="pgmo warm-up iterations")
     parser.add_argument("--method", default="best", help="pgmo solver (see pgmo.METHODS)")
-    parser.add_argument("--time-limit", type=float, default=10.0, help="pgmo solver seconds")
+    parser.add_argument("--time-limit", type=float, default=SolverOptions().time_limit,
+                        help="pgmo solver seconds")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     for name in ("batchsize", "iterations", "classes"):

@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     ap.add_argument("inputs", nargs="+", help="instance CSV files or folders of them")
     ap.add_argument("--methods", default="bestfit,best",
                     help="comma-separated methods (bestfit,best,exact); default bestfit,best")
-    ap.add_argument("--time-limit", type=_seconds, default=10.0,
+    ap.add_argument("--time-limit", type=_seconds, default=pgmo.SolverOptions().time_limit,
                     help="seconds per instance for best/exact ('none': no limit; best then "
                          "needs --budget)")
     ap.add_argument("--best-known", action="append", default=[], type=Path,

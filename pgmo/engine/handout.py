@@ -31,6 +31,8 @@ import array
 import logging
 import threading
 
+from ..units import ALIGNMENT
+
 __all__ = ["Arena", "Inbox", "Release", "HotPath", "COMPILED", "NO_SLOT", "NOT_FREED",
            "new_slots", "new_log", "OUTSIDE", "WATCHED",
            "SLOW", "PLANNED", "RECORDED", "FALLBACK"]
@@ -149,6 +151,10 @@ def _queue_free(self):
 if not COMPILED:
     Release.__del__ = _queue_free
 
+
+# The allocation unit, as C integers when compiled (see handout.pxd).
+_ROUND_UP = ALIGNMENT - 1
+_ROUND_MASK = -ALIGNMENT
 
 #: Larger requests always take the slow path (they cannot fit a C integer, or a device).
 INLINE_MAX = 1 << 62
@@ -289,7 +295,7 @@ class HotPath:
         idempotent); a MemoryError of the fallback leaves everything as it
         was too.  The caller holds the engine or is its solo owner.
         """
-        rs = (size + 511) & -512
+        rs = (size + _ROUND_UP) & _ROUND_MASK
         if kind == FALLBACK:
             pointer = self.fallback_block(self.fallback.malloc(size), rs, -1, OUTSIDE)
             if self.in_iter:
