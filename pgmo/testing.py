@@ -188,7 +188,10 @@ class HostFallback:
     def free_all_blocks(self, stream=None) -> None:
         with self._lock:
             self._collect()
-            self._release_cache()
+            cache = self._cache
+            self._cache = collections.defaultdict(list)
+            self._free = 0
+        cache.clear()  # the buffers go back to the device outside the lock
 
     def set_limit(self, size=None, fraction=None) -> None:
         self._limit = int(size or 0)

@@ -87,7 +87,7 @@ def test_a_large_profile_is_planned_off_the_boundary_while_the_fallback_serves(m
 
 
 def test_a_newer_profile_supersedes_a_running_solve():
-    engine = host_engine(warmup=0, **{**BACKGROUND, "time_limit": 30.0})
+    engine = host_engine(warmup=0, **{**BACKGROUND, "time_limit": 3.0})
     hard = STUBBORN
     replay([hard], engine)
     wait_for(lambda: engine.stats().plan_method == "bestfit", engine, hard)
@@ -289,3 +289,19 @@ def test_interpreter_exit_leaves_no_worker(tmp_path):
             return
         time.sleep(0.05)
     pytest.fail(f"worker {pid} outlived its interpreter")
+
+
+def test_the_cache_the_arena_replaces_is_released_off_the_boundary():
+    """Background mode gives the fallback's warm-up and profiling blocks back on the
+    planner thread; the pool ends up holding the arena alone, as in sync mode."""
+    engine = host_engine(warmup=1, **BACKGROUND)
+    results = wait_for(lambda: engine.stats().arena_bytes > 0, engine, HARD)
+    deadline = time.monotonic() + 30
+    while engine.fallback.total_bytes() > 0:
+        assert time.monotonic() < deadline, "the cached blocks were never released"
+        time.sleep(0.01)
+    st = engine.stats()
+    assert st.total_bytes == st.arena_bytes and st.used_bytes == 0
+    assert st.peak_total_bytes > st.arena_bytes  # both were held for a moment, and counted
+    assert_clean(results)
+    engine.close()

@@ -5,8 +5,10 @@ An arena is only ever replaced at an iteration boundary (see
 to the arena's overdue list, so the hot path checks them by address.  An old
 arena is released when its last block is freed, never before: a live block's
 memory is never given back or reused.  The arena replaces the fallback's
-cached warm-up and profiling blocks, which are released first, or the pool
-would hold more than the stock pool it improves on.
+cached warm-up and profiling blocks, which are released once it is taken (off
+the boundary with background re-planning; first, when the memory limit or the
+device needs the room), or the pool would hold more than the stock pool it
+improves on.
 """
 
 from __future__ import annotations
@@ -26,8 +28,12 @@ log = logging.getLogger("pgmo.pool")
 class ArenaKeeper:
     """Owns the current arena (``hot.arena``), the old ones, and the memory limit."""
 
-    def __init__(self, hot: HotPath, allocate: Callable[[int], Any], fallback: Any):
+    def __init__(self, hot: HotPath, allocate: Callable[[int], Any], fallback: Any,
+                 later: Callable[[Callable[[], Any]], None] | None = None):
+        """``later(fn)`` runs ``fn`` off the iteration boundary (the planner thread):
+        giving the fallback's cache back can take milliseconds."""
         self.hot = hot
+        self.later = later
         self.allocate = allocate  # raw allocator: size -> object with .ptr, or MemoryError
         self.fallback = fallback
         self.arenas: set[Arena] = set()  # the current arena and old ones with live blocks
@@ -79,9 +85,10 @@ class ArenaKeeper:
         self.sync_fallback_limit()
 
     def _take(self, size: int) -> Arena | None:
-        self.fallback.free_all_blocks()
         if self.limit and self.total_bytes() + size > self.limit:
-            return self._failed(size, "it would exceed the memory limit")
+            self.fallback.free_all_blocks()  # room first: the limit counts them
+            if self.total_bytes() + size > self.limit:
+                return self._failed(size, "it would exceed the memory limit")
         try:
             buffer = self.allocate(size)
         except MemoryError:
@@ -95,8 +102,16 @@ class ArenaKeeper:
         arena = Arena(buffer, size)
         self.arenas.add(arena)
         self.sync_fallback_limit()
-        self.note_reserved()
+        self.note_reserved()  # the arena and the cache it replaces, held together now
+        self._release_cache()
         return arena
+
+    def _release_cache(self) -> None:
+        """The arena replaces the fallback's cached (idle) blocks: give them back."""
+        if self.later is not None:
+            self.later(self.fallback.free_all_blocks)
+        else:
+            self.fallback.free_all_blocks()
 
     def _failed(self, size: int, why: str) -> None:
         self.failures += 1

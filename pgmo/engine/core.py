@@ -112,11 +112,12 @@ class Engine:
         # arena) alive until the garbage collector runs.
         self.hot = hot = hot_path(backend.memory_type, backend.pointer_type, backend.device_id,
                                  _weak(self._serve_checked), None)
-        self.arenas = ArenaKeeper(hot, backend.allocate, backend.fallback)
+        self.planner = Planner(options.solver, options.replan)
+        later = self.planner.later if options.replan == "background" else None
+        self.arenas = ArenaKeeper(hot, backend.allocate, backend.fallback, later)
         hot.on_arena_idle = _weak(self.arenas.released)
         hot.context = backend.context
         hot.fallback = backend.fallback
-        self.planner = Planner(options.solver, options.replan)
         weakref.finalize(self, _shut_down, hot.inbox, self.planner)
         #: The allocation entry point (what ``set_allocator`` gets).
         self.malloc = hot.malloc

@@ -14,8 +14,9 @@ every iteration boundary, asks for a schedule ready to install.  The mode
     :mod:`.worker`; a thread would hold the GIL for seconds) and its plan is
     validated and compiled by the planner thread, to be swapped in at a later
     boundary if it needs less memory.  A newer profile supersedes a running
-    solve (the worker is stopped).  A worker that crashes or overruns its
-    time is counted, warned about once, and the pool keeps its current plan.
+    solve: its answer is dropped, and the newest profile is solved next.  A
+    worker that crashes or overruns its time is counted, warned about once,
+    and the pool keeps its current plan.
 ``sync``
     Everything happens at the boundary, with the full method: the behaviour
     to use for tests and reproducible runs.
@@ -147,11 +148,13 @@ class Planner:
         self._cond = threading.Condition(threading.Lock())
         self._jobs: list[tuple[str, Any, bool]] = []  # (kind, log or profile, best-fit done)
         self._messages: list[tuple[_Worker, Any]] = []
+        self._chores: list = []  # work handed over by the engine (see later())
         self._ready: Schedule | None = None
         self._thread: threading.Thread | None = None
         self._worker: _Worker | None = None
         self._stop = False
         self._active = False  # the planner thread is folding logs or solving
+        self._wanted: tuple[int, Trace] | None = None  # the profile to solve next
         self._pid = os.getpid()
 
     # ----------------------------------------------------------------- engine
@@ -180,6 +183,13 @@ class Planner:
                 self._ensure_thread()
                 self._cond.notify_all()
         return schedule
+
+    def later(self, fn) -> None:
+        """Run ``fn()`` on the planner thread, off the training loop."""
+        with self._cond:
+            self._chores.append(fn)
+            self._ensure_thread()
+            self._cond.notify_all()
 
     def optimize(self, last_log: Log | None) -> Schedule:
         """Solve the profile (else ``last_log``) now, with the full method; errors propagate."""
@@ -227,13 +237,14 @@ class Planner:
             self.generation += 1
             self._jobs.clear()
             self._ready = None
+            self._wanted = None
 
     @property
     def busy(self) -> bool:
         """Work on the current profile is still going on in the background."""
         with self._cond:
             worker = self._worker
-            return bool(self._jobs) or self._active or (
+            return bool(self._jobs) or self._active or self._wanted is not None or (
                 worker is not None and worker.job == self.generation)
 
     # -------------------------------------------------------------- lifecycle
@@ -308,7 +319,7 @@ class Planner:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not (self._jobs or self._messages or self._stop):
+                while not (self._jobs or self._messages or self._chores or self._stop):
                     worker = self._worker
                     timeout = None if worker is None or worker.idle else \
                         max(0.0, worker.deadline - time.monotonic())
@@ -319,9 +330,12 @@ class Planner:
                     return
                 jobs, self._jobs = self._jobs, []
                 messages, self._messages = self._messages, []
+                chores, self._chores = self._chores, []
                 worker = self._worker
                 self._active = bool(jobs)
             try:
+                for chore in chores:
+                    chore()
                 if worker is not None and not worker.idle and time.monotonic() > worker.deadline:
                     self._worker_failed(worker, "it took longer than its time limit")
                 for worker, message in messages:
@@ -353,14 +367,22 @@ class Planner:
         if self.options.method == "bestfit":
             return
         with self._cond:
-            busy = self._worker if self._worker is not None and not self._worker.idle else None
-            if busy is not None:
-                self.stale_plans += 1  # its profile is superseded
-                self._worker = None
-        if busy is not None:
-            busy.stop()
+            self._wanted = (generation, profile)
+        self._submit_wanted()
+
+    def _submit_wanted(self) -> None:
+        """Give the newest profile to the worker once it is free (started if need be).
+
+        A worker busy with a superseded profile is let finish (its time limit
+        bounds that) and its answer dropped: stopping and starting processes
+        would cost more than it saves.
+        """
         with self._cond:
-            worker = self._worker
+            wanted, worker = self._wanted, self._worker
+            if wanted is None or self._stop or (worker is not None and not worker.idle):
+                return
+            self._wanted = None
+        generation, profile = wanted
         try:
             if worker is None:  # only this thread starts workers: no race
                 worker = _Worker(self._on_message)  # a process start: never under the lock
@@ -385,6 +407,7 @@ class Planner:
         worker.stages_left -= 1
         if worker.stages_left <= 0:
             worker.job = None
+            self._submit_wanted()  # a newer profile waited for the worker
         if message["job"] != self.generation:
             self.stale_plans += 1
             return
