@@ -218,8 +218,7 @@ class Engine:
         which the owner thread also reaches without the lock.
         """
         hot = self.hot
-        if hot.inbox.items:
-            hot.drain()
+        hot.drain()
         if size == 0:  # a null memory object, as in CuPy; not a request
             return hot.pointer_type(hot.memory_type(0, 0, None, hot.device_id), 0)
         rs = round_size(size)
