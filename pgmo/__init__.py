@@ -4,7 +4,7 @@ The core (traces, formats, solvers, plans) is pure Python and imports no
 CuPy.  Everything else is reachable from the package too, loaded on first
 use: ``pgmo.ProfileGuidedMemoryPool``, ``pgmo.TraceRecorder`` and
 ``pgmo.testing`` import CuPy only when asked for, ``pgmo.chainer`` imports
-Chainer.
+Chainer, ``pgmo.chainermn`` ChainerMN and MPI.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ _LAZY = {
     "testing": ("pgmo.testing", None),
     "pool": ("pgmo.pool", None),
     "chainer": ("pgmo.chainer", None),
+    "chainermn": ("pgmo.chainermn", None),
     "bundled": ("pgmo.bundled", None),
     "synth": ("pgmo.synth", None),
     "formats": ("pgmo.formats", None),
