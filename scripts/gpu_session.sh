@@ -2,10 +2,10 @@
 # Reproduce pgmo's GPU results on a machine with an NVIDIA GPU, in one run.
 # docs/reproducing-gpu-results.md says what to install first and what each file holds.
 #
-#   bash scripts/gpu_session.sh [STEP...]     steps: tests traces malloc sanitizer demo bench
+#   bash scripts/gpu_session.sh [STEP...]     steps: tests traces malloc sanitizer demo mn bench
 #
-# With no STEP it runs: tests traces malloc sanitizer demo (about 9 minutes at
-# most).  "bench", the memory and speed tables, takes as long again: run it on
+# With no STEP it runs: tests traces malloc sanitizer demo mn (about 9 minutes
+# at most).  "bench", the memory and speed tables, takes as long again: run it on
 # its own (bash scripts/gpu_session.sh bench).  Every step runs under
 # `timeout`, a step that fails or times out does not stop the next, and the
 # whole run stays within SESSION_SECONDS.
@@ -20,6 +20,8 @@
 #   sanitizer.log    compute-sanitizer --tool memcheck runs (ERROR SUMMARY lines
 #                    are copied into session.log)
 #   demo.log         python -m pgmo demo
+#   (step mn, two MPI ranks training on one GPU with a pgmo pool each, writes
+#   its output into session.log)
 #   results.md, bench_memory.log   scripts/bench_memory.py (step "bench" only)
 #
 # Environment (all optional):
@@ -31,14 +33,17 @@
 #   SESSION_SECONDS  time for the whole run (default 570); a step gets at most
 #                    what is left less 10 s, and is skipped when under 15 s is left
 #   TIMEOUT_TESTS TIMEOUT_TRACES TIMEOUT_MALLOC TIMEOUT_SANITIZER_ONE_LINER
-#   TIMEOUT_SANITIZER_CHAINER TIMEOUT_DEMO TIMEOUT_BENCH
-#                    one step's limit in seconds (150 240 60 100 150 60 560)
+#   TIMEOUT_SANITIZER_CHAINER TIMEOUT_DEMO TIMEOUT_MN TIMEOUT_BENCH
+#                    one step's limit in seconds (150 240 60 100 150 60 180 560)
 #   SANITIZER        compute-sanitizer to use (default: on PATH, else /usr/local/cuda*/bin)
+#   MPIEXEC          mpiexec to use (default: the one installed from .whl/, else the
+#                    one beside $PY, else on PATH)
 #
 # pgmo is taken from this checkout (its root goes first on PYTHONPATH).  Wheels
 # in .whl/ (scripts/fetch_gpu_wheels.sh builds Chainer's) are installed into
-# $SCRATCH/site, ahead of what the Python already has; without .whl/ the
-# installed Chainer is used.
+# $SCRATCH/site, ahead of what the Python already has, except MPICH's, which
+# goes to $SCRATCH/mpi (its library and mpiexec; LD_LIBRARY_PATH points there);
+# without .whl/ the installed Chainer (and MPI) is used.
 set -uo pipefail
 
 OUT=${OUT:-/tmp/pgmo-out}
@@ -49,7 +54,7 @@ cd "$(dirname "$0")/.."
 SESSION_SECONDS=${SESSION_SECONDS:-570}
 : "${TIMEOUT_TESTS:=150}" "${TIMEOUT_TRACES:=240}" "${TIMEOUT_MALLOC:=60}" \
   "${TIMEOUT_SANITIZER_ONE_LINER:=100}" "${TIMEOUT_SANITIZER_CHAINER:=150}" \
-  "${TIMEOUT_DEMO:=60}" "${TIMEOUT_BENCH:=560}"
+  "${TIMEOUT_DEMO:=60}" "${TIMEOUT_MN:=180}" "${TIMEOUT_BENCH:=560}"
 START=$(date +%s)
 PY=${PY:-python3}
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
@@ -86,13 +91,38 @@ sanitizer_path() {
     command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1
 }
 
+# The mpiexec for step mn: $MPIEXEC, MPICH's from .whl/, the one beside $PY, or on PATH.
+mpiexec_path() {
+    if [[ -n "${MPIEXEC:-}" ]]; then
+        [[ -x "$MPIEXEC" ]] && echo "$MPIEXEC"
+        return 0
+    fi
+    local candidate
+    for candidate in "$SCRATCH/mpi/bin/mpiexec" "$(dirname "$(command -v "$PY")")/mpiexec"; do
+        if [[ -x "$candidate" ]]; then echo "$candidate"; return 0; fi
+    done
+    command -v mpiexec || true
+}
+
 setup() {
     say "setup"
+    local wheels=() mpich=() w
     if compgen -G ".whl/*.whl" >/dev/null; then
-        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target "$SCRATCH/site" .whl/*.whl >>"$LOG" 2>&1 || say "WARNING: wheel install failed"
+        for w in .whl/*.whl; do
+            if [[ $(basename "$w") == mpich-* ]]; then mpich+=("$w"); else wheels+=("$w"); fi
+        done
     else
         say "no .whl/: using the Chainer installed in $PY, if any"
+    fi
+    if (( ${#wheels[@]} )); then
+        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$SCRATCH/site" "${wheels[@]}" >>"$LOG" 2>&1 || say "WARNING: wheel install failed"
+    fi
+    # pip --target drops a wheel's data files (MPICH's lib/): MPICH gets a prefix of its own.
+    if (( ${#mpich[@]} )); then
+        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --ignore-installed \
+            --prefix "$SCRATCH/mpi" "${mpich[@]}" >>"$LOG" 2>&1 || say "WARNING: MPICH install failed"
+        export LD_LIBRARY_PATH="$SCRATCH/mpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     fi
     export PYTHONPATH="$SCRATCH/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
     {
@@ -114,8 +144,15 @@ link.to_device("@cupy:0")
 loss = F.sum(F.relu(link(link.xp.ones((2, 4), "f"))))
 loss.backward()
 print("chainer forward/backward on the GPU ok:", float(loss.array), type(link.W.grad))
+try:  # step mn needs it; the other steps do not
+    import mpi4py
+    from mpi4py import MPI
+    print("mpi4py", mpi4py.__version__, "with", MPI.Get_library_version().splitlines()[0].strip())
+except Exception as error:
+    print("mpi4py not usable:", error)
 EOF
         echo "compute-sanitizer: $(sanitizer_path)"
+        echo "mpiexec: $(mpiexec_path)"
     } >>"$LOG" 2>&1
 }
 
@@ -161,6 +198,22 @@ run_demo() {
     step demo "$TIMEOUT_DEMO" $PY -m pgmo demo -o "$SCRATCH/pgmo-demo.png" >"$OUT/demo.log" 2>&1
 }
 
+run_mn() {
+    local mpiexec
+    mpiexec=$(mpiexec_path)
+    if [[ -z "$mpiexec" ]]; then say "SKIP mn: mpiexec not found (pip install 'pgmo[mpi]')"; return; fi
+    # Two ranks: both on GPU 0 when it is the only one, else one GPU each.  Each saves its
+    # plan in $SCRATCH/mn (emptied first: no plan from an earlier session is reused);
+    # rank 0 prints every rank's pool statistics.
+    rm -rf "$SCRATCH/mn"
+    step mn "$TIMEOUT_MN" "$mpiexec" -n 2 $PY examples/train_mn.py --arch resnet50 \
+        --batchsize 16 --insize 128 --classes 100 --iterations 12 --out "$SCRATCH/mn" \
+        >>"$LOG" 2>&1
+    local summary
+    summary=$(grep -hE '^(parameters identical|pools optimized)' "$LOG" | tr '\n' ' ')
+    say "mn: ${summary:-no summary lines (see the output above)}"
+}
+
 run_bench() {
     local cap; cap=$(budget "$TIMEOUT_BENCH")
     # bench_memory.py stops starting configurations in time to write its report.
@@ -170,7 +223,7 @@ run_bench() {
 }
 
 steps=("$@")
-(( ${#steps[@]} )) || steps=(tests traces malloc sanitizer demo)
+(( ${#steps[@]} )) || steps=(tests traces malloc sanitizer demo mn)
 setup
 for s in "${steps[@]}"; do
     case $s in
@@ -179,8 +232,9 @@ for s in "${steps[@]}"; do
         malloc) run_malloc ;;
         sanitizer) run_sanitizer ;;
         demo) run_demo ;;
+        mn) run_mn ;;
         bench) run_bench ;;
-        *) say "unknown step $s (steps: tests traces malloc sanitizer demo bench)" ;;
+        *) say "unknown step $s (steps: tests traces malloc sanitizer demo mn bench)" ;;
     esac
 done
 say "done; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -1,8 +1,8 @@
 """Stand-ins for the programs the GPU shell scripts call, so the scripts can run on any CPU.
 
 ``python script_stubs.py ROLE ARGS...`` plays ``ROLE``: ``python`` (the
-interpreter the scripts call as ``$PY``/``$PYTHON``), ``compute-sanitizer`` or
-``nvidia-smi``.  Every call is appended as one JSON line (role, argv, cwd and
+interpreter the scripts call as ``$PY``/``$PYTHON``), ``compute-sanitizer``,
+``nvidia-smi`` or ``mpiexec``.  Every call is appended as one JSON line (role, argv, cwd and
 the environment variables the scripts set) to ``$STUB_CALLS``.  ``$STUB_PLAN``
 names a JSON file that shapes what each step does: ``{"<step>": {"rc": 1,
 "sleep": 60, "advance": 100, "files": [...], "errors": 3, "size": N}}``;
@@ -22,7 +22,7 @@ import time
 
 PYTHON_STEPS = {  # script or module -> step name in the plan
     "record_traces.py": "traces", "bench_malloc.py": "malloc", "bench_memory.py": "bench",
-    "one_liner.py": "one-liner", "train_imagenet.py": "chainer",
+    "one_liner.py": "one-liner", "train_imagenet.py": "chainer", "train_mn.py": "mn",
 }
 
 
@@ -37,7 +37,8 @@ def _plan(step: str) -> dict:
 def _record(role: str, argv: list[str], step: str) -> None:
     entry = {"role": role, "step": step, "argv": argv, "cwd": os.getcwd(),
              "env": {k: os.environ.get(k) for k in ("PYTHONPATH", "PIP_CONSTRAINT",
-                                                    "PIP_BUILD_CONSTRAINT", "PYTHONWARNINGS")}}
+                                                    "PIP_BUILD_CONSTRAINT", "PYTHONWARNINGS",
+                                                    "LD_LIBRARY_PATH")}}
     with open(os.environ["STUB_CALLS"], "a") as fh:
         fh.write(json.dumps(entry) + "\n")
 
@@ -62,7 +63,7 @@ def _write(path: str, size: int) -> None:
 
 def _python_step(argv: list[str]) -> str:
     if argv[:2] == ["-m", "pip"]:
-        return "pip-" + argv[2]
+        return "pip-" + argv[2] + ("-prefix" if "--prefix" in argv else "")
     if argv[:1] == ["-"]:
         return "probe"
     if argv[:2] == ["-m", "pytest"]:
@@ -93,6 +94,18 @@ def python(argv: list[str]) -> int:
                 json.dump({"stub trace": name}, fh)
     elif step == "demo":
         _write(_value(argv, "-o"), 100)  # the picture
+    elif step == "mn":  # rank 0's summary lines, as examples/train_mn.py prints them
+        print("parameters identical on all 2 ranks: yes\n"
+              "pools optimized: 2 of 2; fallback requests: 0 (pinned blocks: 0)")
+    elif step == "pip-install-prefix":  # MPICH's wheel: its library and its mpiexec
+        prefix = _value(argv, "--prefix")
+        os.makedirs(os.path.join(prefix, "lib"), exist_ok=True)
+        os.makedirs(os.path.join(prefix, "bin"), exist_ok=True)
+        mpiexec = os.path.join(prefix, "bin", "mpiexec")
+        with open(mpiexec, "w") as fh:
+            fh.write(f'#!/bin/sh\nSTUB_MPIEXEC_PATH="$0" exec "{sys.executable}" -S '
+                     f'"{os.path.abspath(__file__)}" mpiexec "$@"\n')
+        os.chmod(mpiexec, 0o755)
     elif step == "malloc":
         print("| workload | path | us / malloc+free | x cupy MemoryPool | x pgmo optimized |")
     elif step == "bench":
@@ -103,9 +116,13 @@ def python(argv: list[str]) -> int:
                plan.get("size", 1000))
     elif step == "pip-download":
         dest = _value(argv, "-d")
-        _write(os.path.join(dest, "ortools-9.15.6755-cp312-cp312-manylinux_2_27_x86_64.whl"),
-               plan.get("size", 2000))
-        _write(os.path.join(dest, "immutabledict-4.2.1-py3-none-any.whl"), 100)
+        if any(arg.startswith("mpich") for arg in argv):
+            _write(os.path.join(dest, "mpi4py-4.1.2-cp312-cp312-manylinux1_x86_64.whl"), 300)
+            _write(os.path.join(dest, "mpich-5.0.2-py3-none-manylinux_2_28_x86_64.whl"), 700)
+        else:
+            _write(os.path.join(dest, "ortools-9.15.6755-cp312-cp312-manylinux_2_27_x86_64.whl"),
+                   plan.get("size", 2000))
+            _write(os.path.join(dest, "immutabledict-4.2.1-py3-none-any.whl"), 100)
     sys.stdout.flush()
     _advance_clock(plan.get("advance", 0))
     if plan.get("sleep"):
@@ -127,6 +144,15 @@ def compute_sanitizer(argv: list[str]) -> int:
     return rc
 
 
+def mpiexec(argv: list[str]) -> int:
+    """Records the call (with ``$0``: which mpiexec), then runs the program once, as rank 0."""
+    _record("mpiexec", [os.environ.get("STUB_MPIEXEC_PATH", "")] + argv, "mn")
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2
+    return subprocess.call(argv[i:])
+
+
 def nvidia_smi(argv: list[str]) -> int:
     _record("nvidia-smi", argv, "setup")
     print("name, memory.total [MiB], driver_version\nNVIDIA H100 80GB HBM3, 81559 MiB, 570.86")
@@ -136,7 +162,7 @@ def nvidia_smi(argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     role, args = argv[0], argv[1:]
     return {"python": python, "compute-sanitizer": compute_sanitizer,
-            "nvidia-smi": nvidia_smi}[role](args)
+            "nvidia-smi": nvidia_smi, "mpiexec": mpiexec}[role](args)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ needs_shell = pytest.mark.skipif(
 #: The fake clock's start (epoch seconds); stubs move it forward with "advance".
 CLOCK_START = 1_700_000_000
 DEFAULT_STEPS = ["tests", "traces", "malloc", "sanitizer-one-liner", "sanitizer-chainer",
-                 "demo"]
+                 "demo", "mn"]
 
 
 class Checkout:
@@ -63,9 +63,10 @@ class Checkout:
             shutil.copy(os.path.join(ROOT, name), self.root / name)
         self.bin = base / "bin"
         self.bin.mkdir(parents=True)
-        for role in ("python", "compute-sanitizer", "nvidia-smi"):
+        for role in ("python", "compute-sanitizer", "nvidia-smi", "mpiexec"):
             self._executable("py" if role == "python" else role,
-                             f'exec "{sys.executable}" -S "{STUBS}" {role} "$@"')
+                             f'STUB_MPIEXEC_PATH="$0" exec "{sys.executable}" -S "{STUBS}" '
+                             f'{role} "$@"')
         self._executable("date", f'if [ "$1" = "+%s" ]; then cat "$STUB_CLOCK"; '
                                  f'else exec "{shutil.which("date")}" "$@"; fi')
         self.py = str(self.bin / "py")
@@ -99,12 +100,14 @@ class Session:
     """One run of ``scripts/gpu_session.sh`` with stand-ins."""
 
     def __init__(self, base: Path, *steps: str, plan: dict | None = None, wheels: bool = True,
-                 **env: str):
+                 wheels_extra: tuple = (), **env: str):
         self.checkout = Checkout(base, ["scripts/gpu_session.sh"], plan)
         self.root = self.checkout.root
         if wheels:
             (self.root / ".whl").mkdir()
             (self.root / ".whl" / "chainer-7.8.1-py3-none-any.whl").write_bytes(b"wheel")
+            for name in wheels_extra:
+                (self.root / ".whl" / name).write_bytes(b"wheel")
         self.out, self.scratch = base / "out", base / "scratch"
         self.py = self.checkout.py
         self.result = self.checkout.run("gpu_session.sh", *steps, OUT=str(self.out),
@@ -153,7 +156,7 @@ def test_session_logs_each_default_step_with_its_exit_status(default_session):
 def test_session_gives_each_step_its_command(default_session):
     s, calls = default_session, default_session.python_calls()
     assert list(calls) == ["pip-install", "probe", "tests", "traces", "malloc", "one-liner",
-                           "chainer", "demo"]
+                           "chainer", "demo", "mn"]
     assert calls["pip-install"]["argv"] == [
         "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
         "--no-cache-dir", "--upgrade", "--target", str(s.scratch / "site"),
@@ -167,6 +170,12 @@ def test_session_gives_each_step_its_command(default_session):
     assert calls["malloc"]["argv"] == ["scripts/bench_malloc.py", "--gpu"]
     assert calls["demo"]["argv"] == ["-m", "pgmo", "demo", "-o",
                                      str(s.scratch / "pgmo-demo.png")]
+    # two MPI ranks, with the mpiexec beside the Python (no MPICH wheel in .whl/)
+    assert [c["argv"] for c in s.checkout.calls("mpiexec")] == [
+        [str(s.checkout.bin / "mpiexec"), "-n", "2", s.py, "examples/train_mn.py",
+         "--arch", "resnet50", "--batchsize", "16", "--insize", "128", "--classes", "100",
+         "--iterations", "12", "--out", str(s.scratch / "mn")]]
+    assert calls["mn"]["argv"][0] == "examples/train_mn.py"
     memcheck = ["--tool", "memcheck", "--leak-check", "no", s.py]
     assert [c["argv"] for c in s.checkout.calls("compute-sanitizer")] == [
         memcheck + ["examples/one_liner.py", "--device", "0", "--iterations", "5",
@@ -193,6 +202,9 @@ def test_session_puts_each_steps_output_in_its_file(default_session):
     assert "stub traces output" in s.log  # record_traces.py reports into session.log
     assert (s.out / "bench_malloc.txt").read_text().startswith("stub malloc output\n| workload")
     assert "stub demo output" in (s.out / "demo.log").read_text()
+    assert "stub mn output" in s.log  # the MPI run reports into session.log
+    assert ("mn: parameters identical on all 2 ranks: yes pools optimized: 2 of 2; fallback "
+            "requests: 0 (pinned blocks: 0) ") in s.events
     assert (s.scratch / "pgmo-demo.png").exists()  # the picture stays out of the results
     sanitizer = (s.out / "sanitizer.log").read_text()
     assert sanitizer.index("stub one-liner output") < sanitizer.index("stub chainer output")
@@ -232,7 +244,8 @@ def test_failing_or_timed_out_step_does_not_stop_the_others(failing_session):
         "BEGIN tests", "END tests: exit 1", "BEGIN traces", "END traces: exit 124",
         "BEGIN malloc", "END malloc: exit 3", "BEGIN sanitizer-one-liner",
         "END sanitizer-one-liner: exit 2", "BEGIN sanitizer-chainer",
-        "END sanitizer-chainer: exit 0", "BEGIN demo", "END demo: exit 0"]
+        "END sanitizer-chainer: exit 0", "BEGIN demo", "END demo: exit 0", "BEGIN mn",
+        "END mn: exit 0"]
     assert "BEGIN traces (timeout 3s): " in s.log
     assert re.search(r"END traces: exit 124 after \d+s \(TIMED OUT\)", s.log)
     assert "pytest: 2 failed, 5 passed, 551 deselected in 9.00s" in s.events
@@ -251,7 +264,7 @@ def test_traces_archive_holds_what_was_written_before_a_timeout(failing_session)
 
 @needs_shell
 def test_session_with_every_step_writes_at_most_eight_files(tmp_path):
-    s = Session(tmp_path, "tests", "traces", "malloc", "sanitizer", "demo", "bench")
+    s = Session(tmp_path, "tests", "traces", "malloc", "sanitizer", "demo", "mn", "bench")
     files = sorted(p.name for p in s.out.iterdir())
     assert files == sorted(["session.log", "pytest-gpu.log", "traces.tar.gz",
                             "bench_malloc.txt", "sanitizer.log", "demo.log", "results.md",
@@ -271,13 +284,14 @@ def test_later_steps_are_skipped_when_session_time_is_used_up(tmp_path):
                 SESSION_SECONDS="130")
     assert s.step_events() == [
         "BEGIN tests", "END tests: exit 0", "BEGIN traces", "END traces: exit 0",
-        "SKIP malloc", "SKIP sanitizer-one-liner", "SKIP sanitizer-chainer", "SKIP demo"]
+        "SKIP malloc", "SKIP sanitizer-one-liner", "SKIP sanitizer-chainer", "SKIP demo",
+        "SKIP mn"]
     assert "BEGIN tests (timeout 120s): " in s.log  # capped at the session's 130 - 10 s
     assert "END tests: exit 0 after 50s" in s.events
     assert "BEGIN traces (timeout 70s): " in s.log  # what was left, not its own 240 s
-    for name in ("malloc", "sanitizer-one-liner", "sanitizer-chainer", "demo"):
+    for name in ("malloc", "sanitizer-one-liner", "sanitizer-chainer", "demo", "mn"):
         assert f"SKIP {name}: session time used up" in s.events
-    assert not {"malloc", "one-liner", "chainer", "demo"} & set(s.python_calls())
+    assert not {"malloc", "one-liner", "chainer", "demo", "mn"} & set(s.python_calls())
     assert "sanitizer: no ERROR SUMMARY line (see sanitizer.log)" in s.events
     assert (s.out / "traces.tar.gz").exists()
 
@@ -288,6 +302,35 @@ def test_session_without_wheels_uses_the_installed_chainer(tmp_path):
     assert "pip-install" not in s.python_calls()
     assert f"no .whl/: using the Chainer installed in {s.py}, if any" in s.events
     assert s.step_events() == ["BEGIN malloc", "END malloc: exit 0"]
+
+
+@needs_shell
+def test_mpich_wheel_gets_its_own_prefix_and_its_mpiexec_runs_the_ranks(tmp_path):
+    mpi_wheels = ["mpi4py-4.1.2-cp312-cp312-manylinux1_x86_64.whl",
+                  "mpich-5.0.2-py3-none-manylinux_2_28_x86_64.whl"]
+    s = Session(tmp_path, "mn", wheels_extra=mpi_wheels)
+    calls = s.python_calls()
+    # Chainer and mpi4py into the site folder, MPICH (its lib/ and bin/) under a prefix.
+    target = calls["pip-install"]["argv"]
+    assert target[target.index("--target") + 1:] == [
+        str(s.scratch / "site"), ".whl/chainer-7.8.1-py3-none-any.whl", f".whl/{mpi_wheels[0]}"]
+    prefix = calls["pip-install-prefix"]["argv"]
+    assert prefix[prefix.index("--prefix") + 1] == str(s.scratch / "mpi")
+    assert prefix[-1] == f".whl/{mpi_wheels[1]}" and "--ignore-installed" in prefix
+    [mpiexec] = s.checkout.calls("mpiexec")
+    assert mpiexec["argv"][0] == str(s.scratch / "mpi" / "bin" / "mpiexec")
+    assert mpiexec["env"]["LD_LIBRARY_PATH"].split(":")[0] == str(s.scratch / "mpi" / "lib")
+    assert calls["mn"]["env"]["LD_LIBRARY_PATH"].split(":")[0] == str(s.scratch / "mpi" / "lib")
+    assert f"mpiexec: {s.scratch / 'mpi' / 'bin' / 'mpiexec'}" in s.log
+    assert s.step_events() == ["BEGIN mn", "END mn: exit 0"]
+
+
+@needs_shell
+def test_mn_step_is_skipped_without_mpiexec(tmp_path):
+    s = Session(tmp_path, "mn", MPIEXEC=str(tmp_path / "no-such-mpiexec"))
+    assert s.step_events() == ["SKIP mn"]
+    assert "SKIP mn: mpiexec not found (pip install 'pgmo[mpi]')" in s.events
+    assert "mn" not in s.python_calls()
 
 
 @needs_shell
@@ -346,6 +389,29 @@ def test_fetch_wheels_with_ortools_downloads_wheels_for_cpython_312(tmp_path):
     platforms = [argv[i + 1] for i, a in enumerate(argv) if a == "--platform"]
     assert "manylinux2014_x86_64" in platforms and all("x86_64" in p for p in platforms)
     assert result.stdout.splitlines()[-1] == "total: 3100 bytes"
+
+
+@needs_shell
+def test_fetch_wheels_with_mpi_downloads_mpi4py_and_mpich(tmp_path):
+    checkout, result = fetch_wheels(tmp_path, "--mpi")
+    assert result.returncode == 0, result.stderr
+    wheel, download = checkout.calls()
+    assert wheel["step"] == "pip-wheel" and download["step"] == "pip-download"
+    argv = download["argv"]
+    assert argv[-2:] == ["mpi4py>=4.1", "mpich>=5.0"]
+    assert {"--no-deps", "--only-binary=:all:"} <= set(argv)
+    assert argv[argv.index("--python-version") + 1] == "3.12"
+    assert sorted(p.name for p in (checkout.root / ".whl").iterdir()) == [
+        "chainer-7.8.1-py3-none-any.whl", "mpi4py-4.1.2-cp312-cp312-manylinux1_x86_64.whl",
+        "mpich-5.0.2-py3-none-manylinux_2_28_x86_64.whl"]
+    assert result.stdout.splitlines()[-1] == "total: 2000 bytes"
+
+
+@needs_shell
+def test_fetch_wheels_refuses_an_unknown_option(tmp_path):
+    _, result = fetch_wheels(tmp_path, "--mpi4py")
+    assert result.returncode == 2
+    assert "error: unknown option --mpi4py (options: --ortools --mpi)" in result.stderr
 
 
 @needs_shell
