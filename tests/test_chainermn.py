@@ -24,6 +24,7 @@ from pgmo.units import round_size
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "train_mn.py")
 REPLAY = os.path.join(ROOT, "tests", "mn_replay.py")
+TRAINER = os.path.join(ROOT, "tests", "mn_trainer.py")
 
 pytest.importorskip("cupy")
 _chainer_compat.apply()
@@ -88,6 +89,24 @@ def test_example_keeps_parameters_identical_across_ranks(communicator, name):
     assert all(len(r) == 5 for r in report[:-1])
 
 
+def test_extension_serves_each_ranks_requests_under_the_multi_node_optimizer(tmp_path):
+    """A model that allocates through CuPy's allocator: each rank's pool really serves it."""
+    iterations = 6
+    mpirun(2, TRAINER, tmp_path, iterations)
+    per_update = 5  # tests/mn_trainer.py's PATTERN
+    for r in (0, 1):
+        got = json.loads((tmp_path / f"trainer{r}.json").read_text())
+        stats = got["stats"]
+        assert stats["iterations"] == iterations and stats["mode"] == "optimized"
+        # Two warm-up updates, one profiled, then every update from the plan; the
+        # multi-node evaluator's requests, between updates, left the plan alone.
+        assert stats["profiled_requests"] == 3 * per_update
+        assert stats["planned_requests"] == (iterations - 3) * per_update
+        assert stats["fallback_requests"] == stats["departures"] == 0
+        assert stats["requests"] > iterations * per_update  # the evaluator's, outside the plan
+        assert got["allocator_restored"]
+
+
 def test_host_staged_communicator_writes_the_averages_back_into_the_arrays():
     """As on a GPU, where the host copy is another buffer: MPI works on it, the result goes back."""
     code = f"""
@@ -106,15 +125,18 @@ def test_auto_takes_nccl_only_when_every_rank_has_a_gpu_of_its_own():
     """Two ranks on this node, with the GPU count and NCCL's presence played."""
     code = """
 import json, cupy, pgmo.chainermn as mn, chainermn.nccl
+from mpi4py import MPI
 picks = []
 for gpus, nccl in ((1, True), (2, True), (2, False), (4, True)):
     cupy.cuda.runtime.getDeviceCount = lambda: gpus
     chainermn.nccl._available = nccl
     picks.append(mn.choose_communicator())
-print(json.dumps(picks))
+every_rank = MPI.COMM_WORLD.gather(picks)
+if MPI.COMM_WORLD.rank == 0:
+    print(json.dumps(every_rank))
 """
     out = mpirun(2, "-c", code).stdout.splitlines()
-    assert [json.loads(line) for line in out] == [
+    assert json.loads(out[-1]) == [
         ["host_staged", "pure_nccl", "host_staged", "pure_nccl"]] * 2  # the same on each rank
 
 
