@@ -22,7 +22,11 @@ What is patched, and why:
 
 Not patched, because nothing pgmo uses needs it: ``numpy.float`` in
 ``F.resize_images`` (removed in NumPy 1.24).  NumPy behaviour is otherwise
-untouched, and :func:`apply` is idempotent.
+untouched, and :func:`apply` is idempotent.  ChainerMN (shipped in Chainer
+7.8.1) needs nothing more under mpi4py 4: its naive communicator, object
+and array collectives, ``scatter_dataset``, multi-node optimizer and
+evaluator, ``AllreducePersistent`` and ``MultiNodeBatchNormalization`` run on
+NumPy 2 as they are (checked on the CPU; its GPU paths need a GPU).
 """
 
 from __future__ import annotations
