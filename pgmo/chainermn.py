@@ -44,7 +44,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         "pgmo.chainermn needs Chainer 7.8.1 (which ships ChainerMN), mpi4py and an MPI "
         "library; install them with pip install 'pgmo[chainer,mpi]' (see README.rst)") from error
 
-__all__ = ["COMMUNICATORS", "HostStagedCommunicator", "Rank", "RankStats",
+__all__ = ["COMMUNICATORS", "GPU_ONLY", "HostStagedCommunicator", "Rank", "RankStats",
            "create_communicator", "choose_communicator", "setup_rank", "plan_file_name",
            "MN_WARMUP"]
 
@@ -140,7 +140,8 @@ def create_communicator(name: str = "auto", *, gpu: bool = True, mpi_comm=None):
     """A ChainerMN communicator by name (:data:`COMMUNICATORS`); collective: call it on every rank.
 
     ``gpu``: whether the ranks train on GPUs (ChainerMN's :data:`GPU_ONLY`
-    communicators are refused otherwise).  ``auto`` picks with :func:`choose_communicator`; ``host_staged`` is
+    communicators are refused otherwise).  ``auto`` picks with
+    :func:`choose_communicator`; ``host_staged`` is
     :class:`HostStagedCommunicator`; other names go to
     ``chainermn.create_communicator``.
     """

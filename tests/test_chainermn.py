@@ -196,7 +196,8 @@ for name, gpu in (("nope", False), ("flat", False)):
     except ValueError as e:
         errors.append(str(e))
 print(json.dumps({"communicator": type(comm).__name__, "auto": mn.choose_communicator(gpu=False),
-                  "warmup": rank.pool.engine.options.warmup, "late": late.pool.engine.options.warmup,
+                  "warmup": rank.pool.engine.options.warmup,
+                  "late": late.pool.engine.options.warmup,
                   "plan_path": rank.plan_path, "device_id": rank.device_id, "errors": errors}))
 """
     got = json.loads(mpirun(1, "-c", code).stdout.splitlines()[-1])
