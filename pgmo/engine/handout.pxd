@@ -33,6 +33,7 @@ cdef class Inbox:
 
 # Compiled, Release reports its free from __dealloc__ and is never resurrected.
 @cython.final
+@cython.freelist(64)
 cdef class Release:
     cdef public Inbox inbox
     cdef public long long index
