@@ -8,6 +8,7 @@ from cpython.pythread cimport PyThread_get_thread_ident
 
 
 cdef long long _KEY_BIAS
+cdef long long _KEY_LOW
 cdef long long _ROUND_UP
 cdef long long _ROUND_MASK
 

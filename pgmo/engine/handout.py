@@ -77,6 +77,7 @@ class Arena:
 
 #: Iterations are >= WATCHED and requests >= -1: ``record`` packs both in one key.
 _KEY_BIAS = 8
+_KEY_LOW = 0xFFFFFFFF  # typed when compiled: a literal this wide would be a Python int
 
 
 class Inbox:
@@ -434,7 +435,7 @@ class HotPath:
             keys, sizes = inbox.keys, inbox.sizes
             for k in range(m):  # frees recorded meanwhile land after m, for the next drain
                 key = keys[k]
-                self.apply_free((key & 0xFFFFFFFF) - 1, (key >> 32) - _KEY_BIAS, sizes[k],
+                self.apply_free((key & _KEY_LOW) - 1, (key >> 32) - _KEY_BIAS, sizes[k],
                                 arenas[k])
             if len(arenas) == m:
                 arenas.clear()
