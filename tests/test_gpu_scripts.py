@@ -163,7 +163,7 @@ def test_session_gives_each_step_its_command(default_session):
     assert calls["traces"]["argv"] == [
         "scripts/record_traces.py", "--device", "0", "--out-dir", str(s.scratch / "traces"),
         "--arch", "alexnet", "googlenet", "resnet50", "inception-resnet-v2",
-        "--batchsize", "32", "64", "128", "--inference", "--seq2seq", "3"]
+        "--batchsize", "32", "64", "128", "--inference", "--seq2seq", "3", "--densenet", "64"]
     assert calls["malloc"]["argv"] == ["scripts/bench_malloc.py", "--gpu"]
     assert calls["demo"]["argv"] == ["-m", "pgmo", "demo", "-o",
                                      str(s.scratch / "pgmo-demo.png")]
@@ -544,3 +544,54 @@ def test_gpu_report_formats_child_results():
                for line in lines)
     assert "| resnet50 | 4,096.0 | pgmo | 90 | 6 |" in lines
     assert "| pgmo | 64 | 7 | 900.0 | 1,500.0 | 50.0 | 2 | 0 | 3 |" in lines
+
+
+# ------------------------------------------------------------ DenseNet-BC and recomputation
+DENSENET_NAMES = [f"densenet-bc16-k4-train-b2-recompute-{r}-{p}.dry-run.json.gz"
+                  for r in ("off", "on") for p in ("stock", "pgmo")]
+
+
+@pytest.fixture(scope="module")
+def densenet_dry_run(tmp_path_factory):
+    """``record_traces.py --densenet 2`` as a CPU dry run: the four DenseNet-BC traces."""
+    _chainer_or_skip()
+    out_dir = tmp_path_factory.mktemp("densenet")
+    out, _ = run_script("record_traces.py", "--device", -1, "--out-dir", out_dir,
+                        "--arch", "--batchsize", "--densenet", 2)
+    return out_dir, out
+
+
+@needs_chainer
+def test_record_traces_dry_run_records_densenet_four_ways(densenet_dry_run):
+    import pgmo
+
+    out_dir, out = densenet_dry_run
+    assert "CPU DRY RUN" in out
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(DENSENET_NAMES)
+    traces = {}
+    for name in DENSENET_NAMES:
+        trace = pgmo.read_trace(out_dir / name)
+        meta = trace.metadata
+        recompute, pool = name.split("-recompute-")[1].split(".")[0].split("-")
+        assert (meta["recompute"], meta["pool"]) == (recompute == "on", pool)
+        assert (meta["model"], meta["depth"], meta["growth_rate"], meta["batch_size"]) == \
+            ("densenet-bc-16", 16, 4, 2)
+        assert ("recomputed" in meta) == (recompute == "on")
+        assert "forget" in meta.get("recomputed", "forget")
+        assert meta["dry_run"] is True and meta["synthetic"] is True
+        assert "dry run" in meta["recorded_by"].lower() and "no GPU recording" in meta["note"]
+        # only the stock recording knows what its pool reserved
+        assert ("reserved_peak" in meta) == (pool == "stock")
+        if pool == "stock":
+            assert "TraceRecorder" in meta["recorded_by"] and meta["reserved_peak"] > 0
+        assert bundled.provenance_problems(meta) == [
+            "a CPU dry run (dry_run: true), not a recording"], name
+        assert len(trace) == meta["requests"] > 0
+        assert trace.lower_bound() == meta["lower_bound"]
+        traces[recompute, pool] = trace
+    for pool in ("stock", "pgmo"):
+        off, on = traces["off", pool], traces["on", pool]
+        # Recomputation runs the bottlenecks again in backward (more requests) and frees
+        # their outputs after forward (fewer bytes live at once), even in the stand-in.
+        assert len(on) > len(off)
+        assert on.lower_bound() < off.lower_bound()
