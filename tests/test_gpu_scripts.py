@@ -595,3 +595,88 @@ def test_record_traces_dry_run_records_densenet_four_ways(densenet_dry_run):
         # their outputs after forward (fewer bytes live at once), even in the stand-in.
         assert len(on) > len(off)
         assert on.lower_bound() < off.lower_bound()
+
+
+@needs_chainer
+def test_recompute_table_dry_run_prints_no_numbers(densenet_dry_run, tmp_path):
+    out_dir, _ = densenet_dry_run
+    report = tmp_path / "table.md"
+    out, _ = run_script("recompute_table.py", out_dir, "--time-limit", 1, "-o", report)
+    assert report.read_text().strip() == out.strip()
+    lines = out.splitlines()
+    assert lines[0] == "## DenseNet-BC: recomputation and pgmo"
+    assert "CPU DRY RUN" in out
+    rows = [line.split(" | ") for line in lines if line.startswith("| DenseNet-BC-16 (k=4) | 2 |")]
+    assert [r[2:4] for r in rows[:4]] == [["off", "stock (CuPy)"], ["off", "pgmo"],
+                                          ["on", "stock (CuPy)"], ["on", "pgmo"]]
+    assert [r[2] for r in rows[4:]] == ["off", "on"]
+    for row in rows:
+        cells = [c.strip(" |") for c in row[4 if len(row) > 6 else 3:]]
+        assert cells and all(c == "n/a (CPU)" for c in cells), row
+
+
+def _densenet_trace(path, recompute, pool, rows, reserved=None):
+    """A trace with the metadata record_traces.py --densenet writes on a GPU."""
+    import pgmo
+
+    meta = {"model": "densenet-bc-100", "depth": 100, "growth_rate": 12, "kind": "training",
+            "batch_size": 64, "recompute": recompute, "pool": pool, "dry_run": False,
+            "synthetic": False, "device": "NVIDIA H100 80GB HBM3", "date": "2025-01-31T12:00:00",
+            "command": "record_traces.py --device 0 --densenet 64", "cupy": "14.2.0"}
+    if recompute:
+        meta["recomputed"] = "the bottlenecks"
+    if reserved is not None:
+        meta["reserved_peak"] = reserved
+    pgmo.write_trace(pgmo.Trace.from_rows(rows, meta), path)
+    return path
+
+
+def _import_script(name):
+    sys.path.insert(0, SCRIPTS)
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(SCRIPTS)
+
+
+def test_recompute_table_compares_the_four_combinations(tmp_path):
+    """The table of a GPU recording: its numbers, and the savings against stock without
+    recomputation."""
+    table = _import_script("recompute_table")
+    mib = 2**20
+    # off: two 100 MiB blocks live together; on: they no longer overlap.
+    off = [(0, 2, 100 * mib), (1, 3, 100 * mib)]
+    on = [(0, 1, 100 * mib), (1, 3, 100 * mib), (2, 4, 50 * mib)]
+    paths = [_densenet_trace(tmp_path / "off-stock.json.gz", False, "stock", off, 300 * mib),
+             _densenet_trace(tmp_path / "on-pgmo.json.gz", True, "pgmo", on),
+             _densenet_trace(tmp_path / "off-pgmo.json.gz", False, "pgmo", off),
+             _densenet_trace(tmp_path / "on-stock.json.gz", True, "stock", on, 200 * mib)]
+    text = table.section(table.analyse(paths, "best", 1.0), "best", 1.0)
+    assert "n/a (CPU)" not in text and "DRY RUN" not in text
+    lines = text.splitlines()
+    assert "- device: NVIDIA H100 80GB HBM3; versions: pgmo unknown, cupy 14.2.0, " \
+           "chainer unknown, numpy unknown, python unknown" in lines
+    assert "- recorded with: `record_traces.py --device 0 --densenet 64`" in lines
+    head = "| DenseNet-BC-100 (k=12) | 64 | "
+    assert [line for line in lines if line.startswith(head) and line.count("|") == 10] == [
+        head + "off | stock (CuPy) | 2 | 200.0 | 200.0 | 200.0 | 300.0 |",
+        head + "off | pgmo | 2 | 200.0 | 200.0 | 200.0 | - |",
+        head + "on | stock (CuPy) | 3 | 150.0 | 150.0 | 150.0 | 200.0 |",
+        head + "on | pgmo | 3 | 150.0 | 150.0 | 150.0 | - |"]
+    assert [line for line in lines if line.startswith(head) and line.count("|") == 6] == [
+        head + "off | 300.0 | 200.0 (-33.3 %) |",
+        head + "on | 200.0 (-33.3 %) | 150.0 (-50.0 %) |"]
+
+
+def test_recompute_table_skips_other_traces_in_a_folder_and_refuses_one_named(tmp_path):
+    import pgmo
+
+    table = _import_script("recompute_table")
+    _densenet_trace(tmp_path / "densenet.json.gz", False, "pgmo", [(0, 1, 512)])
+    other = tmp_path / "resnet50.json.gz"
+    pgmo.write_trace(pgmo.Trace.from_rows([(0, 1, 512)], {"model": "resnet50"}), other)
+    assert [p.name for p in table.find_traces([tmp_path])] == ["densenet.json.gz"]
+    with pytest.raises(ValueError, match="not a trace of record_traces.py --densenet"):
+        table.find_traces([other])
+    assert table.main([str(other)]) == 2
+    assert "No DenseNet-BC trace found" in table.section([])
