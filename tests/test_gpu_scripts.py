@@ -437,7 +437,7 @@ def test_bench_memory_dry_run_prints_labelled_tables(tmp_path):
     report = tmp_path / "results.md"
     out, err = run_script("bench_memory.py", "--device", -1, "--arch", "alexnet",
                           "--no-inference", "--search-arch", "alexnet", "--search-probes", 1,
-                          "--seq2seq-iterations", 2, "-o", report)
+                          "--seq2seq-iterations", 2, "--densenet-batchsize", 0, "-o", report)
     assert report.read_text().strip() == out.strip()
     assert "CPU DRY RUN" in out and "- command: `python scripts/bench_memory.py --device -1" in out
     lines = out.splitlines()
@@ -680,3 +680,21 @@ def test_recompute_table_skips_other_traces_in_a_folder_and_refuses_one_named(tm
         table.find_traces([other])
     assert table.main([str(other)]) == 2
     assert "No DenseNet-BC trace found" in table.section([])
+
+
+@needs_chainer
+def test_bench_memory_dry_run_ends_with_the_recomputation_table(tmp_path):
+    _chainer_or_skip()
+    out, err = run_script("bench_memory.py", "--device", -1, "--arch", "--no-inference",
+                          "--search-arch", "--seq2seq-iterations", 0,
+                          "--trace-dir", tmp_path / "traces")
+    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == sorted(DENSENET_NAMES)
+    section = out[out.index("## DenseNet-BC: recomputation and pgmo"):]
+    assert "CPU DRY RUN" in section
+    # the traces' command names no folder of this machine
+    assert "- recorded with: `record_traces.py --device -1 --out-dir . --arch --batchsize " \
+           "--densenet 2`" in section
+    rows = [line for line in section.splitlines() if line.startswith("| DenseNet-BC-16 (k=4)")]
+    assert len(rows) == 6 and all("n/a (CPU)" in row for row in rows)
+    assert re.search(r"time per part: .*seq2seq \d+ s, recomputation \d+ s, largest batch", out)
+    assert "failed" not in err and "Recording stopped early" not in out
