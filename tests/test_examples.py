@@ -202,3 +202,19 @@ def test_densenet_rejects_a_depth_that_is_not_six_n_plus_four():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "--depth must be 6 n + 4 with n >= 1 (10, 16, ..., 100), got 12" in result.stderr
+
+
+@pytest.mark.gpu
+def test_densenet_on_the_gpu_plans_every_combination_and_keeps_the_losses():
+    out = run_example("densenet.py", "--device", 0, "--depth", 16, "--growth-rate", 8,
+                      "--batchsize", 8, "--iterations", 5, "--method", "bestfit",
+                      "--recompute", "off", "on", "--pool", "stock", "pgmo")
+    rows = summary_rows(out)
+    assert [row[:2] for row in rows] == [["off", "stock"], ["off", "pgmo"], ["on", "stock"],
+                                         ["on", "pgmo"]]
+    for row in rows:
+        assert row[4].endswith(" MiB") and row[5].endswith(" MiB"), row  # measured peaks
+    assert [row[7] for row in rows if row[1] == "pgmo"] == ["optimized", "optimized"]
+    # cuDNN may sum in another order when it recomputes: equal to within rounding
+    losses = [float(row[9]) for row in rows]
+    np.testing.assert_allclose(losses, losses[0], rtol=1e-3)

@@ -698,3 +698,28 @@ def test_bench_memory_dry_run_ends_with_the_recomputation_table(tmp_path):
     assert len(rows) == 6 and all("n/a (CPU)" in row for row in rows)
     assert re.search(r"time per part: .*seq2seq \d+ s, recomputation \d+ s, largest batch", out)
     assert "failed" not in err and "Recording stopped early" not in out
+
+
+@pytest.mark.gpu
+@needs_chainer
+def test_record_traces_densenet_on_the_gpu(tmp_path):
+    """Real recordings: complete provenance, a stock pool reserving at least what is live, and
+    recomputation lowering the most bytes live at once under both pools."""
+    _chainer_or_skip()
+    import pgmo
+
+    run_script("record_traces.py", "--device", 0, "--out-dir", tmp_path, "--arch",
+               "--batchsize", "--densenet", 16, "--densenet-depth", 40, "--growth-rate", 12)
+    traces = {}
+    for recompute in ("off", "on"):
+        for pool in ("stock", "pgmo"):
+            path = tmp_path / f"densenet-bc40-k12-train-b16-recompute-{recompute}-{pool}.json.gz"
+            trace = pgmo.read_trace(path)
+            assert bundled.provenance_problems(trace.metadata) == [], path.name
+            assert trace.metadata["dry_run"] is False and trace.metadata["pool"] == pool
+            traces[recompute, pool] = trace
+    for recompute in ("off", "on"):
+        stock = traces[recompute, "stock"]
+        assert stock.metadata["reserved_peak"] >= stock.lower_bound() > 0
+    for pool in ("stock", "pgmo"):
+        assert traces["on", pool].lower_bound() < traces["off", pool].lower_bound()
