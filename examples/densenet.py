@@ -40,7 +40,9 @@ import chainer.links as L  # noqa: E402
 import numpy as np  # noqa: E402
 from chainer import training  # noqa: E402
 
-from measure import NA, Recorder, make_pool, print_table, release_cached  # noqa: E402
+from measure import (  # noqa: E402
+    NA, Recorder, make_pool, print_table, release_cached, require_positive, use_device,
+)
 from train_imagenet import IterationMeter  # noqa: E402
 
 #: What ``--recompute on`` forgets in each dense layer (and trace metadata says).
@@ -242,10 +244,7 @@ def parse_args(argv=None):
                         help="pgmo solver seconds")
     parser.add_argument("--seed", type=int, default=0, help="seeds the data and the weights")
     args = parser.parse_args(argv)
-    for name in ("growth_rate", "batchsize", "iterations", "classes"):
-        if getattr(args, name) < 1:
-            option = "--" + name.replace("_", "-")
-            parser.error(f"{option} must be at least 1, got {getattr(args, name)}")
+    require_positive(parser, args, ("growth_rate", "batchsize", "iterations", "classes"))
     if args.depth < 10 or (args.depth - 4) % 6:
         parser.error(f"--depth must be 6 n + 4 with n >= 1 (10, 16, ..., 100), got {args.depth}")
     if args.insize < 4:
@@ -256,8 +255,7 @@ def parse_args(argv=None):
 def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
-    device = chainer.get_device("@numpy" if args.device < 0 else f"@cupy:{args.device}")
-    device.use()
+    device = use_device(args.device)
     if args.device < 0:
         print(f"On the CPU Chainer allocates with NumPy, not CuPy: memory columns read {NA}.")
     layers = 3 * ((args.depth - 4) // 6)

@@ -22,6 +22,23 @@ def make_pool(device_id, **options):
     return ProfileGuidedMemoryPool(**options)
 
 
+def use_device(device_id):
+    """Chainer's device for ``--device`` (-1: the CPU, with NumPy), made current."""
+    import chainer
+
+    device = chainer.get_device("@numpy" if device_id < 0 else f"@cupy:{device_id}")
+    device.use()
+    return device
+
+
+def require_positive(parser, args, names):
+    """Reject options below 1, naming the option as the user typed it."""
+    for name in names:
+        value = getattr(args, name)
+        if value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+
+
 def synchronize(device_id):
     """Wait for queued GPU work so that wall-clock times mean something."""
     if device_id >= 0:
