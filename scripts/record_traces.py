@@ -90,13 +90,9 @@ class Workload:
         self.pools = tuple(pools)
 
 
-def cnn_training(arch: str, batch: int, device, insize: int, classes: int, seed: int = 0):
-    """One MomentumSGD update of ``arch`` on synthetic ImageNet-shaped data."""
-    model = ARCHS[arch](n_classes=classes)
-    model.to_device(device)
-    optimizer = chainer.optimizers.MomentumSGD(lr=0.01, momentum=0.9)
+def update_step(model, optimizer, data, batch: int, device):
+    """One call = one update of ``model`` on the next batch of ``data`` (Chainer's own updater)."""
     optimizer.setup(model)
-    data = train_imagenet.SyntheticImageNet(batch, insize, classes, seed)
     iterator = chainer.iterators.SerialIterator(data, batch, shuffle=False)
     updater = chainer.training.updaters.StandardUpdater(iterator, optimizer, device=device)
 
@@ -104,6 +100,16 @@ def cnn_training(arch: str, batch: int, device, insize: int, classes: int, seed:
         updater.update()
         return {}
 
+    return step
+
+
+def cnn_training(arch: str, batch: int, device, insize: int, classes: int, seed: int = 0):
+    """One MomentumSGD update of ``arch`` on synthetic ImageNet-shaped data."""
+    model = ARCHS[arch](n_classes=classes)
+    model.to_device(device)
+    optimizer = chainer.optimizers.MomentumSGD(lr=0.01, momentum=0.9)
+    data = train_imagenet.SyntheticImageNet(batch, insize, classes, seed)
+    step = update_step(model, optimizer, data, batch, device)
     return Workload(f"{arch}-train-b{batch}",
                     {"model": arch, "kind": "training", "batch_size": batch,
                      "input_size": insize, "classes": classes,
@@ -191,15 +197,8 @@ def densenet_training(batch: int, device, recompute: bool, sizes, seed: int = 0)
     model = densenet_example.DenseNetBC(depth, growth_rate, classes, recompute)
     model.to_device(device)
     optimizer = chainer.optimizers.MomentumSGD(lr=0.1, momentum=0.9)
-    optimizer.setup(model)
     data = densenet_example.synthetic_cifar(batch, insize, classes, seed)
-    iterator = chainer.iterators.SerialIterator(data, batch, shuffle=False)
-    updater = chainer.training.updaters.StandardUpdater(iterator, optimizer, device=device)
-
-    def step():
-        updater.update()
-        return {}
-
+    step = update_step(model, optimizer, data, batch, device)
     metadata = {"model": f"densenet-bc-{depth}", "depth": depth, "growth_rate": growth_rate,
                 "kind": "training", "batch_size": batch, "input_size": insize,
                 "classes": classes, "optimizer": "MomentumSGD(lr=0.1, momentum=0.9)",

@@ -7,9 +7,6 @@ fewer bytes alive between forward and backward.  On the CPU, with NumPy.
 """
 
 import gc
-import importlib.util
-import os
-import sys
 import tracemalloc
 
 import numpy as np
@@ -22,24 +19,11 @@ chainer = pytest.importorskip("chainer")
 
 from chainer.functions.util.forget import Forget  # noqa: E402
 
+from .example_modules import load_example  # noqa: E402
+
 pytestmark = pytest.mark.chainer
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-
-
-def load_densenet():
-    spec = importlib.util.spec_from_file_location("example_densenet",
-                                                  os.path.join(EXAMPLES, "densenet.py"))
-    module = importlib.util.module_from_spec(spec)
-    saved = list(sys.path)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = saved
-    return module
-
-
-densenet = load_densenet()
+densenet = load_example("densenet")
 
 
 def build(recompute, depth=16, growth_rate=4, seed=0):

@@ -6,7 +6,6 @@ cannot show GPU memory, so these tests check that they run the whole path
 instead of printing numbers they do not have.
 """
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -17,7 +16,8 @@ import pytest
 
 from pgmo import _chainer_compat
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+from .example_modules import EXAMPLES, load_example
+
 
 pytest.importorskip("cupy")
 _chainer_compat.apply()
@@ -48,19 +48,6 @@ def iteration_lines(output, title):
     part = output[output.index(title):]
     part = part[:part.index("\n\n")] if "\n\n" in part else part
     return [line for line in part.splitlines() if line.strip().startswith("iter ")]
-
-
-def load_example(name):
-    """Import ``examples/<name>.py`` as a module, leaving ``sys.path`` as it was."""
-    spec = importlib.util.spec_from_file_location(f"example_{name}",
-                                                  os.path.join(EXAMPLES, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    saved = list(sys.path)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = saved
-    return module
 
 
 def test_one_liner_on_cpu():
