@@ -256,8 +256,6 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
     device = use_device(args.device)
-    if args.device < 0:
-        print(f"On the CPU Chainer allocates with NumPy, not CuPy: memory columns read {NA}.")
     layers = 3 * ((args.depth - 4) // 6)
     rows = []
     for recompute in args.recompute:

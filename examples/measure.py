@@ -22,12 +22,20 @@ def make_pool(device_id, **options):
     return ProfileGuidedMemoryPool(**options)
 
 
-def use_device(device_id):
-    """Chainer's device for ``--device`` (-1: the CPU, with NumPy), made current."""
+CPU_NOTE = f"On the CPU Chainer allocates with NumPy, not CuPy: memory columns read {NA}."
+
+
+def use_device(device_id, cpu_note=CPU_NOTE):
+    """Chainer's device for ``--device`` (-1: the CPU, with NumPy), made current.
+
+    On the CPU it prints ``cpu_note``: why the memory columns will be empty.
+    """
     import chainer
 
     device = chainer.get_device("@numpy" if device_id < 0 else f"@cupy:{device_id}")
     device.use()
+    if device_id < 0:
+        print(cpu_note)
     return device
 
 

@@ -242,10 +242,9 @@ def parse_args(argv=None):
 def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
-    device = use_device(args.device)
-    if args.device < 0:
-        print("On the CPU Chainer allocates with NumPy, not CuPy: pgmo receives no requests, "
-              f"so its counts and the memory columns read {NA}.")
+    device = use_device(args.device, "On the CPU Chainer allocates with NumPy, not CuPy: pgmo "
+                                      "receives no requests, so its counts and the memory "
+                                      f"columns read {NA}.")
     pairs = synthetic_pairs(args.sentences, args.vocab, args.min_length, args.max_length,
                             args.seed)
     rows = []

@@ -169,8 +169,6 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
     device = use_device(args.device)
-    if args.device < 0:
-        print(f"On the CPU Chainer allocates with NumPy, not CuPy: memory columns read {NA}.")
     rows = []
     for arch in args.arch:
         for pool_name in args.pool:
