@@ -22,6 +22,31 @@ def make_pool(device_id, **options):
     return ProfileGuidedMemoryPool(**options)
 
 
+CPU_NOTE = f"On the CPU Chainer allocates with NumPy, not CuPy: memory columns read {NA}."
+
+
+def use_device(device_id, cpu_note=CPU_NOTE):
+    """Chainer's device for ``--device`` (-1: the CPU, with NumPy), made current.
+
+    On the CPU it prints ``cpu_note``: why the memory columns will be empty.
+    """
+    import chainer
+
+    device = chainer.get_device("@numpy" if device_id < 0 else f"@cupy:{device_id}")
+    device.use()
+    if device_id < 0:
+        print(cpu_note)
+    return device
+
+
+def require_positive(parser, args, names):
+    """Reject options below 1, naming the option as the user typed it."""
+    for name in names:
+        value = getattr(args, name)
+        if value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+
+
 def synchronize(device_id):
     """Wait for queued GPU work so that wall-clock times mean something."""
     if device_id >= 0:

@@ -33,7 +33,9 @@ import numpy as np  # noqa: E402
 from chainer import training  # noqa: E402
 from chainer.training import extensions  # noqa: E402
 
-from measure import NA, Recorder, make_pool, mib, print_table, release_cached  # noqa: E402
+from measure import (  # noqa: E402
+    NA, Recorder, make_pool, mib, print_table, release_cached, require_positive, use_device,
+)
 
 UNK, EOS = 0, 1  # word ids 0 and 1 are reserved; real words are 2 .. vocab-1
 
@@ -225,11 +227,9 @@ def parse_args(argv=None):
                         help="pgmo solver seconds")
     parser.add_argument("--seed", type=int, default=0, help="seeds the data and the weights")
     args = parser.parse_args(argv)
-    for name in ("units", "layers", "batchsize", "iterations", "sentences", "min_length",
-                 "translate_batch", "max_output", "log_interval"):
-        if getattr(args, name) < 1:
-            option = "--" + name.replace("_", "-")
-            parser.error(f"{option} must be at least 1, got {getattr(args, name)}")
+    require_positive(parser, args, ("units", "layers", "batchsize", "iterations", "sentences",
+                                    "min_length", "translate_batch", "max_output",
+                                    "log_interval"))
     if args.vocab < 3:
         parser.error(f"--vocab must be at least 3 (two ids are reserved), got {args.vocab}")
     if args.max_length < args.min_length:
@@ -242,11 +242,9 @@ def parse_args(argv=None):
 def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
-    device = chainer.get_device("@numpy" if args.device < 0 else f"@cupy:{args.device}")
-    device.use()
-    if args.device < 0:
-        print("On the CPU Chainer allocates with NumPy, not CuPy: pgmo receives no requests, "
-              f"so its counts and the memory columns read {NA}.")
+    device = use_device(args.device, "On the CPU Chainer allocates with NumPy, not CuPy: pgmo "
+                                      "receives no requests, so its counts and the memory "
+                                      f"columns read {NA}.")
     pairs = synthetic_pairs(args.sentences, args.vocab, args.min_length, args.max_length,
                             args.seed)
     rows = []

@@ -33,7 +33,9 @@ import chainer  # noqa: E402
 import numpy as np  # noqa: E402
 from chainer import training  # noqa: E402
 
-from measure import NA, Recorder, make_pool, mib, print_table, release_cached  # noqa: E402
+from measure import (  # noqa: E402
+    NA, Recorder, make_pool, mib, print_table, release_cached, require_positive, use_device,
+)
 from models import ARCHS  # noqa: E402
 
 
@@ -154,9 +156,7 @@ def parse_args(argv=None):
                         help="pgmo solver seconds")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    for name in ("batchsize", "iterations", "classes"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    require_positive(parser, args, ("batchsize", "iterations", "classes"))
     if args.insize is not None:
         for arch in args.arch:
             if args.insize < ARCHS[arch].min_insize:
@@ -168,10 +168,7 @@ def parse_args(argv=None):
 def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
-    device = chainer.get_device("@numpy" if args.device < 0 else f"@cupy:{args.device}")
-    device.use()
-    if args.device < 0:
-        print(f"On the CPU Chainer allocates with NumPy, not CuPy: memory columns read {NA}.")
+    device = use_device(args.device)
     rows = []
     for arch in args.arch:
         for pool_name in args.pool:

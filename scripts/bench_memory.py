@@ -11,6 +11,10 @@ iterations.  Then, per ``--search-arch``, a bounded binary search finds the
 largest training batch that runs under ``--memory-limit`` (``set_limit``) with
 each pool, and seq2seq trains ``--seq2seq-iterations`` variable-length
 batches, reporting memory after them, time and pgmo's re-optimizations.
+Last, ``scripts/record_traces.py --densenet`` records DenseNet-BC at
+``--densenet-batchsize`` with and without recomputation, under each pool, and
+``scripts/recompute_table.py`` tabulates the traces (lower bound, best-fit and
+best plans, stock pool reserved).
 Markdown tables go to stdout and, with ``-o``, to a file with the command,
 device, versions and date::
 
@@ -41,6 +45,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -212,6 +217,29 @@ class Runner:
 
     def remaining(self) -> float:
         return self.args.budget - (time.monotonic() - self.started)
+
+    def run_script(self, what: str, argv: list[str], cwd: Path | None = None) -> str | None:
+        """Run a Python script in a subprocess; None when it succeeded, else why not."""
+        remaining = self.remaining()
+        if remaining < 5:
+            return "budget"
+        timeout = min(self.args.child_timeout, remaining)
+        env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
+        start = time.monotonic()
+        self.children += 1
+        try:
+            done = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
+                                  timeout=timeout, env=env, cwd=cwd)
+        except subprocess.TimeoutExpired:
+            log.warning("%s: timed out after %.0f s", what, timeout)
+            return f"timeout {timeout:.0f} s"
+        seconds = time.monotonic() - start
+        if done.returncode != 0:
+            log.warning("%s failed (exit %s) in %.1f s:\n%s", what, done.returncode, seconds,
+                        (done.stdout + done.stderr)[-2500:])
+            return f"failed (exit {done.returncode})"
+        log.info("%s: done in %.1f s", what, seconds)
+        return None
 
     def run(self, cfg: dict) -> dict:
         """The child's result; ``{"skipped": why}`` when it did not run or failed."""
@@ -400,6 +428,28 @@ def part_seq2seq(args, runner) -> list:
     return rows
 
 
+def part_recompute(args, runner) -> str:
+    """DenseNet-BC, recomputation off and on, under each pool: the traces' Markdown table."""
+    sys.path.insert(0, str(HERE))
+    import recompute_table
+
+    with contextlib.ExitStack() as stack:
+        out_dir = args.trace_dir or Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="pgmo-densenet-")))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        # Run in the output folder: the command the traces record names no path.
+        argv = [str(HERE / "record_traces.py"), "--device", str(args.device), "--out-dir", ".",
+                "--arch", "--batchsize", "--densenet", str(args.densenet_batchsize)]
+        failed = runner.run_script(f"densenet b{args.densenet_batchsize} traces", argv,
+                                   cwd=out_dir)
+        entries = recompute_table.analyse(recompute_table.find_traces([out_dir]), args.method,
+                                          args.time_limit)
+    text = recompute_table.section(entries, args.method, args.time_limit)
+    if failed:
+        text += f"\nRecording stopped early ({failed}): the table holds what was written.\n"
+    return text
+
+
 def largest_fitting_batch(fits, high: int, probes: int):
     """Bisect (geometrically while the bracket is wide) for the largest batch that fits.
 
@@ -474,7 +524,7 @@ def environment(args) -> dict:
     return env
 
 
-def report(args, env, parts, timings, command) -> str:
+def report(args, env, parts, timings, command, recompute: str = "") -> str:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out = ["# pgmo against CuPy's stock memory pool", ""]
     if args.device < 0:
@@ -531,6 +581,8 @@ def report(args, env, parts, timings, command) -> str:
                 f"NStepLSTM encoder-decoder, vocabulary {args.vocab}, {args.layers} x "
                 f"{args.units} units, sentences of 1-50 words; memory after the last of the "
                 "iterations.", "", markdown(SEQ2SEQ_COLUMNS, seq_rows), ""]
+    if recompute:
+        out.append(recompute)
     return "\n".join(out)
 
 
@@ -568,6 +620,10 @@ def parse_args(argv=None):
     parser.add_argument("--units", type=int, default=512)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--sentences", type=int, default=4000)
+    parser.add_argument("--densenet-batchsize", type=int, default=64,
+                        help="DenseNet-BC batch of the recomputation table (0: no table)")
+    parser.add_argument("--trace-dir", type=Path,
+                        help="keep the DenseNet-BC traces here (default: a temporary folder)")
     parser.add_argument("--insize", type=int, help="image size (default: the model's)")
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--method", default="best")
@@ -581,6 +637,8 @@ def parse_args(argv=None):
     if args.child is None:
         if args.iterations <= args.skip:
             parser.error("--iterations must exceed --skip")
+        if args.densenet_batchsize < 0:
+            parser.error(f"--densenet-batchsize must be 0 or more, got {args.densenet_batchsize}")
         if args.device < 0:
             tiny(args, parser)
     return args
@@ -593,6 +651,7 @@ def tiny(args, parser) -> None:
              "sentences": 40, "seq2seq_batchsize": 4, "seq2seq_iterations": 4,
              "iterations": 3, "skip": 1, "search_max": 8, "search_probes": 3,
              "search_iterations": 3, "memory_limit": 96 * 2**20, "time_limit": 1.0,
+             "densenet_batchsize": 2,
              "arch": ["alexnet"], "search_arch": ["alexnet"]}
     for key, value in small.items():
         if getattr(args, key) == defaults[key]:
@@ -618,6 +677,11 @@ def main(argv=None) -> int:
     start = time.monotonic()
     seq_rows = part_seq2seq(args, runner) if args.seq2seq_iterations else []
     timings["seq2seq"] = time.monotonic() - start
+    recompute = ""
+    if args.densenet_batchsize:
+        start = time.monotonic()
+        recompute = part_recompute(args, runner)
+        timings["recomputation"] = time.monotonic() - start
     start = time.monotonic()
     search_rows, search_log = part_search(args, runner)
     timings["largest batch"] = time.monotonic() - start
@@ -627,7 +691,7 @@ def main(argv=None) -> int:
     timings["total"] = time.monotonic() - runner.started
     memory_runs.sort(key=run_order)
     text = report(args, env, (memory_runs, seq_rows, search_rows, search_log), timings,
-                  command)
+                  command, recompute)
     print(text)
     for part, seconds in timings.items():
         log.info("%s: %.1f s", part, seconds)

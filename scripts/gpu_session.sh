@@ -15,14 +15,16 @@
 #                    and the summaries of the other files
 #   pytest-gpu.log   pytest -m gpu (pass/fail counts on its last line)
 #   traces.tar.gz    traces/*.json.gz from scripts/record_traces.py (what was
-#                    written, also when the step timed out)
+#                    written, also when the step timed out), DenseNet-BC with and
+#                    without recomputation among them
 #   bench_malloc.txt scripts/bench_malloc.py --gpu
 #   sanitizer.log    compute-sanitizer --tool memcheck runs (ERROR SUMMARY lines
 #                    are copied into session.log)
 #   demo.log         python -m pgmo demo
 #   (step mn, two MPI ranks training on one GPU with a pgmo pool each, writes
 #   its output into session.log)
-#   results.md, bench_memory.log   scripts/bench_memory.py (step "bench" only)
+#   results.md, bench_memory.log   scripts/bench_memory.py (step "bench" only; the
+#                    DenseNet-BC recomputation table is its last section)
 #
 # Environment (all optional):
 #   OUT              where results go (default /tmp/pgmo-out)
@@ -167,7 +169,7 @@ run_traces() {
     rm -rf "$dir"
     step traces "$TIMEOUT_TRACES" $PY scripts/record_traces.py --device 0 --out-dir "$dir" \
         --arch alexnet googlenet resnet50 inception-resnet-v2 --batchsize 32 64 128 \
-        --inference --seq2seq 3 >>"$LOG" 2>&1
+        --inference --seq2seq 3 --densenet 64 >>"$LOG" 2>&1
     # Whatever was written before a timeout or a failure is kept.
     if compgen -G "$dir/*.json.gz" >/dev/null; then
         tar -czf "$OUT/traces.tar.gz" -C "$SCRATCH" traces

@@ -11,12 +11,20 @@ how it was recorded::
 
     python scripts/record_traces.py --device 0 --out-dir traces-h100 \\
         --arch alexnet googlenet resnet50 inception-resnet-v2 \\
-        --batchsize 32 64 128 --inference --seq2seq 3
+        --batchsize 32 64 128 --inference --seq2seq 3 --densenet 64
 
 How: one warm-up step with CuPy's stock pool creates what lives across
 iterations (optimizer state, cuBLAS handles, compiled kernels); then a new
 pool (``warmup=0``) is installed and the next step is its profiled iteration,
 exactly the iteration pgmo would plan from in ``ProfileGuidedMemory``.
+
+``--densenet B`` records the DenseNet-BC of ``examples/densenet.py`` at batch
+``B`` in four combinations: without and with recomputation
+(``-recompute-off``/``-on``), each under pgmo (``-pgmo``, as above) and under
+CuPy's stock pool (``-stock``): a fresh ``cupy.cuda.MemoryPool`` serves one
+step, then :class:`pgmo.TraceRecorder` records the next, so the trace also
+says what the stock pool reserved (``reserved_peak``).
+``scripts/recompute_table.py`` compares the four.
 
 ``--device -1`` is a CPU dry run of the same code path at tiny sizes.  Chainer
 on NumPy never calls CuPy's allocator, so there a Chainer function hook
@@ -47,6 +55,7 @@ import pgmo.chainer  # noqa: E402,F401  (applies the Chainer compatibility layer
 import chainer  # noqa: E402
 import numpy as np  # noqa: E402
 
+import densenet as densenet_example  # noqa: E402
 import seq2seq as seq2seq_example  # noqa: E402
 import train_imagenet  # noqa: E402
 from models import ARCHS  # noqa: E402
@@ -56,6 +65,9 @@ log = logging.getLogger("record_traces")
 BUNDLED_DIR = ROOT / "pgmo" / "traces"
 #: Smallest image sizes the models accept: the CPU dry run's defaults.
 TINY_INSIZE = {"alexnet": 39, "googlenet": 32, "resnet50": 32, "inception-resnet-v2": 75}
+#: DenseNet-BC on CIFAR-sized images: (depth, growth rate, image size, classes);
+#: the published DenseNet-BC-100 (k=12) on a GPU, a tiny one in a CPU dry run.
+DENSENET = {"gpu": (100, 12, 32, 10), "dry-run": (16, 4, 8, 10)}
 DRY_RUN_NOTE = ("CPU dry run: NumPy never calls CuPy's allocator, so each block stands in "
                 "for one NumPy array Chainer passed to a function; no GPU recording")
 
@@ -65,22 +77,22 @@ class Workload:
     """One hot step of a model (``step()``) plus the metadata that names it.
 
     ``step()`` returns facts about the step just run (e.g. sentence lengths),
-    merged into the trace's metadata.
+    merged into the trace's metadata.  ``pools``: under which pools to record
+    it (``"pgmo"``: its profiling mode; ``"stock"``: CuPy's pool with
+    :class:`pgmo.TraceRecorder`); with more than one, each file's name ends
+    with its pool's.
     """
 
-    def __init__(self, name: str, metadata: dict, step):
+    def __init__(self, name: str, metadata: dict, step, pools=("pgmo",)):
         self.name = name
         self.metadata = metadata
         self.step = step
+        self.pools = tuple(pools)
 
 
-def cnn_training(arch: str, batch: int, device, insize: int, classes: int, seed: int = 0):
-    """One MomentumSGD update of ``arch`` on synthetic ImageNet-shaped data."""
-    model = ARCHS[arch](n_classes=classes)
-    model.to_device(device)
-    optimizer = chainer.optimizers.MomentumSGD(lr=0.01, momentum=0.9)
+def update_step(model, optimizer, data, batch: int, device):
+    """One call = one update of ``model`` on the next batch of ``data`` (Chainer's own updater)."""
     optimizer.setup(model)
-    data = train_imagenet.SyntheticImageNet(batch, insize, classes, seed)
     iterator = chainer.iterators.SerialIterator(data, batch, shuffle=False)
     updater = chainer.training.updaters.StandardUpdater(iterator, optimizer, device=device)
 
@@ -88,6 +100,16 @@ def cnn_training(arch: str, batch: int, device, insize: int, classes: int, seed:
         updater.update()
         return {}
 
+    return step
+
+
+def cnn_training(arch: str, batch: int, device, insize: int, classes: int, seed: int = 0):
+    """One MomentumSGD update of ``arch`` on synthetic ImageNet-shaped data."""
+    model = ARCHS[arch](n_classes=classes)
+    model.to_device(device)
+    optimizer = chainer.optimizers.MomentumSGD(lr=0.01, momentum=0.9)
+    data = train_imagenet.SyntheticImageNet(batch, insize, classes, seed)
+    step = update_step(model, optimizer, data, batch, device)
     return Workload(f"{arch}-train-b{batch}",
                     {"model": arch, "kind": "training", "batch_size": batch,
                      "input_size": insize, "classes": classes,
@@ -168,6 +190,26 @@ def seq2seq_inference(device, args):
                      "max_output_words": args.max_output, "untrained": True}, step)
 
 
+def densenet_training(batch: int, device, recompute: bool, sizes, seed: int = 0):
+    """One MomentumSGD update of ``examples/densenet.py``'s DenseNet-BC, under both pools."""
+    depth, growth_rate, insize, classes = sizes
+    np.random.seed(seed)  # the same weights with and without recomputation
+    model = densenet_example.DenseNetBC(depth, growth_rate, classes, recompute)
+    model.to_device(device)
+    optimizer = chainer.optimizers.MomentumSGD(lr=0.1, momentum=0.9)
+    data = densenet_example.synthetic_cifar(batch, insize, classes, seed)
+    step = update_step(model, optimizer, data, batch, device)
+    metadata = {"model": f"densenet-bc-{depth}", "depth": depth, "growth_rate": growth_rate,
+                "kind": "training", "batch_size": batch, "input_size": insize,
+                "classes": classes, "optimizer": "MomentumSGD(lr=0.1, momentum=0.9)",
+                "recompute": recompute}
+    if recompute:
+        metadata["recomputed"] = densenet_example.RECOMPUTED
+    name = f"densenet-bc{depth}-k{growth_rate}-train-b{batch}-recompute-" \
+           f"{'on' if recompute else 'off'}"
+    return Workload(name, metadata, step, pools=("stock", "pgmo"))
+
+
 # ------------------------------------------------------ CPU dry-run stand-in
 class NumpyMirror(chainer.FunctionHook):
     """CPU dry runs only: one pool request per NumPy array, freed when the array dies.
@@ -217,7 +259,11 @@ def new_pool(device_id: int, **options):
 
 def profile_step(workload: Workload, device_id: int, *, method: str = "bestfit",
                  time_limit: float = 5.0):
-    """Run one step as a new pool's profiled iteration; return (profile, step facts, seconds)."""
+    """Run one step as a new pool's profiled iteration; return (profile, step facts, seconds).
+
+    The profile's metadata gains ``survivors``: the blocks live after the
+    iteration (gradients, say), open in the trace.
+    """
     pool = new_pool(device_id, warmup=0, method=method, time_limit=time_limit)
     mirror = NumpyMirror(pool) if device_id < 0 else contextlib.nullcontext()
     start = time.perf_counter()
@@ -234,7 +280,71 @@ def profile_step(workload: Workload, device_id: int, *, method: str = "bestfit",
     if profile is None:
         raise RuntimeError(f"{workload.name}: the pool received no request in its profiled "
                            "iteration (is CuPy the array backend?)")
-    return profile, facts, seconds
+    survivors = list(profile.metadata.get("survivors", ()))
+    return pgmo.Trace(profile.blocks, {"survivors": survivors}), facts, seconds
+
+
+@contextlib.contextmanager
+def stock_pool(device_id: int):
+    """A fresh CuPy stock pool serving this block's requests (CPU: a stand-in, see below).
+
+    On the CPU, pgmo's host pool inside ``interrupted()`` serves everything
+    from its fallback (a caching host pool standing in for CuPy's) and reports
+    each request to CuPy's memory hooks, as CuPy's pool does.
+    """
+    if device_id >= 0:
+        import cupy
+
+        pool = cupy.cuda.MemoryPool()
+        previous = cupy.cuda.get_allocator()
+        cupy.cuda.set_allocator(pool.malloc)
+        try:
+            yield pool, contextlib.nullcontext
+        finally:
+            cupy.cuda.set_allocator(previous)
+            cupy.cuda.Device(device_id).synchronize()
+            pool.free_all_blocks()
+        return
+    from pgmo.testing import host_pool
+
+    pool = host_pool(warmup=0)
+
+    @contextlib.contextmanager
+    def iteration():
+        with pool.iteration(), pool.interrupted():
+            yield
+
+    with pool, NumpyMirror(pool):
+        yield pool, iteration
+
+
+def stock_step(workload: Workload, device_id: int):
+    """One step on a fresh stock pool, then the next recorded; return (trace, facts, seconds).
+
+    The first step leaves the pool holding what it holds in steady state, so
+    ``reserved_peak`` (the pool's bytes before the recorded step plus what it
+    took from the device during it) is what training with the stock pool
+    reserves for an iteration.  Weights and optimizer state stay in CuPy's
+    default pool, where the warm-up step left them.
+    """
+    from pgmo.trace_recorder import TraceRecorder
+
+    with stock_pool(device_id) as (pool, iteration):
+        with iteration():
+            workload.step()
+        start = time.perf_counter()
+        with TraceRecorder(pool=pool) as recorder, iteration():
+            facts = workload.step()
+        if device_id >= 0:
+            import cupy
+
+            cupy.cuda.Device(device_id).synchronize()
+        seconds = time.perf_counter() - start
+        trace = recorder.trace()
+    if not len(trace):
+        raise RuntimeError(f"{workload.name}: the stock pool received no request "
+                           "(is CuPy the array backend?)")
+    return trace, facts, seconds
 
 
 def environment(device_id: int) -> dict:
@@ -255,43 +365,59 @@ def environment(device_id: int) -> dict:
     return env
 
 
+#: How each pool's traces are recorded, on a GPU and in a CPU dry run.
+RECORDED_BY = {
+    "pgmo": ("pgmo profiling mode",
+             "scripts/record_traces.py CPU dry run (NumpyMirror)"),
+    "stock": ("pgmo.TraceRecorder on a fresh cupy.cuda.MemoryPool (CuPy's stock pool), "
+              "the step after its first",
+              "scripts/record_traces.py CPU dry run (NumpyMirror, pgmo.TraceRecorder over a "
+              "host pool standing in for CuPy's)"),
+}
+
+
 def record(workload: Workload, device_id: int, out_dir: Path, env: dict, args,
            count: int = 1) -> list[Path]:
-    """Warm up once with the stock pool, then profile ``count`` steps, one file each."""
+    """Warm up once with the stock pool, then record ``count`` steps per pool, one file each."""
     start = time.perf_counter()
     workload.step()  # optimizer state, handles, kernels: not part of a hot iteration
     warm = time.perf_counter() - start
     dry = device_id < 0
     written = []
-    for k in range(count):
-        profile, facts, seconds = profile_step(workload, device_id, method=args.method,
-                                               time_limit=args.time_limit)
-        name = workload.name + (f"-{k + 1}" if count > 1 else "")
-        metadata = {
-            **workload.metadata, **facts, **env,
-            "requests": len(profile), "lower_bound": profile.lower_bound(),
-            "survivors": list(profile.metadata.get("survivors", ())),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "recorded_by": "pgmo profiling mode",
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-            "synthetic": dry, "dry_run": dry,
-        }
-        if dry:
-            metadata["recorded_by"] = "scripts/record_traces.py CPU dry run (NumpyMirror)"
-            metadata["note"] = DRY_RUN_NOTE
-        path = out_dir / f"{name}{'.dry-run' if dry else ''}.json.gz"
-        pgmo.write_trace(pgmo.Trace(profile.blocks, metadata), path)
-        written.append(path)
-        log.info("%s: %d requests, lower bound %.1f MiB, step %.2f s (warm-up %.2f s) -> %s",
-                 name, len(profile), profile.lower_bound() / 2**20, seconds, warm, path)
+    for pool_name in workload.pools:
+        for k in range(count):
+            if pool_name == "stock":
+                trace, facts, seconds = stock_step(workload, device_id)
+            else:
+                trace, facts, seconds = profile_step(workload, device_id, method=args.method,
+                                                     time_limit=args.time_limit)
+            name = workload.name + (f"-{pool_name}" if len(workload.pools) > 1 else "") \
+                + (f"-{k + 1}" if count > 1 else "")
+            metadata = {
+                **trace.metadata, **workload.metadata, **facts, **env,
+                "pool": pool_name, "requests": len(trace), "lower_bound": trace.lower_bound(),
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                    timespec="seconds"),
+                "recorded_by": RECORDED_BY[pool_name][dry],
+                "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+                "synthetic": dry, "dry_run": dry,
+            }
+            if dry:
+                metadata["note"] = DRY_RUN_NOTE
+            path = out_dir / f"{name}{'.dry-run' if dry else ''}.json.gz"
+            pgmo.write_trace(pgmo.Trace(trace.blocks, metadata), path)
+            written.append(path)
+            log.info("%s: %d requests, lower bound %.1f MiB, step %.2f s (warm-up %.2f s) -> %s",
+                     name, len(trace), trace.lower_bound() / 2**20, seconds, warm, path)
     return written
 
 
 def workloads(args, device):
     """The workloads asked for, built lazily (one model in memory at a time).
 
-    Order: every model at the first batch size, inference, seq2seq, then the
-    other batch sizes, so that a run cut short still has every kind of trace.
+    Order: every model at the first batch size, inference, seq2seq, DenseNet,
+    then the other batch sizes, so that a run cut short still has every kind
+    of trace.
     """
     dry = args.device < 0
 
@@ -313,6 +439,11 @@ def workloads(args, device):
         yield (lambda: seq2seq_training(device, args)), args.seq2seq
         if args.inference:
             yield (lambda: seq2seq_inference(device, args)), args.seq2seq
+    sizes = (args.densenet_depth, args.growth_rate, *DENSENET["dry-run" if dry else "gpu"][2:])
+    for batch in args.densenet:
+        for recompute in (False, True):
+            yield (lambda b=batch, r=recompute:
+                   densenet_training(b, device, r, sizes, args.seed)), 1
     yield from training(args.batchsize[1:])
 
 
@@ -341,6 +472,13 @@ def parse_args(argv=None):
     parser.add_argument("--max-length", type=int, default=50)
     parser.add_argument("--translate-batch", type=int, default=1)
     parser.add_argument("--max-output", type=int, default=100)
+    parser.add_argument("--densenet", nargs="*", type=int, default=[], metavar="B",
+                        help="record examples/densenet.py's DenseNet-BC at these batch sizes, "
+                        "with and without recomputation, under pgmo and the stock pool")
+    parser.add_argument("--densenet-depth", type=int,
+                        help="DenseNet-BC depth, 6 n + 4 (default: 100; CPU dry run: 16)")
+    parser.add_argument("--growth-rate", type=int,
+                        help="DenseNet-BC growth rate (default: 12; CPU dry run: 4)")
     parser.add_argument("--method", default="bestfit",
                         help="solver the pool runs after profiling (the trace does not "
                         "depend on it)")
@@ -349,6 +487,15 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if any(b < 1 for b in args.batchsize):
         parser.error("--batchsize values must be at least 1")
+    if any(b < 1 for b in args.densenet):
+        parser.error("--densenet batch sizes must be at least 1")
+    depth, growth_rate = DENSENET["dry-run" if args.device < 0 else "gpu"][:2]
+    args.densenet_depth = args.densenet_depth or depth
+    args.growth_rate = args.growth_rate or growth_rate
+    if args.densenet_depth < 10 or (args.densenet_depth - 4) % 6:
+        parser.error(f"--densenet-depth must be 6 n + 4 with n >= 1, got {args.densenet_depth}")
+    if args.growth_rate < 1:
+        parser.error(f"--growth-rate must be at least 1, got {args.growth_rate}")
     if args.device < 0 and args.out_dir.resolve() == BUNDLED_DIR.resolve():
         parser.error("a CPU dry run must not write into pgmo/traces: its files are no recordings")
     if args.insize is not None:

@@ -288,6 +288,48 @@ def test_old_arena_lives_while_its_blocks_live(hot_path):
     assert freed, "the old arena was never released"
 
 
+def test_old_arena_is_given_back_when_its_last_free_is_applied(hot_path):
+    c = Checked(hot_path, warmup=0)
+    e = c.engine
+    c.iteration([1000, 2000, ("f", 0), ("f", 1)])
+    e.begin_iteration()
+    kept = c.malloc(1000)  # lives on past the boundary, in the first arena
+    c.free(c.malloc(50_000))  # larger than planned: a re-plan with a bigger arena
+    e.end_iteration()
+    first, second = c.arena_alloc.taken()
+    assert first[1] <= kept.ptr < first[1] + first[2]
+    c.free(kept)
+    del kept
+    e.begin_iteration()
+    c.malloc(1000)  # applies the free; nothing else is queued after it
+    gc.collect()
+    freed = [x[1] for x in c.arena_alloc.log if x[0] == "arena freed"]
+    assert freed == [first[1]], "applied frees must not keep an old arena alive"
+
+
+@pytest.mark.parametrize("module", HOT_PATHS)
+def test_inbox_keeps_frees_recorded_while_others_are_applied(module):
+    handout = reference_handout() if module == "reference" else compiled_handout
+    inbox = handout.Inbox()
+    arena = handout.Arena(FakeBuffer(ARENA_BASE, 4096, []), 4096)
+    for index in range(3):
+        inbox.record(index, 7, 512 * (index + 1), arena if index == 2 else None)
+    inbox.consumed(2)  # the third came in while the first two were applied
+    assert inbox.count == 1
+    assert inbox.sizes[0] == 1536 and inbox.arenas[0] is arena
+    assert inbox.arenas[1:] == [None, None], "moved entries must not keep arenas alive"
+    inbox.arenas[0] = None  # as the hot path's drain does before applying it
+    inbox.consumed(1)
+    assert inbox.count == 0
+    inbox.record(9, 7, 512, None)  # the next free reuses the first slot
+    assert inbox.count == 1 and len(inbox.keys) == 3 and inbox.sizes[0] == 512
+    inbox.consumed(1)
+    for index in range(5000):  # a burst: its room is given back once applied
+        inbox.record(index, 7, 512, None)
+    inbox.consumed(5000)
+    assert inbox.count == 0 and inbox.keys == []
+
+
 def test_frees_from_other_threads_and_after_the_engine_is_gone(hot_path):
     c = Checked(hot_path, warmup=0)
     c.iteration(HOT)

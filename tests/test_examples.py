@@ -6,7 +6,6 @@ cannot show GPU memory, so these tests check that they run the whole path
 instead of printing numbers they do not have.
 """
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -17,7 +16,8 @@ import pytest
 
 from pgmo import _chainer_compat
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+from .example_modules import EXAMPLES, load_example
+
 
 pytest.importorskip("cupy")
 _chainer_compat.apply()
@@ -48,19 +48,6 @@ def iteration_lines(output, title):
     part = output[output.index(title):]
     part = part[:part.index("\n\n")] if "\n\n" in part else part
     return [line for line in part.splitlines() if line.strip().startswith("iter ")]
-
-
-def load_example(name):
-    """Import ``examples/<name>.py`` as a module, leaving ``sys.path`` as it was."""
-    spec = importlib.util.spec_from_file_location(f"example_{name}",
-                                                  os.path.join(EXAMPLES, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    saved = list(sys.path)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = saved
-    return module
 
 
 def test_one_liner_on_cpu():
@@ -170,3 +157,51 @@ def test_inception_resnet_v2_layers_train_at_the_smallest_input():
     assert all(p.grad is not None for p in model.params())
     with pytest.raises(Exception, match="positive"):
         model.forward(x[:, :, :74, :74])  # below min_insize the strides leave nothing
+
+
+DENSENET_TINY = ("--depth", 10, "--growth-rate", 4, "--insize", 8, "--batchsize", 2,
+                 "--iterations", 2, "--classes", 5)
+
+
+def test_densenet_trains_with_and_without_recomputation_on_cpu():
+    out = run_example("densenet.py", "--device", -1, *DENSENET_TINY,
+                      "--recompute", "off", "on", "--pool", "stock", "pgmo")
+    rows = summary_rows(out)
+    assert [row[:4] for row in rows] == [["off", "stock", "2", "2"], ["off", "pgmo", "2", "2"],
+                                         ["on", "stock", "2", "2"], ["on", "pgmo", "2", "2"]]
+    for row in rows:
+        assert row[4:6] == ["n/a (CPU)"] * 2  # no GPU bytes to show, and none made up
+        assert row[7:9] == (["n/a (CPU)"] * 2 if row[1] == "pgmo" else ["-", "-"])
+    # Same seed, same weights and data: recomputation changes what is kept, not the losses.
+    losses = {float(row[9]) for row in rows}
+    assert len(losses) == 1 and np.isfinite(losses.pop())
+    for heading in ("recompute off, pool pgmo", "recompute on, pool pgmo"):
+        lines = iteration_lines(out, "DenseNet-BC-10 (k=4, 3 dense layers), " + heading)
+        assert [line.split()[1] for line in lines] == ["1", "2"]
+        assert all("profiling" in line for line in lines)
+    first = [float(line.split()[3]) for line in iteration_lines(out, "DenseNet-BC-10")]
+    assert first[1] != first[0]  # the model trains: the second loss is another
+
+
+def test_densenet_rejects_a_depth_that_is_not_six_n_plus_four():
+    result = subprocess.run([sys.executable, os.path.join(EXAMPLES, "densenet.py"),
+                             "--depth", "12", "--device", "-1"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--depth must be 6 n + 4 with n >= 1 (10, 16, ..., 100), got 12" in result.stderr
+
+
+@pytest.mark.gpu
+def test_densenet_on_the_gpu_plans_every_combination_and_keeps_the_losses():
+    out = run_example("densenet.py", "--device", 0, "--depth", 16, "--growth-rate", 8,
+                      "--batchsize", 8, "--iterations", 5, "--method", "bestfit",
+                      "--recompute", "off", "on", "--pool", "stock", "pgmo")
+    rows = summary_rows(out)
+    assert [row[:2] for row in rows] == [["off", "stock"], ["off", "pgmo"], ["on", "stock"],
+                                         ["on", "pgmo"]]
+    for row in rows:
+        assert row[4].endswith(" MiB") and row[5].endswith(" MiB"), row  # measured peaks
+    assert [row[7] for row in rows if row[1] == "pgmo"] == ["optimized", "optimized"]
+    # cuDNN may sum in another order when it recomputes: equal to within rounding
+    losses = [float(row[9]) for row in rows]
+    np.testing.assert_allclose(losses, losses[0], rtol=1e-3)

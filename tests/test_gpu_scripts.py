@@ -166,7 +166,7 @@ def test_session_gives_each_step_its_command(default_session):
     assert calls["traces"]["argv"] == [
         "scripts/record_traces.py", "--device", "0", "--out-dir", str(s.scratch / "traces"),
         "--arch", "alexnet", "googlenet", "resnet50", "inception-resnet-v2",
-        "--batchsize", "32", "64", "128", "--inference", "--seq2seq", "3"]
+        "--batchsize", "32", "64", "128", "--inference", "--seq2seq", "3", "--densenet", "64"]
     assert calls["malloc"]["argv"] == ["scripts/bench_malloc.py", "--gpu"]
     assert calls["demo"]["argv"] == ["-m", "pgmo", "demo", "-o",
                                      str(s.scratch / "pgmo-demo.png")]
@@ -503,7 +503,7 @@ def test_bench_memory_dry_run_prints_labelled_tables(tmp_path):
     report = tmp_path / "results.md"
     out, err = run_script("bench_memory.py", "--device", -1, "--arch", "alexnet",
                           "--no-inference", "--search-arch", "alexnet", "--search-probes", 1,
-                          "--seq2seq-iterations", 2, "-o", report)
+                          "--seq2seq-iterations", 2, "--densenet-batchsize", 0, "-o", report)
     assert report.read_text().strip() == out.strip()
     assert "CPU DRY RUN" in out and "- command: `python scripts/bench_memory.py --device -1" in out
     lines = out.splitlines()
@@ -610,3 +610,182 @@ def test_gpu_report_formats_child_results():
                for line in lines)
     assert "| resnet50 | 4,096.0 | pgmo | 90 | 6 |" in lines
     assert "| pgmo | 64 | 7 | 900.0 | 1,500.0 | 50.0 | 2 | 0 | 3 |" in lines
+
+
+# ------------------------------------------------------------ DenseNet-BC and recomputation
+DENSENET_NAMES = [f"densenet-bc16-k4-train-b2-recompute-{r}-{p}.dry-run.json.gz"
+                  for r in ("off", "on") for p in ("stock", "pgmo")]
+
+
+@pytest.fixture(scope="module")
+def densenet_dry_run(tmp_path_factory):
+    """``record_traces.py --densenet 2`` as a CPU dry run: the four DenseNet-BC traces."""
+    _chainer_or_skip()
+    out_dir = tmp_path_factory.mktemp("densenet")
+    out, _ = run_script("record_traces.py", "--device", -1, "--out-dir", out_dir,
+                        "--arch", "--batchsize", "--densenet", 2)
+    return out_dir, out
+
+
+@needs_chainer
+def test_record_traces_dry_run_records_densenet_four_ways(densenet_dry_run):
+    import pgmo
+
+    out_dir, out = densenet_dry_run
+    assert "CPU DRY RUN" in out
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(DENSENET_NAMES)
+    traces = {}
+    for name in DENSENET_NAMES:
+        trace = pgmo.read_trace(out_dir / name)
+        meta = trace.metadata
+        recompute, pool = name.split("-recompute-")[1].split(".")[0].split("-")
+        assert (meta["recompute"], meta["pool"]) == (recompute == "on", pool)
+        assert (meta["model"], meta["depth"], meta["growth_rate"], meta["batch_size"]) == \
+            ("densenet-bc-16", 16, 4, 2)
+        assert ("recomputed" in meta) == (recompute == "on")
+        assert "forget" in meta.get("recomputed", "forget")
+        assert meta["dry_run"] is True and meta["synthetic"] is True
+        assert "dry run" in meta["recorded_by"].lower() and "no GPU recording" in meta["note"]
+        # only the stock recording knows what its pool reserved
+        assert ("reserved_peak" in meta) == (pool == "stock")
+        if pool == "stock":
+            assert "TraceRecorder" in meta["recorded_by"] and meta["reserved_peak"] > 0
+        assert bundled.provenance_problems(meta) == [
+            "a CPU dry run (dry_run: true), not a recording"], name
+        assert len(trace) == meta["requests"] > 0
+        assert trace.lower_bound() == meta["lower_bound"]
+        traces[recompute, pool] = trace
+    for pool in ("stock", "pgmo"):
+        off, on = traces["off", pool], traces["on", pool]
+        # Recomputation runs the bottlenecks again in backward (more requests) and frees
+        # their outputs after forward (fewer bytes live at once), even in the stand-in.
+        assert len(on) > len(off)
+        assert on.lower_bound() < off.lower_bound()
+
+
+@needs_chainer
+def test_recompute_table_dry_run_prints_no_numbers(densenet_dry_run, tmp_path):
+    out_dir, _ = densenet_dry_run
+    report = tmp_path / "table.md"
+    out, _ = run_script("recompute_table.py", out_dir, "--time-limit", 1, "-o", report)
+    assert report.read_text().strip() == out.strip()
+    lines = out.splitlines()
+    assert lines[0] == "## DenseNet-BC: recomputation and pgmo"
+    assert "CPU DRY RUN" in out
+    rows = [line.split(" | ") for line in lines if line.startswith("| DenseNet-BC-16 (k=4) | 2 |")]
+    assert [r[2:4] for r in rows[:4]] == [["off", "stock (CuPy)"], ["off", "pgmo"],
+                                          ["on", "stock (CuPy)"], ["on", "pgmo"]]
+    assert [r[2] for r in rows[4:]] == ["off", "on"]
+    for row in rows:
+        cells = [c.strip(" |") for c in row[4 if len(row) > 6 else 3:]]
+        assert cells and all(c == "n/a (CPU)" for c in cells), row
+
+
+def _densenet_trace(path, recompute, pool, rows, reserved=None):
+    """A trace with the metadata record_traces.py --densenet writes on a GPU."""
+    import pgmo
+
+    meta = {"model": "densenet-bc-100", "depth": 100, "growth_rate": 12, "kind": "training",
+            "batch_size": 64, "recompute": recompute, "pool": pool, "dry_run": False,
+            "synthetic": False, "device": "NVIDIA H100 80GB HBM3", "date": "2025-01-31T12:00:00",
+            "command": "record_traces.py --device 0 --densenet 64", "cupy": "14.2.0"}
+    if recompute:
+        meta["recomputed"] = "the bottlenecks"
+    if reserved is not None:
+        meta["reserved_peak"] = reserved
+    pgmo.write_trace(pgmo.Trace.from_rows(rows, meta), path)
+    return path
+
+
+def _import_script(name):
+    sys.path.insert(0, SCRIPTS)
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(SCRIPTS)
+
+
+def test_recompute_table_compares_the_four_combinations(tmp_path):
+    """The table of a GPU recording: its numbers, and the savings against stock without
+    recomputation."""
+    table = _import_script("recompute_table")
+    mib = 2**20
+    # off: two 100 MiB blocks live together; on: they no longer overlap.
+    off = [(0, 2, 100 * mib), (1, 3, 100 * mib)]
+    on = [(0, 1, 100 * mib), (1, 3, 100 * mib), (2, 4, 50 * mib)]
+    paths = [_densenet_trace(tmp_path / "off-stock.json.gz", False, "stock", off, 300 * mib),
+             _densenet_trace(tmp_path / "on-pgmo.json.gz", True, "pgmo", on),
+             _densenet_trace(tmp_path / "off-pgmo.json.gz", False, "pgmo", off),
+             _densenet_trace(tmp_path / "on-stock.json.gz", True, "stock", on, 200 * mib)]
+    text = table.section(table.analyse(paths, "best", 1.0), "best", 1.0)
+    assert "n/a (CPU)" not in text and "DRY RUN" not in text
+    lines = text.splitlines()
+    assert "- device: NVIDIA H100 80GB HBM3; versions: pgmo unknown, cupy 14.2.0, " \
+           "chainer unknown, numpy unknown, python unknown" in lines
+    assert "- recorded with: `record_traces.py --device 0 --densenet 64`" in lines
+    head = "| DenseNet-BC-100 (k=12) | 64 | "
+    assert [line for line in lines if line.startswith(head) and line.count("|") == 10] == [
+        head + "off | stock (CuPy) | 2 | 200.0 | 200.0 | 200.0 | 300.0 |",
+        head + "off | pgmo | 2 | 200.0 | 200.0 | 200.0 | - |",
+        head + "on | stock (CuPy) | 3 | 150.0 | 150.0 | 150.0 | 200.0 |",
+        head + "on | pgmo | 3 | 150.0 | 150.0 | 150.0 | - |"]
+    assert [line for line in lines if line.startswith(head) and line.count("|") == 6] == [
+        head + "off | 300.0 | 200.0 (-33.3 %) |",
+        head + "on | 200.0 (-33.3 %) | 150.0 (-50.0 %) |"]
+
+
+def test_recompute_table_skips_other_traces_in_a_folder_and_refuses_one_named(tmp_path):
+    import pgmo
+
+    table = _import_script("recompute_table")
+    _densenet_trace(tmp_path / "densenet.json.gz", False, "pgmo", [(0, 1, 512)])
+    other = tmp_path / "resnet50.json.gz"
+    pgmo.write_trace(pgmo.Trace.from_rows([(0, 1, 512)], {"model": "resnet50"}), other)
+    assert [p.name for p in table.find_traces([tmp_path])] == ["densenet.json.gz"]
+    with pytest.raises(ValueError, match="not a trace of record_traces.py --densenet"):
+        table.find_traces([other])
+    assert table.main([str(other)]) == 2
+    assert "No DenseNet-BC trace found" in table.section([])
+
+
+@needs_chainer
+def test_bench_memory_dry_run_ends_with_the_recomputation_table(tmp_path):
+    _chainer_or_skip()
+    out, err = run_script("bench_memory.py", "--device", -1, "--arch", "--no-inference",
+                          "--search-arch", "--seq2seq-iterations", 0,
+                          "--trace-dir", tmp_path / "traces")
+    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == sorted(DENSENET_NAMES)
+    section = out[out.index("## DenseNet-BC: recomputation and pgmo"):]
+    assert "CPU DRY RUN" in section
+    # the traces' command names no folder of this machine
+    assert "- recorded with: `record_traces.py --device -1 --out-dir . --arch --batchsize " \
+           "--densenet 2`" in section
+    rows = [line for line in section.splitlines() if line.startswith("| DenseNet-BC-16 (k=4)")]
+    assert len(rows) == 6 and all("n/a (CPU)" in row for row in rows)
+    assert re.search(r"time per part: .*seq2seq \d+ s, recomputation \d+ s, largest batch", out)
+    assert "failed" not in err and "Recording stopped early" not in out
+
+
+@pytest.mark.gpu
+@needs_chainer
+def test_record_traces_densenet_on_the_gpu(tmp_path):
+    """Real recordings: complete provenance, a stock pool reserving at least what is live, and
+    recomputation lowering the most bytes live at once under both pools."""
+    _chainer_or_skip()
+    import pgmo
+
+    run_script("record_traces.py", "--device", 0, "--out-dir", tmp_path, "--arch",
+               "--batchsize", "--densenet", 16, "--densenet-depth", 40, "--growth-rate", 12)
+    traces = {}
+    for recompute in ("off", "on"):
+        for pool in ("stock", "pgmo"):
+            path = tmp_path / f"densenet-bc40-k12-train-b16-recompute-{recompute}-{pool}.json.gz"
+            trace = pgmo.read_trace(path)
+            assert bundled.provenance_problems(trace.metadata) == [], path.name
+            assert trace.metadata["dry_run"] is False and trace.metadata["pool"] == pool
+            traces[recompute, pool] = trace
+    for recompute in ("off", "on"):
+        stock = traces[recompute, "stock"]
+        assert stock.metadata["reserved_peak"] >= stock.lower_bound() > 0
+    for pool in ("stock", "pgmo"):
+        assert traces["on", pool].lower_bound() < traces["off", pool].lower_bound()

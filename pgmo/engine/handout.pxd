@@ -8,6 +8,8 @@ from cpython.pythread cimport PyThread_get_thread_ident
 
 
 cdef long long _KEY_BIAS
+cdef long long _KEY_LOW
+cdef Py_ssize_t _INBOX_KEEP
 cdef long long _ROUND_UP
 cdef long long _ROUND_MASK
 
@@ -26,13 +28,19 @@ cdef class Inbox:
     cdef public list keys
     cdef public list sizes
     cdef public list arenas
+    cdef public Py_ssize_t count
     cdef public bint closed
 
+    @cython.locals(key=cython.longlong, n=Py_ssize_t)
     cpdef record(self, long long index, long long iteration, long long size, object arena)
+
+    @cython.locals(keys=list, sizes=list, arenas=list, n=Py_ssize_t, k=Py_ssize_t)
+    cpdef consumed(self, Py_ssize_t m)
 
 
 # Compiled, Release reports its free from __dealloc__ and is never resurrected.
 @cython.final
+@cython.freelist(64)
 cdef class Release:
     cdef public Inbox inbox
     cdef public long long index
@@ -122,7 +130,8 @@ cdef class HotPath:
     cpdef check_due(self, tuple due)
 
     @cython.locals(inbox=Inbox, items=list, k=Py_ssize_t, m=Py_ssize_t, owner=Release,
-                   arenas=list, keys=list, sizes=list, key=cython.longlong)
+                   arenas=list, keys=list, sizes=list, key=cython.longlong,
+                   arena=Arena)
     cpdef drain(self)
 
     @cython.locals(overdue=dict)

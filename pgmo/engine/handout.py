@@ -77,6 +77,8 @@ class Arena:
 
 #: Iterations are >= WATCHED and requests >= -1: ``record`` packs both in one key.
 _KEY_BIAS = 8
+_INBOX_KEEP = 4096  # pending-free slots kept between drains
+_KEY_LOW = 0xFFFFFFFF  # typed when compiled: a literal this wide would be a Python int
 
 
 class Inbox:
@@ -84,29 +86,54 @@ class Inbox:
 
     Compiled, a :class:`Release` records its free here from its C destructor
     (:meth:`record`).  A destructor can run in the middle of any allocation
-    (the cycle collector frees things there), so :meth:`record` only appends
-    integers to lists: neither allocates an object the collector tracks, so
-    no collection, and no second free, can start inside it.  As plain Python
-    a Release queues itself in ``items`` from ``__del__``: one list append,
-    atomic even when two threads free at once.
+    (the cycle collector frees things there), so :meth:`record` only stores
+    integers and an arena into lists: it allocates no object the collector
+    tracks, so no collection, and no second free, can start inside it.  The
+    first ``count`` entries are pending; the lists keep their length between
+    drains, so a steady loop stores into slots it already has.  As plain
+    Python a Release queues itself in ``items`` from ``__del__``: one list
+    append, atomic even when two threads free at once.
     """
 
     def __init__(self):
         self.items = []  # Releases queued by __del__ (plain Python)
         self.keys = []  # frees recorded by record() (compiled): pack(request, iteration),
         self.sizes = []  # rounded size,
-        self.arenas = []  # and arena (None: a fallback block)
+        self.arenas = []  # and arena (None: a fallback block, or a slot already applied)
+        self.count = 0
         self.closed = False
 
     def record(self, index, iteration, size, arena):
         """Note one free (compiled only: called from a destructor, holding the GIL)."""
-        self.keys.append(((iteration + _KEY_BIAS) << 32) | (index + 1))
-        self.sizes.append(size)
-        self.arenas.append(arena)
+        key = ((iteration + _KEY_BIAS) << 32) | (index + 1)
+        n = self.count
+        if n < len(self.keys):
+            self.keys[n] = key
+            self.sizes[n] = size
+            self.arenas[n] = arena  # the slot held None: no destructor runs here
+        else:
+            self.keys.append(key)
+            self.sizes.append(size)
+            self.arenas.append(arena)
+        self.count = n + 1
+
+    def consumed(self, m):
+        """The first ``m`` entries are applied: move later ones to the front."""
+        keys, sizes, arenas = self.keys, self.sizes, self.arenas
+        n = self.count
+        for k in range(m, n):  # frees recorded while the first m were applied
+            keys[k - m] = keys[k]
+            sizes[k - m] = sizes[k]
+            arenas[k - m] = arenas[k]
+            arenas[k] = None
+        self.count = n - m
+        if self.count == 0 and len(keys) > _INBOX_KEEP:  # after a burst: give the room back
+            del keys[:], sizes[:], arenas[:]
 
     def close(self):
         """The engine is gone: later frees release their memory and queue nothing."""
         self.closed = True
+        self.count = 0
         del self.items[:], self.keys[:], self.sizes[:], self.arenas[:]
 
 
@@ -277,7 +304,7 @@ class HotPath:
             try:
                 if self.solo:
                     inbox = self.inbox
-                    if inbox.arenas or inbox.items:
+                    if inbox.count or inbox.items:
                         self.drain()
                     result = self.serve_inline(size, kind)
                     if result is not None:
@@ -428,20 +455,15 @@ class HotPath:
     def drain(self):
         """Apply queued frees in the order they happened (the engine is held)."""
         inbox = self.inbox
-        arenas = inbox.arenas
-        m = len(arenas)
+        m = inbox.count
         if m:
-            keys, sizes = inbox.keys, inbox.sizes
+            keys, sizes, arenas = inbox.keys, inbox.sizes, inbox.arenas
             for k in range(m):  # frees recorded meanwhile land after m, for the next drain
                 key = keys[k]
-                self.apply_free((key & 0xFFFFFFFF) - 1, (key >> 32) - _KEY_BIAS, sizes[k],
-                                arenas[k])
-            if len(arenas) == m:
-                arenas.clear()
-                keys.clear()
-                sizes.clear()
-            else:
-                del arenas[:m], keys[:m], sizes[:m]
+                arena = arenas[k]
+                arenas[k] = None  # an old arena may go here: its frees land after m
+                self.apply_free((key & _KEY_LOW) - 1, (key >> 32) - _KEY_BIAS, sizes[k], arena)
+            inbox.consumed(m)
         items = inbox.items
         m = len(items)
         if m:

@@ -1,0 +1,228 @@
+#!/usr/bin/env python
+"""How recomputation and pgmo compose: a Markdown table from DenseNet-BC traces.
+
+Reads the traces that ``scripts/record_traces.py --densenet B`` writes (one
+training iteration of ``examples/densenet.py``'s DenseNet-BC, recomputation
+off and on, each recorded under CuPy's stock pool and under pgmo), plans each
+one as ``pgmo analyze`` does, and prints one Markdown section: per trace the
+lower bound (the most bytes live at once), the peak of the paper's best-fit
+plan and of ``--method`` (default ``best``), and what the stock pool
+reserved; then, per model and batch size, the four combinations side by side
+with their saving against the stock pool without recomputation.  It needs no
+GPU: run it where the traces are::
+
+    python scripts/recompute_table.py traces/ -o recompute.md
+    python scripts/recompute_table.py traces/densenet-*.json.gz --method bestfit
+
+Traces of a CPU dry run (``"dry_run": true``) are stand-ins: their rows say
+``n/a (CPU)`` instead of numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import pgmo
+from pgmo import SolverOptions
+
+log = logging.getLogger("recompute_table")
+
+NA = "n/a (CPU)"
+POOL_LABEL = {"stock": "stock (CuPy)", "pgmo": "pgmo"}
+TRACE_COLUMNS = ("model", "batch", "recompute", "recorded under", "requests",
+                 "lower bound (MiB)", "best-fit plan (MiB)", "{method} plan (MiB)",
+                 "stock pool reserved (MiB)")
+COMPOSE_COLUMNS = ("model", "batch", "recompute", "stock pool: reserved (MiB)",
+                   "pgmo: {method} plan (MiB)")
+
+
+def find_traces(paths) -> list[Path]:
+    """The DenseNet recompute traces among ``paths`` (files, or folders searched for .json.gz)."""
+    found = []
+    for path in map(Path, paths):
+        candidates = sorted(path.glob("*.json.gz")) if path.is_dir() else [path]
+        for candidate in candidates:
+            metadata = pgmo.read_trace(candidate).metadata
+            if "recompute" in metadata and metadata.get("pool") in POOL_LABEL:
+                found.append(candidate)
+            elif not path.is_dir():
+                raise ValueError(f"{candidate}: not a trace of record_traces.py --densenet "
+                                 "(its metadata has no 'recompute' and 'pool')")
+    return found
+
+
+def analyse(paths, method: str = "best", time_limit: float | None = None) -> list[dict]:
+    """One entry per trace: its metadata and ``pgmo.analyze``'s numbers, in table order."""
+    limit = SolverOptions().time_limit if time_limit is None else time_limit
+    entries = []
+    for path in paths:
+        trace = pgmo.read_trace(path)
+        result = pgmo.analyze(trace, method=method, time_limit=limit)
+        entries.append({"path": Path(path), "metadata": dict(trace.metadata),
+                        "lower_bound": result.lower_bound,
+                        "bestfit": result.plans["bestfit"]["peak"],
+                        "best": result.plans[method]["peak"],
+                        "reserved": result.reserved, "requests": result.requests})
+        log.info("%s: lower bound %d, bestfit %d, %s %d", Path(path).name, result.lower_bound,
+                 entries[-1]["bestfit"], method, entries[-1]["best"])
+    entries.sort(key=_order)
+    return entries
+
+
+def _order(entry) -> tuple:
+    m = entry["metadata"]
+    return (model_name(m), m.get("batch_size") or 0, bool(m.get("recompute")),
+            list(POOL_LABEL).index(m["pool"]))
+
+
+def model_name(metadata) -> str:
+    depth, growth_rate = metadata.get("depth"), metadata.get("growth_rate")
+    if depth is None or growth_rate is None:
+        return str(metadata.get("model"))
+    return f"DenseNet-BC-{depth} (k={growth_rate})"
+
+
+def mib(value) -> str:
+    return "-" if value is None else f"{value / 2**20:,.1f}"
+
+
+def _saving(value, base) -> str:
+    if value is None or not base:
+        return mib(value)
+    return f"{mib(value)} ({100 * (value - base) / base:+.1f} %)"
+
+
+def markdown(columns, rows, text_columns: int) -> str:
+    """A Markdown table: the first ``text_columns`` left-aligned, numbers right-aligned."""
+    lines = ["| " + " | ".join(columns) + " |",
+             "|" + "|".join("---" if i < text_columns else "---:"
+                            for i in range(len(columns))) + "|"]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def trace_rows(entries) -> list[tuple]:
+    rows = []
+    for e in entries:
+        m = e["metadata"]
+        head = (model_name(m), m.get("batch_size"), "on" if m["recompute"] else "off",
+                POOL_LABEL[m["pool"]])
+        if m.get("dry_run"):
+            rows.append(head + (NA,) * 5)
+            continue
+        reserved = mib(e["reserved"]) if m["pool"] == "stock" else "-"
+        rows.append(head + (f"{e['requests']:,}", mib(e["lower_bound"]), mib(e["bestfit"]),
+                            mib(e["best"]), reserved))
+    return rows
+
+
+def compose_rows(entries) -> list[tuple]:
+    """Per model and batch: recomputation off/on, stock reserved against pgmo's plan.
+
+    Savings are against the stock pool without recomputation, the usual
+    starting point; a combination whose trace is missing reads ``-``.
+    """
+    groups: dict = {}
+    for e in entries:
+        m = e["metadata"]
+        key = (model_name(m), m.get("batch_size"))
+        groups.setdefault(key, {})[(bool(m["recompute"]), m["pool"])] = e
+    rows = []
+    for (model, batch), group in groups.items():
+        dry = any(e["metadata"].get("dry_run") for e in group.values())
+        stock_off = group.get((False, "stock"))
+        base = stock_off["reserved"] if stock_off and not dry else None
+        for recompute in (False, True):
+            stock, ours = group.get((recompute, "stock")), group.get((recompute, "pgmo"))
+            if dry:
+                cells = (NA, NA)
+            else:
+                cells = ("-" if stock is None else
+                         (mib(stock["reserved"]) if not recompute
+                          else _saving(stock["reserved"], base)),
+                         "-" if ours is None else _saving(ours["best"], base))
+            rows.append((model, batch, "on" if recompute else "off") + cells)
+    return rows
+
+
+def _distinct(entries, key) -> str:
+    values = []
+    for e in entries:
+        value = e["metadata"].get(key)
+        if value is not None and value not in values:
+            values.append(value)
+    return "; ".join(f"`{v}`" if key == "command" else str(v) for v in values) or "unknown"
+
+
+def section(entries, method: str = "best", time_limit: float | None = None,
+            heading: str = "##") -> str:
+    """The Markdown section: provenance, the per-trace table, the combinations."""
+    limit = SolverOptions().time_limit if time_limit is None else time_limit
+    out = [f"{heading} DenseNet-BC: recomputation and pgmo", ""]
+    if not entries:
+        return "\n".join(out + ["No DenseNet-BC trace found (record_traces.py --densenet B "
+                                "writes them).", ""])
+    if any(e["metadata"].get("dry_run") for e in entries):
+        out += ["**CPU DRY RUN**: the traces are stand-ins (NumPy arrays, not GPU "
+                f"requests); every number reads `{NA}`.", ""]
+    recomputed = _distinct([e for e in entries if e["metadata"]["recompute"]], "recomputed")
+    out += ["One training iteration of `examples/densenet.py`'s DenseNet-BC "
+            "(MomentumSGD), recorded with recomputation off and on "
+            f"(recomputed: {recomputed}), each under CuPy's stock pool (a fresh "
+            "`cupy.cuda.MemoryPool`, recorded by `pgmo.TraceRecorder` in its second "
+            "iteration; *reserved*: what it held) and under pgmo (its profiled iteration).  "
+            "Weights and optimizer state live outside both.  Plans as `pgmo analyze` makes "
+            f"them: sizes rounded up to 512 B, `{method}` with a time limit of {limit:g} s.",
+            "",
+            f"- traces: {', '.join(e['path'].name for e in entries)}",
+            f"- recorded with: {_distinct(entries, 'command')}",
+            f"- device: {_distinct(entries, 'device')}; versions: "
+            + ", ".join(f"{k} {_distinct(entries, k)}" for k in
+                        ("pgmo", "cupy", "chainer", "numpy", "python")),
+            f"- date: {_distinct(entries, 'date')}",
+            "", markdown([c.format(method=method) for c in TRACE_COLUMNS], trace_rows(entries),
+                         4),
+            "",
+            "The two savings together: the stock pool's reservation against pgmo's plan, "
+            "without and with recomputation (in brackets: the change against the stock "
+            "pool without recomputation).", "",
+            markdown([c.format(method=method) for c in COMPOSE_COLUMNS], compose_rows(entries),
+                     3),
+            ""]
+    return "\n".join(out)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("traces", nargs="+", type=Path,
+                        help="trace files, or folders holding them (other traces are skipped)")
+    parser.add_argument("--method", default="best", choices=pgmo.METHODS,
+                        help="the plan compared with best-fit")
+    parser.add_argument("--time-limit", type=float, default=SolverOptions().time_limit,
+                        help="seconds per plan")
+    parser.add_argument("--output", "-o", type=Path, help="also write the section here")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    args = parse_args(argv)
+    try:
+        paths = find_traces(args.traces)
+    except (OSError, ValueError) as error:
+        log.error("%s", error)
+        return 2
+    text = section(analyse(paths, args.method, args.time_limit), args.method, args.time_limit)
+    print(text)
+    if args.output is not None:
+        args.output.write_text(text + "\n")
+        log.info("wrote %s", args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
