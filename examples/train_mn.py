@@ -40,7 +40,7 @@ from chainer import training  # noqa: E402
 from chainer.training import extensions  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-from measure import NA, mib, print_table  # noqa: E402
+from measure import NA, mib, print_table, require_positive  # noqa: E402
 from models import ARCHS  # noqa: E402
 from models.base import ImageNetModel  # noqa: E402
 from train_imagenet import SyntheticImageNet  # noqa: E402
@@ -175,9 +175,7 @@ def parse_args(argv=None):
                         help="pgmo solver seconds")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    for name in ("batchsize", "iterations", "classes"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    require_positive(parser, args, ("batchsize", "iterations", "classes"))
     model = MLP if args.arch == "mlp" else ARCHS[args.arch]
     args.insize = args.insize or model.insize
     if args.insize < model.min_insize:

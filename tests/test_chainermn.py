@@ -148,6 +148,16 @@ def test_example_refuses_a_gpu_communicator_on_the_cpu():
         result.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--iterations", 0], "--iterations must be at least 1, got 0"),
+    (["--arch", "resnet50", "--insize", 4], "--insize 4 is too small for resnet50 (at least 8)"),
+])
+def test_example_rejects_bad_arguments(args, message):
+    result = mpirun(1, EXAMPLE, "--device", -1, *args, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
 def test_each_rank_plans_its_own_trace_in_its_own_pool(tmp_path):
     iterations = 6
     mpirun(2, REPLAY, tmp_path, iterations)
