@@ -111,7 +111,7 @@ def train(args, comm, out):
         trainer.extend(extensions.LogReport(trigger=(1, "iteration")))
         trainer.extend(extensions.PrintReport(
             ["iteration", "main/loss", "validation/main/loss", "pgmo/planned_requests",
-             "pgmo/fallback_requests", "elapsed_time"]))
+             "pgmo/fallback_requests", "pgmo/pinned_requests", "elapsed_time"]))
     trainer.run()
     return rank, start, digest(model)
 
@@ -130,19 +130,19 @@ def report(rows, digests, comm_name):
     for row, (start, end) in zip(rows, digests):
         s = row.stats
         pool = [s.mode, s.requests, s.planned_requests, s.fallback_requests,
-                s.pinned_blocks, mib(s.planned_peak), mib(s.peak_total_bytes)] \
+                s.pinned_requests, mib(s.planned_peak), mib(s.peak_total_bytes)] \
             if row.device_id >= 0 else [NA] * 7
         table.append([row.rank, row.host, "CPU" if row.device_id < 0 else f"GPU {row.device_id}",
                       s.iterations, *pool, start, end])
-    print_table(f"Every rank's pgmo pool ({comm_name}; fallback counts pinned requests: "
-                "blocks that outlive their iteration)", COLUMNS, table)
+    print_table(f"Every rank's pgmo pool ({comm_name}; pinned: requests whose blocks outlive "
+                "their iteration, served by the stock pool as planned)", COLUMNS, table)
     same = len({end for _, end in digests}) == 1
     print(f"parameters identical on all {len(digests)} ranks: {'yes' if same else 'NO'}")
     if rows[0].device_id >= 0:
         optimized = sum(row.stats.mode == "optimized" for row in rows)
         print(f"pools optimized: {optimized} of {len(rows)}; fallback requests: "
               f"{sum(row.stats.fallback_requests for row in rows)} "
-              f"(pinned blocks: {sum(row.stats.pinned_blocks for row in rows)})")
+              f"(pinned requests: {sum(row.stats.pinned_requests for row in rows)})")
     else:
         print(f"On the CPU Chainer computes with NumPy, not CuPy: the pools' columns read {NA}.")
     return same

@@ -43,7 +43,8 @@ class PoolStats:
     requests: int
     profiled_requests: int  # served by the fallback while warming up or profiling
     planned_requests: int  # served from the arena
-    fallback_requests: int  # in optimized iterations, served by the fallback
+    fallback_requests: int  # in optimized iterations, planned for the arena but not served there
+    pinned_requests: int  # in optimized iterations, sent to the fallback by the plan (pinned)
     interrupted_requests: int  # between interrupt() and resume()
     foreign_requests: int  # another thread, device or stream during an iteration
     # the plan
@@ -103,6 +104,7 @@ class PoolStats:
             ("  profiled", f"{self.profiled_requests:,}"),
             ("  fallback", f"{self.fallback_requests:,} (departures {self.departures:,}, "
                            f"re-plans {self.reoptimizations:,})"),
+            ("  pinned", f"{self.pinned_requests:,}"),
             ("  interrupted", f"{self.interrupted_requests:,}"),
             ("  other thread/stream", f"{self.foreign_requests:,}"),
             ("problems", f"arena {self.arena_failures}, solver {self.solve_failures}, "

@@ -96,7 +96,7 @@ def python(argv: list[str]) -> int:
         _write(_value(argv, "-o"), 100)  # the picture
     elif step == "mn":  # rank 0's summary lines, as examples/train_mn.py prints them
         print("parameters identical on all 2 ranks: yes\n"
-              "pools optimized: 2 of 2; fallback requests: 0 (pinned blocks: 0)")
+              "pools optimized: 2 of 2; fallback requests: 0 (pinned requests: 0)")
     elif step == "pip-install-prefix":  # MPICH's wheel: its library and its mpiexec
         prefix = _value(argv, "--prefix")
         os.makedirs(os.path.join(prefix, "lib"), exist_ok=True)

@@ -85,8 +85,8 @@ def test_example_keeps_parameters_identical_across_ranks(communicator, name):
     assert f"({name};" in out
     report = report_lines(out)
     assert [r[0] for r in report] == ["1", "2", "3", "4", "5"]  # only rank 0 reports
-    assert len(report[-1]) == 6  # the multi-node evaluator's loss at the last iteration
-    assert all(len(r) == 5 for r in report[:-1])
+    assert len(report[-1]) == 7  # the multi-node evaluator's loss at the last iteration
+    assert all(len(r) == 6 for r in report[:-1])
 
 
 def test_extension_serves_each_ranks_requests_under_the_multi_node_optimizer(tmp_path):

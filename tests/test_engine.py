@@ -514,7 +514,11 @@ def test_survivors_are_pinned_to_the_fallback(hot_path):
     e = c.engine
     assert 4 in e.schedule.pinned
     assert not keep[-1].in_arena
-    assert e.stats().reoptimizations == 0  # profiled with the survivor: nothing to re-solve
+    st = e.stats()
+    assert st.reoptimizations == 0  # profiled with the survivor: nothing to re-solve
+    # served by the fallback as planned: pinned, not a departure from the plan
+    assert st.pinned_requests == 3 and st.fallback_requests == 0 and st.departures == 0
+    assert st.requests == st.profiled_requests + st.planned_requests + st.pinned_requests
     c.live.clear()
 
 

@@ -204,7 +204,7 @@ def test_session_puts_each_steps_output_in_its_file(default_session):
     assert "stub demo output" in (s.out / "demo.log").read_text()
     assert "stub mn output" in s.log  # the MPI run reports into session.log
     assert ("mn: parameters identical on all 2 ranks: yes pools optimized: 2 of 2; fallback "
-            "requests: 0 (pinned blocks: 0) ") in s.events
+            "requests: 0 (pinned requests: 0) ") in s.events
     assert (s.scratch / "pgmo-demo.png").exists()  # the picture stays out of the results
     sanitizer = (s.out / "sanitizer.log").read_text()
     assert sanitizer.index("stub one-liner output") < sanitizer.index("stub chainer output")

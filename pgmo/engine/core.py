@@ -280,7 +280,10 @@ class Engine:
             self._number(i)
             hot.obs_lowers[i] = hot.tick - 1
             hot.obs_sizes[i] = rs
-            hot.fallback_requests += 1
+            if o < 0 and rs <= cap:  # pinned: the plan itself sends it to the fallback
+                hot.pinned_requests += 1
+            else:
+                hot.fallback_requests += 1
             return pointer
         pointer = self._from_fallback(size, rs, i, hot.iteration)
         self._number(i)
@@ -707,11 +710,13 @@ class Engine:
                 iteration_source=self._iteration_source(),
                 iterations=self.completed,
                 requests=(hot.profiled_requests + hot.planned_requests
-                          + hot.fallback_requests + hot.interrupted_requests
+                          + hot.fallback_requests + hot.pinned_requests
+                          + hot.interrupted_requests
                           + hot.other_requests),
                 profiled_requests=hot.profiled_requests,
                 planned_requests=hot.planned_requests,
                 fallback_requests=hot.fallback_requests,
+                pinned_requests=hot.pinned_requests,
                 interrupted_requests=hot.interrupted_requests,
                 foreign_requests=self.foreign_requests,
                 departures=self.departures,

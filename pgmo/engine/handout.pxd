@@ -96,6 +96,7 @@ cdef class HotPath:
     cdef public long long planned_requests
     cdef public long long profiled_requests
     cdef public long long fallback_requests
+    cdef public long long pinned_requests
     cdef public long long interrupted_requests
     cdef public long long other_requests
 

@@ -282,6 +282,7 @@ class HotPath:
         self.planned_requests = 0
         self.profiled_requests = 0
         self.fallback_requests = 0
+        self.pinned_requests = 0
         self.interrupted_requests = 0
         self.other_requests = 0
 
@@ -347,7 +348,7 @@ class HotPath:
             if o < 0:  # pinned: it outlived its iteration when profiled
                 pointer = self.fallback_block(self.fallback.malloc(size), rs, i, self.iteration)
                 self.obs_sizes[i] = rs
-                self.fallback_requests += 1
+                self.pinned_requests += 1
             else:
                 arena = self.arena
                 if arena.overdue:
