@@ -16,35 +16,13 @@ import sys
 import pgmo.chainermn
 
 import chainer  # noqa: E402  (after pgmo.chainermn: the compatibility layer)
-import chainer.functions as F  # noqa: E402
-import chainer.links as L  # noqa: E402
 import chainermn  # noqa: E402
 import cupy  # noqa: E402
 import numpy as np  # noqa: E402
 from chainer import training  # noqa: E402
 from chainer.training import extensions  # noqa: E402
 
-#: Bytes of each request of one forward pass; each is freed at the next one's allocation.
-PATTERN = (4096, 1024, 8192, 512, 2048)
-
-
-class AllocatingModel(chainer.Chain):
-    """A linear regressor whose forward also makes PATTERN's device requests."""
-
-    def __init__(self):
-        super().__init__()
-        with self.init_scope():
-            self.fc = L.Linear(3, 1)
-
-    def forward(self, x, t):
-        held = None
-        for size in PATTERN:
-            held = cupy.cuda.alloc(size)
-        del held
-        loss = F.mean_squared_error(self.fc(x), t)
-        chainer.report({"loss": loss}, self)
-        return loss
-
+from allocating_model import AllocatingModel  # noqa: E402  (tests/, the script's folder)
 
 def main(out_dir, iterations):
     allocator = cupy.cuda.get_allocator()

@@ -93,7 +93,7 @@ def test_extension_serves_each_ranks_requests_under_the_multi_node_optimizer(tmp
     """A model that allocates through CuPy's allocator: each rank's pool really serves it."""
     iterations = 6
     mpirun(2, TRAINER, tmp_path, iterations)
-    per_update = 5  # tests/mn_trainer.py's PATTERN
+    per_update = 5  # the requests of tests/allocating_model.py's PATTERN
     for r in (0, 1):
         got = json.loads((tmp_path / f"trainer{r}.json").read_text())
         stats = got["stats"]

@@ -12,7 +12,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 
 from cupy.cuda import memory_hook  # noqa: E402
-from cupy.cuda.memory import MemoryPointer, OutOfMemoryError, UnownedMemory  # noqa: E402
+from cupy.cuda.memory import MemoryPointer, OutOfMemoryError  # noqa: E402
 
 import pgmo  # noqa: E402
 from pgmo.stats import PoolStats  # noqa: E402
