@@ -32,7 +32,6 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pgmo.chainer  # noqa: E402  (applies the Chainer compatibility layer first)
-from pgmo import SolverOptions  # noqa: E402
 
 import chainer  # noqa: E402
 import chainer.functions as F  # noqa: E402
@@ -41,7 +40,7 @@ import numpy as np  # noqa: E402
 from chainer import training  # noqa: E402
 
 from measure import (  # noqa: E402
-    NA, Recorder, make_pool, print_table, release_cached, require_positive, use_device,
+    add_pgmo_options, NA, Recorder, make_pool, print_table, release_cached, require_positive, use_device,
 )
 from train_imagenet import IterationMeter  # noqa: E402
 
@@ -238,10 +237,7 @@ def parse_args(argv=None):
     parser.add_argument("--device", "-d", type=int, default=0, help="GPU id, or -1 for the CPU")
     parser.add_argument("--insize", type=int, default=32, help="image size (CIFAR: 32)")
     parser.add_argument("--classes", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=1, help="pgmo warm-up iterations")
-    parser.add_argument("--method", default="best", help="pgmo solver (see pgmo.METHODS)")
-    parser.add_argument("--time-limit", type=float, default=SolverOptions().time_limit,
-                        help="pgmo solver seconds")
+    add_pgmo_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seeds the data and the weights")
     args = parser.parse_args(argv)
     require_positive(parser, args, ("growth_rate", "batchsize", "iterations", "classes"))

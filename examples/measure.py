@@ -39,6 +39,17 @@ def use_device(device_id, cpu_note=CPU_NOTE):
     return device
 
 
+def add_pgmo_options(parser, warmup=1):
+    """The pool's options every example takes: warm-up, solver method, time limit."""
+    from pgmo import SolverOptions
+
+    parser.add_argument("--warmup", type=int, default=warmup, help="pgmo warm-up iterations")
+    parser.add_argument("--method", default=SolverOptions().method,
+                        help="pgmo solver (see pgmo.METHODS)")
+    parser.add_argument("--time-limit", type=float, default=SolverOptions().time_limit,
+                        help="pgmo solver seconds")
+
+
 def require_positive(parser, args, names):
     """Reject options below 1, naming the option as the user typed it."""
     for name in names:

@@ -24,7 +24,6 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pgmo.chainer  # noqa: E402  (applies the Chainer compatibility layer first)
-from pgmo import SolverOptions  # noqa: E402
 
 import chainer  # noqa: E402
 import chainer.functions as F  # noqa: E402
@@ -34,7 +33,7 @@ from chainer import training  # noqa: E402
 from chainer.training import extensions  # noqa: E402
 
 from measure import (  # noqa: E402
-    NA, Recorder, make_pool, mib, print_table, release_cached, require_positive, use_device,
+    add_pgmo_options, NA, Recorder, make_pool, mib, print_table, release_cached, require_positive, use_device,
 )
 
 UNK, EOS = 0, 1  # word ids 0 and 1 are reserved; real words are 2 .. vocab-1
@@ -221,10 +220,7 @@ def parse_args(argv=None):
     parser.add_argument("--log-interval", type=int, default=1,
                         help="iterations per printed line (LogReport averages over them)")
     parser.add_argument("--device", "-d", type=int, default=0, help="GPU id, or -1 for the CPU")
-    parser.add_argument("--warmup", type=int, default=1, help="pgmo warm-up iterations")
-    parser.add_argument("--method", default="best", help="pgmo solver (see pgmo.METHODS)")
-    parser.add_argument("--time-limit", type=float, default=SolverOptions().time_limit,
-                        help="pgmo solver seconds")
+    add_pgmo_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seeds the data and the weights")
     args = parser.parse_args(argv)
     require_positive(parser, args, ("units", "layers", "batchsize", "iterations", "sentences",

@@ -27,14 +27,13 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pgmo.chainer  # noqa: E402  (applies the Chainer compatibility layer first)
-from pgmo import SolverOptions  # noqa: E402
 
 import chainer  # noqa: E402
 import numpy as np  # noqa: E402
 from chainer import training  # noqa: E402
 
 from measure import (  # noqa: E402
-    NA, Recorder, make_pool, mib, print_table, release_cached, require_positive, use_device,
+    add_pgmo_options, NA, Recorder, make_pool, mib, print_table, release_cached, require_positive, use_device,
 )
 from models import ARCHS  # noqa: E402
 
@@ -150,10 +149,7 @@ def parse_args(argv=None):
     parser.add_argument("--insize", type=int, default=None,
                         help="image size (default: the model's published size)")
     parser.add_argument("--classes", type=int, default=1000)
-    parser.add_argument("--warmup", type=int, default=1, help="pgmo warm-up iterations")
-    parser.add_argument("--method", default="best", help="pgmo solver (see pgmo.METHODS)")
-    parser.add_argument("--time-limit", type=float, default=SolverOptions().time_limit,
-                        help="pgmo solver seconds")
+    add_pgmo_options(parser)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     require_positive(parser, args, ("batchsize", "iterations", "classes"))

@@ -29,7 +29,6 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pgmo.chainermn  # noqa: E402  (applies the Chainer compatibility layer first)
-from pgmo import SolverOptions  # noqa: E402
 
 import chainer  # noqa: E402
 import chainer.functions as F  # noqa: E402
@@ -40,7 +39,7 @@ from chainer import training  # noqa: E402
 from chainer.training import extensions  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-from measure import NA, mib, print_table, require_positive  # noqa: E402
+from measure import NA, add_pgmo_options, mib, print_table, require_positive  # noqa: E402
 from models import ARCHS  # noqa: E402
 from models.base import ImageNetModel  # noqa: E402
 from train_imagenet import SyntheticImageNet  # noqa: E402
@@ -168,11 +167,7 @@ def parse_args(argv=None):
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--eval-interval", type=int, default=0,
                         help="iterations between evaluations (default: at the end)")
-    parser.add_argument("--warmup", type=int, default=pgmo.chainermn.MN_WARMUP,
-                        help="pgmo warm-up iterations")
-    parser.add_argument("--method", default="best", help="pgmo solver (see pgmo.METHODS)")
-    parser.add_argument("--time-limit", type=float, default=SolverOptions().time_limit,
-                        help="pgmo solver seconds")
+    add_pgmo_options(parser, warmup=pgmo.chainermn.MN_WARMUP)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     require_positive(parser, args, ("batchsize", "iterations", "classes"))
