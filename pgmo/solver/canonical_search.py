@@ -18,6 +18,11 @@ which block comes next; the offset follows.  Pruning:
 - when no unplaced block spans a boundary between sections, the two sides are
   independent and are searched one after the other.
 
+Blocks can be *pinned* at given offsets (as MiniMalloc's fixed offsets): the
+search places one when it reaches its offset and prunes any placement that
+would push it up.  The large neighbourhood search (:mod:`.neighbourhood`)
+re-packs part of a packing that way, with the rest pinned.
+
 The section bound is computed with numpy over a blocks x sections matrix of
 floors, so the search is meant for up to a few thousand blocks
 (:data:`MAX_CELLS`).  The search is deterministic: the block order is fixed
@@ -33,7 +38,7 @@ import random
 import sys
 import time
 from contextlib import contextmanager
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -134,10 +139,13 @@ class CanonicalSearch:
         self.nodes = 0
 
     # ------------------------------------------------------------------ run
-    def run(self, capacity: int, node_limit: int,
-            deadline: float | None = None) -> tuple[str, list[int] | None]:
+    def run(self, capacity: int, node_limit: int, deadline: float | None = None,
+            pinned: Mapping[int, int] | None = None) -> tuple[str, list[int] | None]:
         """(FOUND, offsets in block order) | (INFEASIBLE, None) | (STOPPED, None).
 
+        ``pinned`` maps blocks (trace indices) to offsets they must keep: the
+        search places them when it reaches their offset and prunes any
+        placement that would push one up (MiniMalloc's fixed offsets).
         INFEASIBLE is a proof: no packing has a peak <= ``capacity``.
         STOPPED: the node limit or the deadline came first.  ``self.nodes``
         tells how many nodes were visited.
@@ -154,6 +162,17 @@ class CanonicalSearch:
         self.cuts = self.cuts0.copy()
         self.offset = [0] * n
         self.solution = [0] * n
+        self.pinned = np.zeros(n, dtype=bool)
+        if pinned:
+            rank = {i: k for k, i in enumerate(self.order)}
+            for i, o in pinned.items():
+                k = rank[i]
+                self.pinned[k] = True
+                self.floor[k] = o
+                self.floors[k, self.first[k]:self.last[k]] = o
+                if o + self.sizes[k] > capacity:
+                    return INFEASIBLE, None
+        self.any_pinned = bool(pinned)
         if n == 0:
             return FOUND, []
         if int(self.load.max()) > capacity or int(self.size.max()) > capacity:
@@ -186,6 +205,12 @@ class CanonicalSearch:
         # Canonical order and dominance (see the module docstring).
         ok = (free_floor < lowest_top) & ((free_floor > last_offset)
                                           | ((free_floor == last_offset) & (free > last_block)))
+        if self.any_pinned:
+            pinned_floor = free_floor[self.pinned[free]]
+            if pinned_floor.size:
+                if int(pinned_floor.min()) < last_offset:
+                    return INFEASIBLE  # a pinned block was passed: it can never be placed
+                ok &= free_floor <= pinned_floor.min()
         choices = free[ok]
         if choices.size == 0:
             return INFEASIBLE
@@ -209,6 +234,9 @@ class CanonicalSearch:
             near = self.neighbours[b]
             unplaced_near = near[~placed[near]]
             raised = unplaced_near[floor[unplaced_near] < top]
+            if self.any_pinned and self.pinned[raised].any():
+                placed[b] = False
+                continue  # it would push a pinned block up
             load[f:l] -= s
             floors[b, f:l] = _BIG
             if raised.size:
