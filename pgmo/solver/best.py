@@ -15,10 +15,11 @@ until a packing reaches the lower bound (then it is optimal):
 4. on traces small enough for it, anytime tightening with the canonical
    search (:mod:`.tightening`): restarts at the lower bound and between the
    bounds, which also proves lower bounds;
-5. with what is left: on those traces, the large neighbourhood search
-   (:class:`.neighbourhood.NeighbourhoodSearch`), which re-packs slabs of the
-   best packing with the canonical search; on larger ones, local search over
-   skyline priorities (:class:`.local_search.SkylineSearch`).
+5. with what is left: on traces of up to :data:`NEIGHBOURHOOD_MAX_N` blocks,
+   the large neighbourhood search (:class:`.neighbourhood.NeighbourhoodSearch`),
+   which re-packs slabs of the best packing with the canonical search; on
+   larger ones, local search over skyline priorities
+   (:class:`.local_search.SkylineSearch`).
 
 The budget (:class:`.budget.Budget`) counts search steps and keeps the
 deadline: with a step budget and no time limit the plan is the same on every
@@ -45,7 +46,8 @@ from .peak_core import core_packings
 from .skyline_dfs import capacity_search
 from .tightening import tighten
 
-__all__ = ["solve", "best_offsets", "CORE_MIN_N", "TIGHTEN_MAX_N", "SHARES"]
+__all__ = ["solve", "best_offsets", "CORE_MIN_N", "TIGHTEN_MAX_N", "NEIGHBOURHOOD_MAX_N",
+           "SHARES"]
 
 #: Smallest trace given the peak-core strategy (smaller ones get the whole
 #: canonical search instead).
@@ -53,6 +55,9 @@ CORE_MIN_N = 1000
 #: Largest trace given the canonical search (its blocks x sections matrix
 #: must also stay under :data:`.canonical_search.MAX_CELLS`).
 TIGHTEN_MAX_N = 20_000
+#: Largest trace given the large neighbourhood search (a move re-reads the
+#: trace and builds a search over the slab and its pinned neighbours).
+NEIGHBOURHOOD_MAX_N = 2000
 #: Share of the budget left when each search phase starts.
 SHARES = {"peak-core": 0.3, "capacity-search": 0.06, "tightening": 0.75}
 
@@ -206,7 +211,7 @@ def best_offsets(trace: Trace, budget: Budget | float, progress: bool = False,
         step()
 
         # 5. the rest: slab re-packing, or local search (its first move re-runs a skyline)
-        if canonical and open_gap():
+        if canonical and n <= NEIGHBOURHOOD_MAX_N and open_gap():
             search = NeighbourhoodSearch(lowers, uppers, sizes, seed)
             consider("neighbourhood", search.run(state["offsets"], budget, bound))
             report["neighbourhood_moves"] = search.moves

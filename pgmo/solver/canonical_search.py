@@ -178,7 +178,8 @@ class CanonicalSearch:
         if int(self.load.max()) > capacity or int(self.size.max()) > capacity:
             return INFEASIBLE, None
         with _recursion_depth(2 * n + 1000):
-            status = self._search(np.arange(n), 0, self.n_sections, -1, -1)
+            status = self._search_pieces(np.arange(n), 0, self.n_sections,
+                                         np.flatnonzero(self.cuts == 0).tolist())
         if status != FOUND:
             return status, None
         offsets = [0] * n
@@ -278,18 +279,28 @@ class CanonicalSearch:
             zero = np.flatnonzero(cuts == 0)
             if zero.size == 0:
                 return self._search(part, s_lo, s_hi, o, b)
-            bounds = [s_lo] + [f + 1 + int(z) for z in zero] + [s_hi]
-            rest = part[~self.placed[part]]
-            rest_first, rest_last = self.first_arr[rest], self.last_arr[rest]
-            for a, z in zip(bounds[:-1], bounds[1:]):
-                piece = rest[(rest_first < z) & (rest_last > a)]
-                if piece.size:
-                    status = self._search(piece, a, z, -1, -1)
-                    if status != FOUND:
-                        return status
-            for k in part.tolist():
-                if self.placed[k]:
-                    self.solution[k] = self.offset[k]
-            return FOUND
+            return self._search_pieces(part, s_lo, s_hi, (zero + f).tolist())
         finally:
             cuts += 1
+
+    def _search_pieces(self, part, s_lo, s_hi, cuts_at) -> str:
+        """Search the unplaced blocks of ``part`` in independent pieces, one after another.
+
+        ``cuts_at`` lists sections ``c`` such that no unplaced block lives in
+        both ``c`` and ``c + 1``.  (MiniMalloc splits the whole trace so at
+        the start too: without it, a failure on one side backtracks through
+        every choice made on the other.)
+        """
+        bounds = [s_lo] + [c + 1 for c in cuts_at if s_lo <= c < s_hi - 1] + [s_hi]
+        rest = part[~self.placed[part]]
+        rest_first, rest_last = self.first_arr[rest], self.last_arr[rest]
+        for a, z in zip(bounds[:-1], bounds[1:]):
+            piece = rest[(rest_first < z) & (rest_last > a)]
+            if piece.size:
+                status = self._search(piece, a, z, -1, -1)
+                if status != FOUND:
+                    return status
+        for k in part.tolist():
+            if self.placed[k]:
+                self.solution[k] = self.offset[k]
+        return FOUND

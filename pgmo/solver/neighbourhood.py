@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from typing import Sequence
 
 from .budget import Budget
@@ -62,7 +63,10 @@ class NeighbourhoodSearch:
         offsets = list(offsets)
         tops = [o + s for o, s in zip(offsets, sizes)]
         peak = max(tops, default=0)
-        while n > 1 and peak > target and not budget.expired():
+        slowest = 0.0  # seconds of the slowest move: the next one starts only if it fits
+        while n > 1 and peak > target and not budget.expired() \
+                and budget.time_left() > slowest:
+            started = time.perf_counter()
             level = peak - self.step  # blocks reaching above it must come down
             over = [i for i in range(n) if tops[i] > level]
             slab = self._slab(offsets, tops, over, level)
@@ -73,6 +77,7 @@ class NeighbourhoodSearch:
                         {i: offsets[i] for i in moved}, offsets, level):
                     moved = None
             self.moves += 1
+            slowest = max(slowest, time.perf_counter() - started)
             if moved is None:
                 continue
             for i, o in moved.items():
