@@ -15,6 +15,9 @@ which block comes next; the offset follows.  Pruning:
   time) the unplaced blocks must fit between their lowest floor (at least the
   current offset) and the capacity; this catches wasted space at once;
 - a block with no unplaced neighbour is placed without trying alternatives;
+- symmetry: two blocks live in exactly the same sections can swap places
+  when one rests directly on the other, so only the order with the earlier
+  block (in the search order) below is searched;
 - when no unplaced block spans a boundary between sections, the two sides are
   independent and are searched one after the other.
 
@@ -132,6 +135,12 @@ class CanonicalSearch:
             if self.last[k] - 1 > self.first[k]:
                 cuts[self.first[k]:self.last[k] - 1] += 1
         self.cuts0 = cuts
+        by_span: dict[tuple[int, int], list[int]] = {}
+        for k in range(n):
+            by_span.setdefault((self.first[k], self.last[k]), []).append(k)
+        # Blocks live in exactly the same sections, later in the order than k.
+        self.later_twins = [[j for j in by_span[(self.first[k], self.last[k])] if j > k]
+                            for k in range(n)]
         span = np.zeros((n, n_sections), dtype=bool)
         for k in range(n):
             span[k, self.first[k]:self.last[k]] = True
@@ -227,6 +236,9 @@ class CanonicalSearch:
             self.nodes += 1  # the child is built and checked: it counts, pruned or not
             if self.nodes > self.node_limit:
                 return STOPPED
+            if any(placed[j] and self.offset[j] + self.sizes[j] == o
+                   for j in self.later_twins[b]):
+                continue  # the same packing with the two swapped is searched instead
             s = self.sizes[b]
             top = o + s
             f, l = self.first[b], self.last[b]
