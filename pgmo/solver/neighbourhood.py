@@ -30,7 +30,7 @@ import time
 from typing import Sequence
 
 from .budget import Budget
-from .canonical_search import FOUND, ORDER_RULES, CanonicalSearch
+from .canonical_search import FOUND, MAX_CELLS, ORDER_RULES, CanonicalSearch, sections_of
 
 __all__ = ["NeighbourhoodSearch", "SLAB_SIZES", "NODES_PER_SLAB_BLOCK"]
 
@@ -134,6 +134,8 @@ class NeighbourhoodSearch:
             rows_lo.append(max(lowers[i], lo))
             rows_up.append(min(uppers[i], up))
             rows_size.append(top - bottom)
+        if len(rows_size) * sections_of(rows_lo, rows_up)[2] > MAX_CELLS:
+            return None  # too big a search for one move
         rule = ORDER_RULES[self.rng.randrange(len(ORDER_RULES))]
         search = CanonicalSearch(rows_lo, rows_up, rows_size, rule, self.rng.randrange(1 << 30))
         nodes = budget.limit(NODES_PER_SLAB_BLOCK * len(rows_size))
