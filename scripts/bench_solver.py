@@ -19,7 +19,8 @@ at LB), and each method's worst overrun.
 Best known peaks come from ``--best-known`` CSVs (``instance,peak``; the
 instance is matched against the end of the file path without ``.csv``; the
 bundled ``scripts/best_known_peaks.csv`` is always read) and from
-MiniMalloc-style ``solutions/NAME.peakN.csv`` files next to the instances.
+MiniMalloc-style ``solutions/NAME.peakN.csv`` files next to the instances;
+the lowest of them counts.
 Files matching ``--inclusive`` (default ``*/iree/*``) have inclusive
 lifetimes.  ``exact`` only runs on instances with at most ``--exact-max-n``
 blocks, and a missing or failing exact solver is reported, not fatal.
@@ -81,13 +82,15 @@ def solution_peaks(instance: Path) -> dict[str, int]:
 
 
 def best_known_for(instance: Path, known: dict[str, int]) -> int | None:
+    """The lowest peak known: from a ``solutions/`` file name or a best-known CSV."""
     stem = instance.name.removesuffix(".csv")
-    from_solutions = solution_peaks(instance).get(stem)
-    if from_solutions is not None:
-        return from_solutions
+    peaks = [solution_peaks(instance).get(stem)]
     key_path = instance.as_posix().removesuffix(".csv")
     matches = [k for k in known if key_path == k or key_path.endswith("/" + k)]
-    return known[max(matches, key=len)] if matches else None
+    if matches:
+        peaks.append(known[max(matches, key=len)])
+    peaks = [p for p in peaks if p is not None]
+    return min(peaks) if peaks else None
 
 
 def run_method(trace, method: str, time_limit: float, exact_max_n: int, budget=None):

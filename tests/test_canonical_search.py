@@ -45,6 +45,23 @@ def test_search_finds_the_optimum_and_proves_nothing_fits_below(trace, rule):
     assert search.run(best - 1, node_limit=10**6) == (INFEASIBLE, None)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(traces(max_blocks=8, max_tick=10, max_size=8),
+                 event_traces(max_blocks=8, max_size=8)), st.data())
+def test_pinned_blocks_keep_their_offsets_and_the_rest_fits_around_them(trace, data):
+    cols = trace.columns()
+    known = bestfit_offsets(*cols)
+    capacity = packing_peak(known, cols[2])
+    pins = data.draw(st.sets(st.sampled_from(range(len(trace)))))
+    pinned = {i: known[i] for i in pins}
+    status, offsets = CanonicalSearch(*cols).run(capacity, 10**6, pinned=pinned)
+    # The known packing, pushed down around the pinned blocks, is one answer.
+    assert status == FOUND
+    assert find_conflict(trace.blocks, offsets) is None
+    assert packing_peak(offsets, cols[2]) <= capacity
+    assert all(offsets[i] == o for i, o in pinned.items())
+
+
 def test_search_stops_at_its_node_limit():
     rows = [(i, i % 5, i % 5 + 3, 1 + i % 7) for i in range(40)]
     trace = Trace.from_tuples(rows)

@@ -15,8 +15,11 @@ until a packing reaches the lower bound (then it is optimal):
 4. on traces small enough for it, anytime tightening with the canonical
    search (:mod:`.tightening`): restarts at the lower bound and between the
    bounds, which also proves lower bounds;
-5. local search over skyline priorities (:class:`.local_search.SkylineSearch`)
-   with what is left.
+5. with what is left: on traces of up to :data:`NEIGHBOURHOOD_MAX_N` blocks,
+   the large neighbourhood search (:class:`.neighbourhood.NeighbourhoodSearch`),
+   which re-packs slabs of the best packing with the canonical search; on
+   larger ones, local search over skyline priorities
+   (:class:`.local_search.SkylineSearch`).
 
 The budget (:class:`.budget.Budget`) counts search steps and keeps the
 deadline: with a step budget and no time limit the plan is the same on every
@@ -36,13 +39,15 @@ from .budget import Budget
 from .canonical_search import MAX_CELLS, sections_of
 from .greedy import ORDERS, gap_fit_offsets
 from .local_search import SkylineSearch
+from .neighbourhood import NeighbourhoodSearch
 from .options import SolverOptions
 from .packing import Packing
 from .peak_core import core_packings
 from .skyline_dfs import capacity_search
 from .tightening import tighten
 
-__all__ = ["solve", "best_offsets", "CORE_MIN_N", "TIGHTEN_MAX_N", "SHARES"]
+__all__ = ["solve", "best_offsets", "CORE_MIN_N", "TIGHTEN_MAX_N", "NEIGHBOURHOOD_MAX_N",
+           "SHARES"]
 
 #: Smallest trace given the peak-core strategy (smaller ones get the whole
 #: canonical search instead).
@@ -50,8 +55,11 @@ CORE_MIN_N = 1000
 #: Largest trace given the canonical search (its blocks x sections matrix
 #: must also stay under :data:`.canonical_search.MAX_CELLS`).
 TIGHTEN_MAX_N = 20_000
+#: Largest trace given the large neighbourhood search (a move re-reads the
+#: trace and builds a search over the slab and its pinned neighbours).
+NEIGHBOURHOOD_MAX_N = 2000
 #: Share of the budget left when each search phase starts.
-SHARES = {"peak-core": 0.3, "capacity-search": 0.06, "tightening": 0.9}
+SHARES = {"peak-core": 0.3, "capacity-search": 0.06, "tightening": 0.75}
 
 # Rough cost model of one gap-fit run, in seconds, before one has been timed.
 _GAP_COST_PER_BLOCK = 2e-5
@@ -124,7 +132,8 @@ def best_offsets(trace: Trace, budget: Budget | float, progress: bool = False,
     state = {"name": None, "offsets": None, "peak": None}
     tried: dict[str, int] = {}
     skipped: list[str] = []
-    report: dict = {"restarts": 0, "capacity_probes": [], "local_search_moves": 0}
+    report: dict = {"restarts": 0, "capacity_probes": [], "local_search_moves": 0,
+                    "neighbourhood_moves": 0}
     bound = lb  # proven lower bound on the optimal peak
 
     def consider(name: str, offsets: list[int]) -> None:
@@ -189,8 +198,8 @@ def best_offsets(trace: Trace, budget: Budget | float, progress: bool = False,
         step()
 
         # 4. canonical search, tightening the capacity
-        if 1 < n <= TIGHTEN_MAX_N and open_gap() \
-                and n * sections_of(lowers, uppers)[2] <= MAX_CELLS:
+        canonical = 1 < n <= TIGHTEN_MAX_N and n * sections_of(lowers, uppers)[2] <= MAX_CELLS
+        if canonical and open_gap():
             part = budget.share(SHARES["tightening"])
             found = tighten(lowers, uppers, sizes, bound, state["peak"], part, seed)
             budget.spend(part.used)
@@ -201,8 +210,12 @@ def best_offsets(trace: Trace, budget: Budget | float, progress: bool = False,
                 consider("canonical-search", found.offsets)
         step()
 
-        # 5. local search with the rest (its first move re-runs a skyline)
-        if n > 1 and open_gap() and seed_priority is not None \
+        # 5. the rest: slab re-packing, or local search (its first move re-runs a skyline)
+        if canonical and n <= NEIGHBOURHOOD_MAX_N and open_gap():
+            search = NeighbourhoodSearch(lowers, uppers, sizes, seed)
+            consider("neighbourhood", search.run(state["offsets"], budget, bound))
+            report["neighbourhood_moves"] = search.moves
+        elif n > 1 and open_gap() and seed_priority is not None \
                 and budget.time_left() > 2 * cost["skyline"]:
             search = SkylineSearch(lowers, uppers, sizes, seed=seed)
             offsets, _, moves = search.run(seed_priority, budget, bound)
@@ -227,6 +240,7 @@ def best_offsets(trace: Trace, budget: Budget | float, progress: bool = False,
         "skipped": skipped,
         "capacity_probes": report["capacity_probes"],
         "local_search_moves": report["local_search_moves"],
+        "neighbourhood_moves": report["neighbourhood_moves"],
         "reached_lower_bound": peak == lb,
     }
     return state["offsets"], info

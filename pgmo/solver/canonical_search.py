@@ -15,8 +15,16 @@ which block comes next; the offset follows.  Pruning:
   time) the unplaced blocks must fit between their lowest floor (at least the
   current offset) and the capacity; this catches wasted space at once;
 - a block with no unplaced neighbour is placed without trying alternatives;
+- symmetry: two blocks live in exactly the same sections can swap places
+  when one rests directly on the other, so only the order with the earlier
+  block (in the search order) below is searched;
 - when no unplaced block spans a boundary between sections, the two sides are
   independent and are searched one after the other.
+
+Blocks can be *pinned* at given offsets (as MiniMalloc's fixed offsets): the
+search places one when it reaches its offset and prunes any placement that
+would push it up.  The large neighbourhood search (:mod:`.neighbourhood`)
+re-packs part of a packing that way, with the rest pinned.
 
 The section bound is computed with numpy over a blocks x sections matrix of
 floors, so the search is meant for up to a few thousand blocks
@@ -33,7 +41,7 @@ import random
 import sys
 import time
 from contextlib import contextmanager
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -127,6 +135,12 @@ class CanonicalSearch:
             if self.last[k] - 1 > self.first[k]:
                 cuts[self.first[k]:self.last[k] - 1] += 1
         self.cuts0 = cuts
+        by_span: dict[tuple[int, int], list[int]] = {}
+        for k in range(n):
+            by_span.setdefault((self.first[k], self.last[k]), []).append(k)
+        # Blocks live in exactly the same sections, later in the order than k.
+        self.later_twins = [[j for j in by_span[(self.first[k], self.last[k])] if j > k]
+                            for k in range(n)]
         span = np.zeros((n, n_sections), dtype=bool)
         for k in range(n):
             span[k, self.first[k]:self.last[k]] = True
@@ -134,10 +148,13 @@ class CanonicalSearch:
         self.nodes = 0
 
     # ------------------------------------------------------------------ run
-    def run(self, capacity: int, node_limit: int,
-            deadline: float | None = None) -> tuple[str, list[int] | None]:
+    def run(self, capacity: int, node_limit: int, deadline: float | None = None,
+            pinned: Mapping[int, int] | None = None) -> tuple[str, list[int] | None]:
         """(FOUND, offsets in block order) | (INFEASIBLE, None) | (STOPPED, None).
 
+        ``pinned`` maps blocks (trace indices) to offsets they must keep: the
+        search places them when it reaches their offset and prunes any
+        placement that would push one up (MiniMalloc's fixed offsets).
         INFEASIBLE is a proof: no packing has a peak <= ``capacity``.
         STOPPED: the node limit or the deadline came first.  ``self.nodes``
         tells how many nodes were visited.
@@ -154,12 +171,24 @@ class CanonicalSearch:
         self.cuts = self.cuts0.copy()
         self.offset = [0] * n
         self.solution = [0] * n
+        self.pinned = np.zeros(n, dtype=bool)
+        if pinned:
+            rank = {i: k for k, i in enumerate(self.order)}
+            for i, o in pinned.items():
+                k = rank[i]
+                self.pinned[k] = True
+                self.floor[k] = o
+                self.floors[k, self.first[k]:self.last[k]] = o
+                if o + self.sizes[k] > capacity:
+                    return INFEASIBLE, None
+        self.any_pinned = bool(pinned)
         if n == 0:
             return FOUND, []
         if int(self.load.max()) > capacity or int(self.size.max()) > capacity:
             return INFEASIBLE, None
         with _recursion_depth(2 * n + 1000):
-            status = self._search(np.arange(n), 0, self.n_sections, -1, -1)
+            status = self._search_pieces(np.arange(n), 0, self.n_sections,
+                                         np.flatnonzero(self.cuts == 0).tolist())
         if status != FOUND:
             return status, None
         offsets = [0] * n
@@ -186,6 +215,12 @@ class CanonicalSearch:
         # Canonical order and dominance (see the module docstring).
         ok = (free_floor < lowest_top) & ((free_floor > last_offset)
                                           | ((free_floor == last_offset) & (free > last_block)))
+        if self.any_pinned:
+            pinned_floor = free_floor[self.pinned[free]]
+            if pinned_floor.size:
+                if int(pinned_floor.min()) < last_offset:
+                    return INFEASIBLE  # a pinned block was passed: it can never be placed
+                ok &= free_floor <= pinned_floor.min()
         choices = free[ok]
         if choices.size == 0:
             return INFEASIBLE
@@ -201,6 +236,9 @@ class CanonicalSearch:
             self.nodes += 1  # the child is built and checked: it counts, pruned or not
             if self.nodes > self.node_limit:
                 return STOPPED
+            if any(placed[j] and self.offset[j] + self.sizes[j] == o
+                   for j in self.later_twins[b]):
+                continue  # the same packing with the two swapped is searched instead
             s = self.sizes[b]
             top = o + s
             f, l = self.first[b], self.last[b]
@@ -209,6 +247,9 @@ class CanonicalSearch:
             near = self.neighbours[b]
             unplaced_near = near[~placed[near]]
             raised = unplaced_near[floor[unplaced_near] < top]
+            if self.any_pinned and self.pinned[raised].any():
+                placed[b] = False
+                continue  # it would push a pinned block up
             load[f:l] -= s
             floors[b, f:l] = _BIG
             if raised.size:
@@ -250,18 +291,28 @@ class CanonicalSearch:
             zero = np.flatnonzero(cuts == 0)
             if zero.size == 0:
                 return self._search(part, s_lo, s_hi, o, b)
-            bounds = [s_lo] + [f + 1 + int(z) for z in zero] + [s_hi]
-            rest = part[~self.placed[part]]
-            rest_first, rest_last = self.first_arr[rest], self.last_arr[rest]
-            for a, z in zip(bounds[:-1], bounds[1:]):
-                piece = rest[(rest_first < z) & (rest_last > a)]
-                if piece.size:
-                    status = self._search(piece, a, z, -1, -1)
-                    if status != FOUND:
-                        return status
-            for k in part.tolist():
-                if self.placed[k]:
-                    self.solution[k] = self.offset[k]
-            return FOUND
+            return self._search_pieces(part, s_lo, s_hi, (zero + f).tolist())
         finally:
             cuts += 1
+
+    def _search_pieces(self, part, s_lo, s_hi, cuts_at) -> str:
+        """Search the unplaced blocks of ``part`` in independent pieces, one after another.
+
+        ``cuts_at`` lists sections ``c`` such that no unplaced block lives in
+        both ``c`` and ``c + 1``.  (MiniMalloc splits the whole trace so at
+        the start too: without it, a failure on one side backtracks through
+        every choice made on the other.)
+        """
+        bounds = [s_lo] + [c + 1 for c in cuts_at if s_lo <= c < s_hi - 1] + [s_hi]
+        rest = part[~self.placed[part]]
+        rest_first, rest_last = self.first_arr[rest], self.last_arr[rest]
+        for a, z in zip(bounds[:-1], bounds[1:]):
+            piece = rest[(rest_first < z) & (rest_last > a)]
+            if piece.size:
+                status = self._search(piece, a, z, -1, -1)
+                if status != FOUND:
+                    return status
+        for k in part.tolist():
+            if self.placed[k]:
+                self.solution[k] = self.offset[k]
+        return FOUND

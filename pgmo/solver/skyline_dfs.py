@@ -186,10 +186,9 @@ def capacity_search(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequenc
                     seed: int = 0) -> tuple[list[int] | None, int, list[tuple[int, bool]]]:
     """Look for packings below ``known_peak``, tightest capacities first.
 
-    Probes the lower bound first (a quarter of the budget, half when
-    ``known_peak`` is within 1 % of it: many real and benchmark instances are
-    solvable there, and near-optimal real traces gain little from anything
-    else), then climbs in eighths of the gap to ``known_peak`` until a probe
+    Probes the lower bound first, with half the budget (many real and
+    benchmark instances are solvable there, and the later phases improve on
+    a higher packing better than these probes do), then climbs in eighths of the gap to ``known_peak`` until a probe
     succeeds, then bisects between the last failed capacity and the peak
     found.  Each later probe gets an eighth of what is left.  A failed probe
     proves nothing; it only steers the next one.  Steps are counted in
@@ -201,7 +200,7 @@ def capacity_search(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequenc
     best, best_peak = None, known_peak
     probes: list[tuple[int, bool]] = []
     failed_below = lower_bound - 1  # highest capacity that failed
-    capacity, share = lower_bound, (1 / 2 if gap * 100 < lower_bound else 1 / 4)
+    capacity, share = lower_bound, 1 / 2
     while failed_below < best_peak - 1 and not budget.expired():
         part = budget.share(share)
         offsets = probe(lowers, uppers, sizes, capacity, part, rng)
