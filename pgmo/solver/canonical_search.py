@@ -19,7 +19,10 @@ which block comes next; the offset follows.  Pruning:
   when one rests directly on the other, so only the order with the earlier
   block (in the search order) below is searched;
 - when no unplaced block spans a boundary between sections, the two sides are
-  independent and are searched one after the other.
+  independent and are searched one after the other, each in the block order
+  computed again from the load still unplaced there (as MiniMalloc does):
+  with the first order kept, MiniMalloc's E and I were not packed at their
+  lower bound in 600 000 nodes; re-ordered, in 73 523 and 4 750 (TWA).
 
 Blocks can be *pinned* at given offsets (as MiniMalloc's fixed offsets): the
 search places one when it reaches its offset and prunes any placement that
@@ -51,8 +54,10 @@ __all__ = ["CanonicalSearch", "FOUND", "INFEASIBLE", "STOPPED", "ORDER_RULES", "
 FOUND, INFEASIBLE, STOPPED = "found", "infeasible", "stopped"
 #: Block orders (ties at equal floors go to the earlier block): each letter a
 #: key, largest first.  W: lifetime, A: area, T: the largest load the block
-#: lives through, Z: size.
-ORDER_RULES = ("WAT", "TAW", "TWA")
+#: lives through, Z: size.  TWA first: at the lower bound it packs 7 of
+#: MiniMalloc's 9 instances whose optimum is there within 75 000 nodes
+#: (TAW 3, WAT 2).
+ORDER_RULES = ("TWA", "TAW", "WAT")
 #: Largest blocks x sections matrix the search takes (int64 cells).
 MAX_CELLS = 4_000_000
 _BIG = np.int64(1 << 62)
@@ -98,7 +103,7 @@ class CanonicalSearch:
     """The search for one trace and one block order; :meth:`run` probes a capacity."""
 
     def __init__(self, lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int],
-                 rule: str = "WAT", seed: int | None = None):
+                 rule: str = "WAT", seed: int | None = None, reorder: bool = True):
         n = len(sizes)
         first, last, n_sections = sections_of(lowers, uppers)
         load = np.zeros(n_sections + 1, dtype=np.int64)
@@ -114,6 +119,8 @@ class CanonicalSearch:
         tie = [rng.random() for _ in range(n)] if rng else [0.0] * n
         order = sorted(range(n), key=lambda i: tuple(-keys[c][i] for c in rule) + (tie[i], i))
         self.order = order  # search index k is block order[k]
+        self.rule, self.reorder = rule, reorder
+        self.width = [keys["W"][i] for i in order]
         self.n, self.n_sections = n, n_sections
         self.size = np.array([sizes[i] for i in order], dtype=np.int64)
         self.sizes = self.size.tolist()
@@ -172,6 +179,7 @@ class CanonicalSearch:
         self.offset = [0] * n
         self.solution = [0] * n
         self.pinned = np.zeros(n, dtype=bool)
+        self.rank = np.arange(n, dtype=np.int64)  # tie-break among equal floors
         if pinned:
             rank = {i: k for k, i in enumerate(self.order)}
             for i, o in pinned.items():
@@ -213,8 +221,11 @@ class CanonicalSearch:
         free_floor = floor[free]
         lowest_top = (free_floor + size[free]).min()
         # Canonical order and dominance (see the module docstring).
-        ok = (free_floor < lowest_top) & ((free_floor > last_offset)
-                                          | ((free_floor == last_offset) & (free > last_block)))
+        rank = self.rank
+        later = (free_floor > last_offset)
+        if last_block >= 0:
+            later |= (free_floor == last_offset) & (rank[free] > rank[last_block])
+        ok = (free_floor < lowest_top) & later
         if self.any_pinned:
             pinned_floor = free_floor[self.pinned[free]]
             if pinned_floor.size:
@@ -225,7 +236,7 @@ class CanonicalSearch:
         if choices.size == 0:
             return INFEASIBLE
         if choices.size > 1:
-            choices = choices[np.argsort(floor[choices], kind="stable")]
+            choices = choices[np.lexsort((rank[choices], floor[choices]))]
         load, floors, capacity = self.load, self.floors, self.capacity
         part_load = load[s_lo:s_hi]
         max_load = int(part_load.max())
@@ -295,6 +306,25 @@ class CanonicalSearch:
         finally:
             cuts += 1
 
+    def _rerank(self, piece: np.ndarray) -> None:
+        """Order ``piece`` by the rule again, with T the load still unplaced (MiniMalloc).
+
+        Once a piece is independent, the loads its blocks live through are
+        what is left of it, and the order by those finds packings far sooner
+        (MiniMalloc's I: within 2 000 nodes, none in 600 000 with the first order).
+        """
+        load, first, last = self.load, self.first, self.last
+        keys = {"W": self.width, "Z": self.sizes}
+        blocks = piece.tolist()
+        rows = []
+        for k in blocks:
+            t = int(load[first[k]:last[k]].max()) if last[k] > first[k] else 0
+            w, z = keys["W"][k], keys["Z"][k]
+            d = {"W": w, "A": w * z, "T": t, "Z": z}
+            rows.append(tuple(-d[c] for c in self.rule) + (k,))
+        rows.sort()
+        self.rank[[r[-1] for r in rows]] = np.arange(len(rows), dtype=np.int64)
+
     def _search_pieces(self, part, s_lo, s_hi, cuts_at) -> str:
         """Search the unplaced blocks of ``part`` in independent pieces, one after another.
 
@@ -309,7 +339,12 @@ class CanonicalSearch:
         for a, z in zip(bounds[:-1], bounds[1:]):
             piece = rest[(rest_first < z) & (rest_last > a)]
             if piece.size:
+                if self.reorder:
+                    old_rank = self.rank[piece]
+                    self._rerank(piece)
                 status = self._search(piece, a, z, -1, -1)
+                if self.reorder:
+                    self.rank[piece] = old_rank
                 if status != FOUND:
                     return status
         for k in part.tolist():
