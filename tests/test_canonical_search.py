@@ -7,6 +7,8 @@ infeasibility just below it.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -141,3 +143,64 @@ def test_pieces_ordered_again_pack_minimalloc_i_at_its_lower_bound_quickly():
     status, offsets, _ = runs[0]
     assert status == FOUND and find_conflict(trace.blocks, offsets) is None
     assert packing_peak(offsets, trace.columns()[2]) == trace.lower_bound()
+
+
+def _pinned_instance(seed: int, n: int = 80) -> Trace:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        lo = rng.randrange(40)
+        rows.append((i, lo, lo + rng.randrange(1, 12), rng.randrange(1, 40)))
+    return Trace.from_tuples(rows)
+
+
+#: (seed, rule, capacity above the lower bound, pinned?, status, nodes, a
+#: checksum of the offsets), as the search gave them before its nodes were
+#: made faster: speed-ups must visit the same nodes and find the same packings.
+PINNED_RUNS = [
+    (0, 'TWA', 0, False, 'found', 160, 442674),
+    (0, 'TWA', 3, False, 'found', 160, 442674),
+    (0, 'TWA', 0, True, 'found', 163, 429190),
+    (0, 'TAW', 0, False, 'found', 160, 521170),
+    (0, 'TAW', 3, False, 'found', 160, 521170),
+    (0, 'TAW', 0, True, 'found', 710, 499857),
+    (0, 'WAT', 0, False, 'found', 160, 416537),
+    (0, 'WAT', 3, False, 'found', 160, 416537),
+    (0, 'WAT', 0, True, 'found', 160, 416537),
+    (1, 'TWA', 0, False, 'found', 160, 411247),
+    (1, 'TWA', 3, False, 'found', 160, 411247),
+    (1, 'TWA', 7, True, 'stopped', 3001, None),
+    (1, 'TAW', 0, False, 'found', 160, 519426),
+    (1, 'TAW', 3, False, 'found', 160, 519426),
+    (1, 'TAW', 7, True, 'found', 231, 457840),
+    (1, 'WAT', 0, False, 'found', 161, 363052),
+    (1, 'WAT', 3, False, 'found', 161, 363052),
+    (1, 'WAT', 7, True, 'found', 160, 362860),
+    (2, 'TWA', 0, False, 'found', 167, 407379),
+    (2, 'TWA', 3, False, 'found', 167, 407379),
+    (2, 'TWA', 27, True, 'found', 170, 405502),
+    (2, 'TAW', 0, False, 'found', 166, 441791),
+    (2, 'TAW', 3, False, 'stopped', 3001, None),
+    (2, 'TAW', 27, True, 'found', 180, 468702),
+    (2, 'WAT', 0, False, 'stopped', 3001, None),
+    (2, 'WAT', 3, False, 'found', 172, 398151),
+    (2, 'WAT', 27, True, 'found', 162, 393570),
+]
+
+
+def test_the_search_visits_the_same_nodes_and_finds_the_same_packings():
+    got = []
+    for seed in range(3):
+        trace = _pinned_instance(seed)
+        cols = trace.columns()
+        lb = trace.lower_bound()
+        known = bestfit_offsets(*cols)
+        peak = packing_peak(known, cols[2])
+        for rule in ("TWA", "TAW", "WAT"):
+            for cap, pins in ((lb, None), (lb + 3, None),
+                              (peak, {i: known[i] for i in range(0, 80, 7)})):
+                search = CanonicalSearch(*cols, rule, seed=seed or None)
+                status, offsets = search.run(cap, 3000, pinned=pins)
+                checksum = None if offsets is None else sum(o * (i + 1) for i, o in enumerate(offsets))
+                got.append((seed, rule, cap - lb, pins is not None, status, search.nodes, checksum))
+    assert got == PINNED_RUNS

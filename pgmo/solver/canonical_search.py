@@ -61,6 +61,11 @@ ORDER_RULES = ("TWA", "TAW", "WAT")
 #: Largest blocks x sections matrix the search takes (int64 cells).
 MAX_CELLS = 4_000_000
 _BIG = np.int64(1 << 62)
+#: ``need & _LOW`` maps a section with no unplaced block (``need == _BIG``) to 0
+#: and leaves every other ``need`` (always below ``_BIG``) as it is.
+_LOW = np.int64((1 << 62) - 1)
+_MIN = np.minimum.reduce  # the ufunc itself: ndarray.min() goes through two wrappers
+_MAX = np.maximum.reduce
 _CHECK_TIME_EVERY = 32  # nodes
 
 
@@ -136,6 +141,14 @@ class CanonicalSearch:
             near = np.flatnonzero((lo < up[k]) & (up > lo[k]))
             self.reach.append((int(self.first_arr[near].min()), int(self.last_arr[near].max())))
             self.neighbours.append(near[near != k])
+        # The same as int bitsets (bit k: block k), for tests on the unplaced ones.
+        self.near_bits = []
+        row = np.zeros(n, dtype=bool)
+        for near in self.neighbours:
+            row[near] = True
+            self.near_bits.append(int.from_bytes(np.packbits(row, bitorder="little").tobytes(),
+                                                 "little"))
+            row[near] = False
         self.load0 = load
         cuts = np.zeros(max(n_sections - 1, 0), dtype=np.int64)
         for k in range(n):
@@ -171,9 +184,11 @@ class CanonicalSearch:
         self.node_limit = node_limit
         self.deadline = float("inf") if deadline is None else deadline
         self.nodes = 0
+        # A placed block's floor is _BIG (so "unplaced" is "floor < _BIG"), and
+        # self.unplaced has its bit set while it is not placed.
         self.floor = np.zeros(n, dtype=np.int64)
         self.floors = np.where(self.span, np.int64(0), _BIG)
-        self.placed = np.zeros(n, dtype=bool)
+        self.unplaced = (1 << n) - 1
         self.load = self.load0.copy()
         self.cuts = self.cuts0.copy()
         self.offset = [0] * n
@@ -207,26 +222,33 @@ class CanonicalSearch:
     def _search(self, part: np.ndarray, s_lo: int, s_hi: int, last_offset: int,
                 last_block: int) -> str:
         """Place the unplaced blocks of ``part`` (sections [s_lo, s_hi)) canonically."""
-        self.nodes += 1
-        if self.nodes > self.node_limit:
+        # The hot loop: locals instead of attributes, as few NumPy calls per
+        # child as the same pruning allows (each costs about a microsecond).
+        nodes = self.nodes + 1
+        self.nodes = nodes
+        if nodes > self.node_limit:
             return STOPPED
-        if self.nodes % _CHECK_TIME_EVERY == 0 and time.perf_counter() > self.deadline:
+        if nodes % _CHECK_TIME_EVERY == 0 and time.perf_counter() > self.deadline:
             return STOPPED
-        placed, floor, size = self.placed, self.floor, self.size
-        free = part[~placed[part]]
+        floor, rank, n = self.floor, self.rank, self.n
+        part_floor = floor[part]
+        is_free = part_floor < _BIG
+        free = part[is_free]
         if free.size == 0:
+            solution, offset = self.solution, self.offset
             for k in part.tolist():
-                self.solution[k] = self.offset[k]
+                solution[k] = offset[k]
             return FOUND
-        free_floor = floor[free]
-        lowest_top = (free_floor + size[free]).min()
-        # Canonical order and dominance (see the module docstring).
-        rank = self.rank
-        later = (free_floor > last_offset)
-        if last_block >= 0:
-            later |= (free_floor == last_offset) & (rank[free] > rank[last_block])
-        ok = (free_floor < lowest_top) & later
-        if self.any_pinned:
+        free_floor = part_floor[is_free]
+        lowest_top = _MIN(free_floor + self.size[free])
+        # Canonical order and dominance (see the module docstring).  The key
+        # floor * n + rank orders by floor, then rank (ranks are 0..n-1), so
+        # "later than the last block placed" is one comparison.
+        key = free_floor * n + rank[free]
+        last_key = last_offset * n + (int(rank[last_block]) if last_block >= 0 else n - 1)
+        ok = (free_floor < lowest_top) & (key > last_key)
+        any_pinned = self.any_pinned
+        if any_pinned:
             pinned_floor = free_floor[self.pinned[free]]
             if pinned_floor.size:
                 if int(pinned_floor.min()) < last_offset:
@@ -235,32 +257,37 @@ class CanonicalSearch:
         choices = free[ok]
         if choices.size == 0:
             return INFEASIBLE
+        keys = key[ok]
         if choices.size > 1:
-            choices = choices[np.lexsort((rank[choices], floor[choices]))]
+            by_key = keys.argsort()
+            choices, keys = choices[by_key], keys[by_key]
         load, floors, capacity = self.load, self.floors, self.capacity
-        part_load = load[s_lo:s_hi]
-        max_load = int(part_load.max())
-        for b in choices.tolist():
-            o = int(floor[b])
+        max_load = int(_MAX(load[s_lo:s_hi]))
+        node_limit, pinned = self.node_limit, self.pinned
+        sizes, first, last, reach = self.sizes, self.first, self.last, self.reach
+        offset, later_twins, neighbours = self.offset, self.later_twins, self.neighbours
+        unplaced = self.unplaced
+        for b, k in zip(choices.tolist(), keys.tolist()):
+            o = k // n  # the floor
             if o + max_load > capacity:
                 break  # the later choices start no lower
-            self.nodes += 1  # the child is built and checked: it counts, pruned or not
-            if self.nodes > self.node_limit:
+            nodes = self.nodes + 1  # the child is built and checked: it counts, pruned or not
+            self.nodes = nodes
+            if nodes > node_limit:
                 return STOPPED
-            if any(placed[j] and self.offset[j] + self.sizes[j] == o
-                   for j in self.later_twins[b]):
+            twins = later_twins[b]
+            if twins and any(not (unplaced >> j) & 1 and offset[j] + sizes[j] == o
+                             for j in twins):
                 continue  # the same packing with the two swapped is searched instead
-            s = self.sizes[b]
+            s = sizes[b]
             top = o + s
-            f, l = self.first[b], self.last[b]
-            placed[b] = True
-            self.offset[b] = o
-            near = self.neighbours[b]
-            unplaced_near = near[~placed[near]]
-            raised = unplaced_near[floor[unplaced_near] < top]
-            if self.any_pinned and self.pinned[raised].any():
-                placed[b] = False
+            f, l = first[b], last[b]
+            offset[b] = o
+            near = neighbours[b]
+            raised = near[floor[near] < top]  # placed neighbours have floor _BIG
+            if any_pinned and pinned[raised].any():
                 continue  # it would push a pinned block up
+            floor[b] = _BIG
             load[f:l] -= s
             floors[b, f:l] = _BIG
             if raised.size:
@@ -272,22 +299,32 @@ class CanonicalSearch:
             # Only sections where a block was placed or raised can break the
             # bound; there, o + load <= capacity (checked above), so the
             # lowest floor alone decides.  A section with no unplaced block
-            # has floor BIG and load 0.
-            c_lo, c_hi = self.reach[b]
-            c_lo, c_hi = max(s_lo, c_lo), min(s_hi, c_hi)
-            need = floors[:, c_lo:c_hi].min(axis=0)
-            need += load[c_lo:c_hi]
-            if not ((need > capacity) & (need < _BIG)).any():
+            # has floor BIG and load 0 (need & _LOW is 0 there).
+            c_lo, c_hi = reach[b]
+            if c_lo < s_lo:
+                c_lo = s_lo
+            if c_hi > s_hi:
+                c_hi = s_hi
+            if c_lo < c_hi:
+                need = _MIN(floors[:, c_lo:c_hi], axis=0)
+                need += load[c_lo:c_hi]
+                need &= _LOW
+                fits = _MAX(need) <= capacity
+            else:
+                fits = True
+            if fits:
+                self.unplaced = unplaced ^ (1 << b)
                 status = self._after_placing(part, s_lo, s_hi, b, o)
+                self.unplaced = unplaced
             if raised.size:
                 floors[raised] = old_rows
                 floor[raised] = old_floor
             floors[b, f:l] = o
             load[f:l] += s
-            placed[b] = False
+            floor[b] = o
             if status != INFEASIBLE:
                 return status
-            if unplaced_near.size == 0:
+            if not self.near_bits[b] & unplaced:
                 break  # nothing above it: any other choice here fails the same way
         return INFEASIBLE
 
@@ -334,7 +371,7 @@ class CanonicalSearch:
         every choice made on the other.)
         """
         bounds = [s_lo] + [c + 1 for c in cuts_at if s_lo <= c < s_hi - 1] + [s_hi]
-        rest = part[~self.placed[part]]
+        rest = part[self.floor[part] < _BIG]
         rest_first, rest_last = self.first_arr[rest], self.last_arr[rest]
         for a, z in zip(bounds[:-1], bounds[1:]):
             piece = rest[(rest_first < z) & (rest_last > a)]
@@ -347,7 +384,6 @@ class CanonicalSearch:
                     self.rank[piece] = old_rank
                 if status != FOUND:
                     return status
-        for k in part.tolist():
-            if self.placed[k]:
-                self.solution[k] = self.offset[k]
+        for k in part[self.floor[part] >= _BIG].tolist():  # placed before the split
+            self.solution[k] = self.offset[k]
         return FOUND
