@@ -77,12 +77,24 @@ def test_a_large_profile_is_planned_off_the_boundary_while_the_fallback_serves(m
     monkeypatch.setattr(planner_module, "SYNC_BLOCKS", 10)  # HARD counts as large now
     engine = host_engine(warmup=0, **BACKGROUND)
     engine.planner.sync_blocks = 10
-    first = replay([HARD], engine)  # profiled; nothing is solved at the boundary
-    assert engine.stats().plan_method == "" and engine.mode in ("planning", "optimized")
+    gate = threading.Event()  # holds the planner thread's solves until the loop has gone on
+    solve_now = engine.planner._solve_now
+
+    def held(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            gate.wait(60)
+        return solve_now(*args, **kwargs)
+
+    monkeypatch.setattr(engine.planner, "_solve_now", held)
+    first = replay([HARD], engine)  # profiled; the boundary did not wait for a solve
+    assert engine.stats().plan_method == "" and engine.mode == "planning"
+    second = replay([HARD], engine)  # the fallback serves meanwhile
+    assert engine.stats().plan_method == "" and second["corrupted"] == 0
+    gate.set()
     results = wait_for(lambda: engine.stats().plan_method == "best", engine, HARD)
     modes = [m for r in results for m in r["modes"]]
     assert set(modes) <= {"planning", "optimized"}
-    assert_clean(results + [first])
+    assert_clean(results + [first, second])
     engine.close()
 
 
