@@ -40,7 +40,8 @@ import numpy as np  # noqa: E402
 from chainer import training  # noqa: E402
 
 from measure import (  # noqa: E402
-    add_pgmo_options, NA, Recorder, make_pool, print_table, release_cached, require_positive, use_device,
+    NA, add_pgmo_options, make_pool, pgmo_options, print_table, Recorder, release_cached,
+    require_positive, use_device,
 )
 from train_imagenet import IterationMeter  # noqa: E402
 
@@ -192,7 +193,7 @@ def train(args, recompute, pool_name, device):
     data = synthetic_cifar(args.batchsize, args.insize, args.classes, args.seed)
     iterator = chainer.iterators.SerialIterator(data, args.batchsize, shuffle=False)
     updater = training.updaters.StandardUpdater(iterator, optimizer, device=device)
-    pool = make_pool(args.device, **pool_options(args)) if pool_name == "pgmo" else None
+    pool = make_pool(args.device, **pgmo_options(args)) if pool_name == "pgmo" else None
     recorder = Recorder(args.device, pool)
     losses = LossLog()
     with tempfile.TemporaryDirectory() as out:
@@ -210,10 +211,6 @@ def train(args, recompute, pool_name, device):
             stats.mode if stats else cpu_pgmo,
             stats.fallback_requests if stats else cpu_pgmo,
             f"{losses.losses[-1]:.6f}")
-
-
-def pool_options(args):
-    return {"warmup": args.warmup, "method": args.method, "time_limit": args.time_limit}
 
 
 SUMMARY_COLUMNS = ("recompute", "pool", "batch", "iters", "peak pool bytes",

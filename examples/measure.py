@@ -50,6 +50,11 @@ def add_pgmo_options(parser, warmup=1):
                         help="pgmo solver seconds")
 
 
+def pgmo_options(args):
+    """The pool's keyword options from what :func:`add_pgmo_options` declared."""
+    return {"warmup": args.warmup, "method": args.method, "time_limit": args.time_limit}
+
+
 def require_positive(parser, args, names):
     """Reject options below 1, naming the option as the user typed it."""
     for name in names:

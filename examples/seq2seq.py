@@ -33,7 +33,8 @@ from chainer import training  # noqa: E402
 from chainer.training import extensions  # noqa: E402
 
 from measure import (  # noqa: E402
-    add_pgmo_options, NA, Recorder, make_pool, mib, print_table, release_cached, require_positive, use_device,
+    NA, add_pgmo_options, make_pool, mib, pgmo_options, print_table, Recorder,
+    release_cached, require_positive, use_device,
 )
 
 UNK, EOS = 0, 1  # word ids 0 and 1 are reserved; real words are 2 .. vocab-1
@@ -142,7 +143,7 @@ def train(args, pool_name, device, model, pairs):
     iterator = chainer.iterators.SerialIterator(pairs, args.batchsize, shuffle=True)
     updater = training.updaters.StandardUpdater(iterator, optimizer, converter=convert_pairs,
                                                 device=device)
-    pool = make_pool(args.device, **pool_options(args)) if pool_name == "pgmo" else None
+    pool = make_pool(args.device, **pgmo_options(args)) if pool_name == "pgmo" else None
     recorder = Recorder(args.device, pool)
     entries = ["iteration", "main/loss", "main/perplexity"]
     if pool is not None and args.device >= 0:
@@ -161,7 +162,7 @@ def train(args, pool_name, device, model, pairs):
 
 def translate(args, pool_name, device, model, pairs):
     """Greedy inference of ``args.translate`` sentences, one pgmo iteration per batch."""
-    pool = make_pool(args.device, **pool_options(args)) if pool_name == "pgmo" else None
+    pool = make_pool(args.device, **pgmo_options(args)) if pool_name == "pgmo" else None
     recorder = Recorder(args.device, pool)
     sources = [s for s, _ in pairs[:args.translate]]
     with pool if pool is not None else contextlib.nullcontext():
@@ -182,10 +183,6 @@ def translate(args, pool_name, device, model, pairs):
             print(f"  sentence {span:>9s}  words in {words_in:>12s}  out {words_out:>12s}  "
                   f"{counts}pools {mib(held):>14s}  {1e3 * seconds:8.1f} ms", flush=True)
     return summary_row("inference", pool_name, args.translate_batch, recorder)
-
-
-def pool_options(args):
-    return {"warmup": args.warmup, "method": args.method, "time_limit": args.time_limit}
 
 
 SUMMARY_COLUMNS = ("task", "pool", "batch", "iters", "reoptimizations", "fallback reqs",

@@ -33,7 +33,8 @@ import numpy as np  # noqa: E402
 from chainer import training  # noqa: E402
 
 from measure import (  # noqa: E402
-    add_pgmo_options, NA, Recorder, make_pool, mib, print_table, release_cached, require_positive, use_device,
+    NA, add_pgmo_options, make_pool, mib, pgmo_options, print_table, Recorder,
+    release_cached, require_positive, use_device,
 )
 from models import ARCHS  # noqa: E402
 
@@ -83,7 +84,7 @@ def train(args, arch, pool_name, device):
     data = SyntheticImageNet(args.batchsize, args.insize, args.classes, args.seed)
     iterator = chainer.iterators.SerialIterator(data, args.batchsize, shuffle=False)
     updater = training.updaters.StandardUpdater(iterator, optimizer, device=device)
-    pool = make_pool(args.device, **pool_options(args)) if pool_name == "pgmo" else None
+    pool = make_pool(args.device, **pgmo_options(args)) if pool_name == "pgmo" else None
     recorder = Recorder(args.device, pool)
     with tempfile.TemporaryDirectory() as out:
         trainer = training.Trainer(updater, (args.iterations, "iteration"), out=out)
@@ -99,7 +100,7 @@ def infer(args, arch, pool_name, device):
     model = ARCHS[arch](n_classes=args.classes)
     model.to_device(device)
     image, _ = SyntheticImageNet(1, args.insize, args.classes, args.seed)[0]
-    pool = make_pool(args.device, **pool_options(args)) if pool_name == "pgmo" else None
+    pool = make_pool(args.device, **pgmo_options(args)) if pool_name == "pgmo" else None
     recorder = Recorder(args.device, pool)
     with (pool if pool is not None else contextlib.nullcontext()), \
             chainer.using_config("train", False), chainer.no_backprop_mode():
@@ -114,10 +115,6 @@ def infer(args, arch, pool_name, device):
             print(f"  iter {i:4d}  class {label:4d}  {mode:10s}  pools {mib(held):>14s}  "
                   f"device {mib(used):>14s}  {1e3 * seconds:9.1f} ms", flush=True)
     return summary_row(arch, pool_name, "inference", 1, recorder)
-
-
-def pool_options(args):
-    return {"warmup": args.warmup, "method": args.method, "time_limit": args.time_limit}
 
 
 SUMMARY_COLUMNS = ("arch", "pool", "task", "batch", "iters", "peak pool bytes",

@@ -39,7 +39,9 @@ from chainer import training  # noqa: E402
 from chainer.training import extensions  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-from measure import NA, add_pgmo_options, mib, print_table, require_positive  # noqa: E402
+from measure import (  # noqa: E402
+    NA, add_pgmo_options, mib, pgmo_options, print_table, require_positive,
+)
 from models import ARCHS  # noqa: E402
 from models.base import ImageNetModel  # noqa: E402
 from train_imagenet import SyntheticImageNet  # noqa: E402
@@ -85,7 +87,7 @@ def scattered(comm, size, args, seed):
 
 def train(args, comm, out):
     rank = pgmo.chainermn.setup_rank(comm, gpu=args.device >= 0, plan_dir=args.out,
-                                     **pool_options(args))
+                                     **pgmo_options(args))
     np.random.seed(args.seed + comm.rank)  # other initial weights on each rank
     model = make_model(args)
     model.to_device(rank.device)
@@ -113,10 +115,6 @@ def train(args, comm, out):
              "pgmo/fallback_requests", "pgmo/pinned_requests", "elapsed_time"]))
     trainer.run()
     return rank, start, digest(model)
-
-
-def pool_options(args):
-    return {"warmup": args.warmup, "method": args.method, "time_limit": args.time_limit}
 
 
 COLUMNS = ("rank", "host", "device", "iters", "pgmo mode", "requests", "planned", "fallback",
