@@ -124,7 +124,7 @@ class Analysis:
         head = f"{self.source}"
         if self.format:
             head += f" ({self.format})"
-        lines = [head, f"{self.requests:,} requests, sizes "
+        lines = [head, f"{_blocks(self.requests, 'request')}, sizes "
                        + ("as requested" if self.granularity == 1 else
                           f"rounded up to {self.granularity} B"), ""]
         table = [("", "bytes", "", "saved vs reserved" if self.reserved is not None else "", "")]
@@ -162,6 +162,8 @@ def _reserved_from(value: Any, options: ReadOptions) -> tuple[int, str]:
             raise ValueError(f"reserved must be >= 0 bytes, got {value}")
         return value, "--reserved"
     if isinstance(value, str):
+        if re.match(r"^\s*-\s*[0-9]", value):
+            raise ValueError(f"reserved must be >= 0 bytes, got {value.strip()!r}")
         nbytes = parse_bytes(value)
         if nbytes is not None:
             return nbytes, "--reserved"
@@ -194,7 +196,8 @@ def _import_notes(details: dict[str, Any], metadata: dict[str, Any]) -> list[str
                                     "end")
     counted("failed_requests", "request", "failed (out of memory): not in the trace")
     if details.get("zero_size_requests"):
-        notes.append(f"{_blocks(details['zero_size_requests'], 'zero-size request')} take no "
+        n = details["zero_size_requests"]
+        notes.append(f"{_blocks(n, 'zero-size request')} {'takes' if n == 1 else 'take'} no "
                      f"memory: skipped")
     if details.get("frees_not_heard"):
         notes.append(f"{_blocks(details['frees_not_heard'], 'free')} not heard (freed in "
@@ -279,6 +282,11 @@ def analyze(source: Trace | str | os.PathLike, *, format: str | None = None,
                          f"same time, so any allocator needs their sum")
         elif len(analysed) == 1:
             notes.append("nothing to optimize: the trace has one request")
+    if nbytes is not None and nbytes < lb:
+        notes.append(f"the reservation ({human_bytes(nbytes)}) is below the lower bound "
+                     f"({human_bytes(lb)}), which no allocator can beat: it is not this "
+                     f"trace's (another file, device or stream?), and its savings mean "
+                     f"nothing")
     if nbytes is None:
         notes.append("the file does not record how much memory its allocator reserved; "
                      "give it with --reserved (bytes, or the log of the memory under a pool)")

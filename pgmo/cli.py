@@ -35,12 +35,9 @@ class CliError(Exception):
     """A user-facing problem: printed as one line, exit status 2."""
 
 
-def _stream(text: str) -> int | str:
-    """A stream as allocator logs write it: a number (``0x7f...`` too) or a name."""
-    try:
-        return int(text, 0)
-    except ValueError:
-        return text
+def _stream(text: str) -> str:
+    """A stream as the log writes it; each reader reads it its own way (RMM: hexadecimal)."""
+    return text.strip()
 
 
 def _add_input_options(p: argparse.ArgumentParser) -> None:
@@ -254,6 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(name)s: %(message)s")
     try:
         return args.func(args)
+    except BrokenPipeError:  # `pgmo analyze ... | head`: the reader has gone, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (TraceFormatError, PlanError, CliError, ValueError, OSError, ImportError,
             KeyError) as exc:
         if os.environ.get("PGMO_DEBUG"):

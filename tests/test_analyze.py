@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -88,6 +89,40 @@ def test_reserved_can_be_given_as_bytes_or_as_the_log_under_a_pool(tmp_path):
     assert "up.csv" in from_log.reserved_by
     assert pgmo.analyze(req, reserved="8 GiB", method="bestfit").reserved == 8 << 30
     assert pgmo.analyze(req, reserved=123456, method="bestfit").reserved == 123456
+
+
+def test_a_reservation_that_cannot_be_this_traces_is_flagged(tmp_path):
+    trace = pgmo.Trace.from_rows([(0, 2, 1024), (1, 3, 1024)])
+    below = pgmo.analyze(trace, reserved=1024, method="bestfit")
+    assert any("below the lower bound" in n and "savings mean nothing" in n
+               for n in below.notes)
+    fits = pgmo.analyze(trace, reserved=2048, method="bestfit")
+    assert not any("below the lower bound" in n for n in fits.notes)
+    with pytest.raises(ValueError, match=r"reserved must be >= 0 bytes, got '-5'"):
+        pgmo.analyze(trace, reserved="-5")
+
+
+def test_counts_are_written_in_the_singular_for_one(tmp_path):
+    log = tmp_path / "one.csv"
+    log.write_text("Thread,Time,Action,Pointer,Size,Stream\n1,t,allocate,0x10,8,0\n"
+                   "1,t,allocate,0x20,0,0\n1,t,free,0x20,0,0\n")
+    text = pgmo.analyze(log, method="bestfit").format_table()
+    assert "\n1 request, sizes" in text
+    assert "1 zero-size request takes no memory" in text
+
+
+def test_output_into_a_closed_pipe_is_no_error(snapshot):
+    """``pgmo analyze snap.pickle | head -1``: the reader has gone; pgmo says nothing."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE, as after head exits
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pgmo", "analyze", str(snapshot),
+                               "--method", "bestfit"], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.stderr == ""
+    assert proc.returncode == 141
 
 
 @pytest.mark.parametrize("text, nbytes", [("8589934592", 8 << 30), ("8GiB", 8 << 30),

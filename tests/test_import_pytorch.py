@@ -265,12 +265,14 @@ def test_an_alloc_at_an_address_still_allocated_is_an_error(tmp_path):
 
 
 def test_unknown_actions_are_skipped_and_counted_as_pytorchs_viewer_does(tmp_path):
-    events = flat(alloc(0x10, 8), {"action": "annotate", "addr": 0, "size": 0},
-                  {"action": "annotate"}, {"action": "snapshot", "addr": 0, "size": 0},
+    events = flat(alloc(0x10, 8), {"action": "resize", "addr": 0, "size": 0},
+                  {"action": "resize"}, {"action": "snapshot", "addr": 0, "size": 0},
+                  {"action": "annotate", "stream": 0, "frames": [], "time_us": 5},
                   free(0x10, 8))
     trace = pgmo.read_trace(write(tmp_path, {"device_traces": [events]}))
     assert rows(trace) == [(0, 1, 8)]
-    assert report(trace)["skipped_actions"] == {"annotate": 2}
+    # annotate (torch.cuda.memory._annotate_memory's markers) and snapshot are known
+    assert report(trace)["skipped_actions"] == {"resize": 2}
 
 
 def test_out_of_memory_events_are_counted(tmp_path):
@@ -423,3 +425,37 @@ def test_a_real_snapshot_reads_and_its_totals_add_up(path):
         got = {"requests": len(trace), "lower_bound": trace.lower_bound(),
                "reserved_peak": trace.metadata.get("reserved_peak")}
         assert {k: got[k] for k in want} == want
+
+
+@pytest.mark.parametrize("protocol", [0, 1])
+def test_an_old_protocol_pickle_is_refused_and_never_runs(tmp_path, protocol):
+    """Snapshots are pickled with protocol >= 2; older pickles (evil ones too) are not loaded."""
+    marker = tmp_path / "ran"
+    evil = pickle.dumps(_RunsCode(marker), protocol=protocol)
+    for name, data in [("evil.pickle", evil),
+                       ("plain.pickle", pickle.dumps({"segments": []}, protocol=protocol))]:
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(TraceFormatError, match="a pickle of protocol 0 or 1, which pgmo "
+                                                   "does not load"):
+            pgmo.read_trace(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("content, kind", [(b"Thread,Time,Action\n", "not a pickle"),
+                                           (b"", "an empty file")])
+def test_forcing_the_snapshot_format_on_other_content_says_what_it_is(tmp_path, content,
+                                                                        kind):
+    path = tmp_path / "snap.pickle"
+    path.write_bytes(content)
+    with pytest.raises(TraceFormatError, match=f"not a PyTorch memory snapshot: {kind}"):
+        load(path, "pytorch-snapshot")
+
+
+def test_a_stream_is_chosen_by_its_number_as_text_too(tmp_path):
+    events = flat(alloc(0x10, 7, stream=0x7F00), alloc(0x20, 9, stream=0), free(0x10, 7,
+                                                                                  stream=0x7F00))
+    path = write(tmp_path, {"device_traces": [events]})
+    for chosen in (0x7F00, "0x7f00", str(0x7F00)):
+        assert [b.size for b in pgmo.read_trace(path, stream=chosen).blocks] == [7]
+

@@ -73,7 +73,7 @@ def test_failures_and_zero_sizes_are_counted_not_kept(tmp_path):
     trace = pgmo.read_trace(write(tmp_path, text))
     assert rows(trace) == [(0, 1, 8)]
     assert report(trace)["failed_requests"] == {"count": 2, "bytes": (1 << 40) + 8}
-    assert report(trace)["zero_size_requests"] == 2
+    assert report(trace)["zero_size_requests"] == 1  # one request: its free is not another
 
 
 def test_deallocate_as_in_rmms_documentation_is_a_free(tmp_path):
@@ -88,8 +88,47 @@ def test_streams_are_read_together_unless_one_is_chosen(tmp_path):
     assert [b.size for b in pgmo.read_trace(path).blocks] == [8, 16]
     assert report(pgmo.read_trace(path))["streams"] == [0, 0x7F8A38001020]
     assert [b.size for b in pgmo.read_trace(path, stream=0x7F8A38001020).blocks] == [16]
-    with pytest.raises(TraceFormatError, match="no stream 5 in the log"):
+    with pytest.raises(TraceFormatError, match="no stream 0x5 in the log"):
         pgmo.read_trace(path, stream=5)
+
+
+@pytest.mark.parametrize("pointer, stream, null, default", [
+    ("0x7f8a40000000", "0x5587a000", "0x0", "0x0"),  # spdlog/fmt releases (fmt::ptr)
+    ("7f8a40000000", "5587a000", "0", "0"),  # first rapids-logger releases (%llx)
+    ("0x7f8a40000000", "0x5587a000", "(nil)", "0"),  # 25.x/26.x (%p, format_stream)
+], ids=["fmt", "llx", "current"])
+def test_every_form_rmm_has_written_reads_the_same(tmp_path, pointer, stream, null, default):
+    text = HEADER + line("allocate", pointer, 8, stream) + \
+        line("allocate failure", null, 1 << 40, default) + \
+        line("allocate", "1000", 16, default) + line("free", pointer, 8, stream) + \
+        line("free", "1000", 16, default)
+    path = write(tmp_path, text)
+    trace = pgmo.read_trace(path)
+    assert rows(trace) == [(0, 2, 8), (1, 3, 16)]
+    assert report(trace)["streams"] == [0, 0x5587A000]
+    assert report(trace)["failed_requests"]["count"] == 1
+    # a stream is chosen as the log writes it, hexadecimal with or without 0x
+    for chosen in ("5587a000", "0x5587a000", 0x5587A000):
+        assert rows(pgmo.read_trace(path, stream=chosen)) == [(0, 1, 8)]
+    assert [b.size for b in pgmo.read_trace(path, stream="0").blocks] == [16]
+
+
+def test_a_stream_that_looks_decimal_is_still_hexadecimal(tmp_path):
+    """RMM writes streams in hex; without 0x, '55870000' is 0x55870000, not 55,870,000."""
+    text = HEADER + line("allocate", "1000", 8, "55870000") + line("allocate", "2000", 8, "0")
+    path = write(tmp_path, text)
+    assert report(pgmo.read_trace(path))["streams"] == [0, 0x55870000]
+    assert len(pgmo.read_trace(path, stream="55870000").blocks) == 1
+    with pytest.raises(TraceFormatError, match=r"no stream 0x7 in the log \(streams: 0, "
+                                               r"0x55870000\)"):
+        pgmo.read_trace(path, stream="7")
+
+
+def test_a_device_cannot_be_chosen_in_a_per_device_log(tmp_path):
+    path = write(tmp_path, HEADER + line("allocate", "0x1000", 8))
+    with pytest.raises(TraceFormatError, match=r"RMM writes one log per device "
+                                               r"\(rmm_log.dev0.csv"):
+        pgmo.read_trace(path, device=1)
 
 
 # -- bad input: file, line and field ---------------------------------------------------

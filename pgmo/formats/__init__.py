@@ -42,6 +42,8 @@ class Format:
     description: str
     sniff: Callable[[bytes], bool]  # on the first bytes of the (decompressed) content
     read: Callable[[Path, ReadOptions], Loaded]
+    selects: tuple[str, ...] = ()  # which of ReadOptions' device and stream it honours
+    no_device: str = ""  # why there is no device to choose, when that needs saying
 
 
 FORMATS: dict[str, Format] = {}
@@ -57,9 +59,11 @@ register(Format(planfile.NAME, "pgmo pool plan (saved by pool.save)", planfile.s
                 planfile.read))
 register(Format(pgmo_json.NAME, "pgmo JSON trace", pgmo_json.sniff, pgmo_json.read))
 register(Format(pytorch.NAME, "PyTorch memory snapshot (torch.cuda.memory._dump_snapshot)",
-                pytorch.sniff, pytorch.read))
+                pytorch.sniff, pytorch.read, selects=("device", "stream")))
 register(Format(rmm.NAME, "RMM allocation log (rmm.mr.LoggingResourceAdaptor CSV)",
-                rmm.sniff, rmm.read))
+                rmm.sniff, rmm.read, selects=("stream",),
+                no_device="RMM writes one log per device (rmm_log.dev0.csv, ...): read "
+                          "that device's file"))
 register(Format(minimalloc.NAME, "MiniMalloc CSV (header id,lower,upper,size)",
                 minimalloc.sniff, minimalloc.read))
 
@@ -73,10 +77,16 @@ def detect(path) -> Format:
     """
     path = Path(path)
     head = read_head(path)
+    stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not stripped:
+        raise TraceFormatError("empty file: no trace in it", path=str(path), line=1)
+    if pytorch.is_old_pickle(head):
+        raise TraceFormatError("a pickle of protocol 0 or 1, which pgmo does not load "
+                               "(PyTorch memory snapshots are pickled with protocol 2 or "
+                               "later)", path=str(path))
     for fmt in FORMATS.values():
         if fmt.sniff(head):
             return fmt
-    stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if stripped[:1] in (b"{", b"["):
         return FORMATS[pgmo_json.NAME]
     if b"\0" not in head:
@@ -102,7 +112,14 @@ def load(path, format: str | None = None, options: ReadOptions | None = None) ->
             raise TraceFormatError(f"unknown format {format!r}; choose one of "
                                    f"{', '.join(FORMATS)}", path=str(path)) from None
         read_head(path)  # a missing file or a folder is reported as such
-    return fmt.read(path, options or ReadOptions())
+    options = options or ReadOptions()
+    for name in ("device", "stream"):
+        if getattr(options, name) is not None and name not in fmt.selects:
+            why = fmt.no_device if name == "device" and fmt.no_device else \
+                f"a {fmt.name} file records one"
+            raise TraceFormatError(f"there is no {name} to choose in this file: {why}",
+                                   path=str(path))
+    return fmt.read(path, options)
 
 
 def read_trace(path, inclusive: bool = False, format: str | None = None, **options) -> Trace:

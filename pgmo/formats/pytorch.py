@@ -32,14 +32,16 @@ How events become blocks (one device; all its streams unless ``stream`` is given
 * ``segment_alloc``/``segment_map`` and ``segment_free``/``segment_unmap``
   are what the caching allocator reserved from CUDA: replayed backwards from
   the final segments they give the peak reserved memory;
-* ``oom`` is counted; ``snapshot`` is ignored; an action this reader does not
-  know is skipped and counted, as PyTorch's own viewer does.
+* ``oom`` is counted; ``snapshot`` and ``annotate`` (the markers of
+  ``torch.cuda.memory._annotate_memory``) are ignored; an action this reader
+  does not know is skipped and counted, as PyTorch's own viewer does.
 
 The default device is the one with the most trace events.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -50,13 +52,13 @@ from .files import read_bytes
 from .model import Loaded, ReadOptions
 from .safe_pickle import loads_plain_data
 
-__all__ = ["NAME", "sniff", "read", "snapshot_to_trace"]
+__all__ = ["NAME", "sniff", "is_old_pickle", "read", "snapshot_to_trace"]
 
 NAME = "pytorch-snapshot"
 BLOCK_ACTIONS = ("alloc", "free_requested", "free_completed")
 SEGMENT_ACTIONS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1,
                    "segment_unmap": -1}
-OTHER_ACTIONS = ("oom", "snapshot")
+OTHER_ACTIONS = ("oom", "snapshot", "annotate")
 LIVE_STATES = ("active_allocated", "active_pending_free", "active_awaiting_free")
 
 
@@ -65,9 +67,25 @@ def sniff(head: bytes) -> bool:
     return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
 
+_OLD_PICKLE = re.compile(rb"\((dp|lp)\d*\n|c[\w.]+\n\w+\n|[}\]]q\x00")
+
+
+def is_old_pickle(head: bytes) -> bool:
+    """The start of a protocol 0 or 1 pickle (a dict, a list or an import)."""
+    return _OLD_PICKLE.match(head) is not None
+
+
 def read(path: Path, options: ReadOptions) -> Loaded:
     name = str(path)
-    data = loads_plain_data(read_bytes(path), name, what="PyTorch memory snapshot")
+    raw = read_bytes(path)
+    if not sniff(raw[:2]):
+        kind = "a pickle of protocol 0 or 1" if is_old_pickle(raw) else \
+            "not a pickle" if raw.strip() else "an empty file"
+        raise TraceFormatError(
+            f"not a PyTorch memory snapshot: {kind} (torch.cuda.memory._dump_snapshot "
+            f"writes a pickle of protocol 2 or later; this file starts with {raw[:16]!r})",
+            path=name)
+    data = loads_plain_data(raw, name, what="PyTorch memory snapshot")
     trace = snapshot_to_trace(data, options, name)
     return Loaded(trace, None)
 
@@ -100,6 +118,16 @@ class _Where:
 
 def _stream(value: Any) -> Any:
     return 0 if value is None else value
+
+
+def _wanted_stream(value: int | str | None) -> Any:
+    """A chosen stream: PyTorch records handles as ints, so ``"0x7f..."`` is read as one."""
+    if isinstance(value, str):
+        try:
+            return int(value.strip(), 0)
+        except ValueError:
+            return value.strip()
+    return value
 
 
 def _parts(data: Any, where: _Where) -> tuple[list, list]:
@@ -172,7 +200,7 @@ def snapshot_to_trace(data: Any, options: ReadOptions | None = None,
     streams = sorted({_stream(e.get("stream")) for e in events if isinstance(e, dict)}
                      | {_stream(s.get("stream")) for _, s in segs},
                      key=lambda s: (str(type(s)), s))
-    stream = options.stream
+    stream = _wanted_stream(options.stream)
     if stream is not None and stream not in streams:
         listed = ", ".join(map(str, streams)) or "none"
         raise where.fail(f"device {device}", f"no stream {stream} (streams: {listed})",

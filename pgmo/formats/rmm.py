@@ -1,26 +1,38 @@
 """RAPIDS RMM's allocation log: the CSV of ``rmm.mr.LoggingResourceAdaptor``.
 
-Format followed: RMM's ``logging_resource_adaptor`` (``cpp/src/mr/
-logging_resource_adaptor.cpp`` of RMM 25.x/26.x, unchanged in substance
-since ``include/rmm/mr/device/logging_resource_adaptor.hpp`` of RMM 0.15),
-and its documentation (``docs/user_guide/logging.md``).  The header is
-``Thread,Time,Action,Pointer,Size,Stream``; each line is one call::
+Format followed: RMM's ``logging_resource_adaptor`` and its documentation
+(``docs/user_guide/logging.md``).  The header has always been
+``Thread,Time,Action,Pointer,Size,Stream``; each line is one call.  The
+pointer and stream columns changed with the logging library behind them,
+and all three forms are read:
 
-    140573312345856,12:34:56.123456,allocate,0x7f8a40000000,1024,0x0
-    140573312345856,12:34:56.234567,free,0x7f8a40000000,1024,0x0
+* RMM's spdlog/fmt releases (before 25.02): ``0x``-prefixed pointers and
+  streams (``fmt::ptr``);
+* the first rapids-logger releases: ``allocate,%llx,%zu,%llx``, hexadecimal
+  with no prefix (``7f8a40000000``);
+* RMM 25.x/26.x (``cpp/src/mr/logging_resource_adaptor.cpp``): the pointer
+  as ``%p`` (``0x7f8a40000000``, ``(nil)`` for a failure) and the stream from
+  ``rmm::detail::format_stream`` (``std::hex`` of the handle: ``0`` for the
+  default stream, ``0x...`` otherwise)::
 
-``Action`` is ``allocate``, ``free`` or ``allocate failure`` (RMM's
-documentation also shows ``deallocate``; it is read as ``free``).
-``Pointer`` is hexadecimal (``(nil)`` or ``0x0`` for a failure); ``Size``
-is the bytes asked for; ``Time`` is the wall clock, not needed: lines are in
-call order.  A free must name the size of its allocation, as RMM requires.
+    140573312345856,12:34:56.123456,allocate,0x7f8a40000000,1024,0
+    140573312345856,12:34:56.234567,free,0x7f8a40000000,1024,0
+
+Pointers and streams are therefore always read as hexadecimal, with or
+without ``0x``.  ``Action`` is ``allocate``, ``free`` or ``allocate failure``
+(RMM's documentation also shows ``deallocate``; it is read as ``free``).
+``Size`` is the bytes asked for; ``Time`` is the wall clock, not needed:
+lines are in call order.  A free must name the size of its allocation, as
+RMM requires.
 
 Blocks pair by pointer (a pointer is reused once freed); a free of a pointer
 never allocated in the log was allocated before logging started and is kept
 (see :mod:`pgmo.formats.allocation_log`).  Zero-size requests take no memory
 and are counted, not kept.  All streams are read unless ``stream`` is given.
-The log does not say how much memory the resource under the adaptor (a pool)
-reserved; ``pgmo analyze --reserved`` takes it from elsewhere.
+RMM writes one log per device (``rmm_log.dev0.csv``...), so there is no
+device to choose.  The log does not say how much memory the resource under
+the adaptor (a pool) reserved; ``pgmo analyze --reserved`` takes it from
+elsewhere.
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ from .allocation_log import AllocationLog
 from .files import open_text
 from .model import Loaded, ReadOptions
 
-__all__ = ["NAME", "HEADER", "sniff", "read", "parse_stream"]
+__all__ = ["NAME", "HEADER", "sniff", "read", "parse_stream", "stream_name"]
 
 NAME = "rmm-log"
 HEADER = ("thread", "time", "action", "pointer", "size", "stream")
@@ -55,13 +67,25 @@ def sniff(head: bytes) -> bool:
     return False
 
 
-def parse_stream(text: str) -> int | str:
-    """A stream as logged (``0x0``, ``0x7f...``, a number), as an int when it is one."""
+def parse_stream(text: int | str) -> int | str:
+    """A stream as RMM logs it (hexadecimal: ``0``, ``0x7f...``, ``7f...``) as an int.
+
+    An int is taken as it is; text that is no hexadecimal number stays text.
+    """
+    if isinstance(text, int):
+        return text
     text = text.strip()
+    if text.lower() in NULL_POINTERS:
+        return 0
     try:
-        return int(text, 0)
+        return int(text, 16)
     except ValueError:
         return text
+
+
+def stream_name(stream: int | str) -> str:
+    """A stream the way RMM writes it, for messages."""
+    return f"{stream:#x}" if isinstance(stream, int) and stream else str(stream)
 
 
 def _pointer(text: str, where: dict) -> int:
@@ -97,7 +121,8 @@ def _read(path: Path, options: ReadOptions):
                 raise TraceFormatError(f"missing column (header is {','.join(header)!r}, RMM "
                                        f"writes Thread,Time,Action,Pointer,Size,Stream)",
                                        path=name, line=header_line, field=req.capitalize())
-        return _events(reader, name, header, columns, header_line, options.stream)
+        stream = None if options.stream is None else parse_stream(options.stream)
+        return _events(reader, name, header, columns, header_line, stream)
 
 
 def _events(reader, name: str, header: list[str], columns: list[str], header_line: int,
@@ -137,7 +162,7 @@ def _events(reader, name: str, header: list[str], columns: list[str], header_lin
             failures["count"] += 1
             failures["bytes"] += size
         elif size == 0:
-            zero_size += 1
+            zero_size += action == "alloc"  # its free is no second request
         elif action == "alloc":
             if pointer == 0:
                 raise TraceFormatError("allocate returned a null pointer (a failed request is "
@@ -162,8 +187,9 @@ def _events(reader, name: str, header: list[str], columns: list[str], header_lin
         raise TraceFormatError("no allocations after the header", path=name,
                                line=header_line + 1)
     if stream is not None and stream not in streams:
-        listed = ", ".join(map(str, sorted(streams, key=str)))
-        raise TraceFormatError(f"no stream {stream} in the log (streams: {listed})",
+        listed = ", ".join(map(stream_name, sorted(streams, key=str)))
+        raise TraceFormatError(f"no stream {stream_name(stream)} in the log "
+                               f"(streams: {listed})",
                                path=name, field="Stream")
     metadata: dict[str, Any] = {
         "source_format": NAME,
