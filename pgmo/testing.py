@@ -47,14 +47,19 @@ class _HostBuffer:
     __slots__ = ("ptr", "size", "_array", "_memory")
 
     def __init__(self, memory: "HostMemory", size: int):
-        self._array = np.empty(size + _ALIGN, np.uint8)
+        try:
+            self._array = np.empty(size + _ALIGN, np.uint8)
+        except (ValueError, MemoryError):  # NumPy's "maximum size exceeded" too
+            raise MemoryError(f"host memory: cannot allocate {size} bytes") from None
         base = self._array.ctypes.data
         self.ptr = (base + _ALIGN - 1) // _ALIGN * _ALIGN
         self.size = size
         self._memory = memory
 
     def __del__(self):
-        self._memory._give_back(self.size)
+        memory = getattr(self, "_memory", None)  # unset when the allocation failed
+        if memory is not None:
+            memory._give_back(self.size)
 
 
 class HostMemory:
@@ -138,9 +143,9 @@ class HostFallback:
             if cached:
                 buffer = cached.pop()
                 self._free -= rs
+                self._used += rs
             else:
                 buffer = self._new_buffer(rs)
-            self._used += rs
         block = _FallbackBlock()
         block.ptr, block.size, block._buffer, block._returned = (
             buffer.ptr, rs, buffer, self._returned)
@@ -155,10 +160,17 @@ class HostFallback:
                 self._release_cache()
             if self._limit and self.total_bytes() + rs > self._limit:
                 continue
+            # Counted before the raw allocation, as CuPy's pool does: its
+            # listener (the engine's peak of memory held) then sees the new total.
+            self._used += rs
             try:
                 return self.memory(rs)
             except MemoryError:
+                self._used -= rs
                 continue
+            except BaseException:
+                self._used -= rs
+                raise
         raise self.oom_error(rs, self.total_bytes(), self._limit)
 
     def _release_cache(self) -> None:

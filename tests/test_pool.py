@@ -129,6 +129,24 @@ def test_byte_counters_hold_in_every_mode():
     assert pool.stats().arena_bytes > 0 and pool.stats().fallback_requests == 0
 
 
+def test_peaks_of_memory_held_count_every_raw_allocation():
+    """max_memory_reserved: what was held at the worst moment, even after it is given back."""
+    pool = host_pool(warmup=1)
+    with pool.iteration():  # warm-up: the stock pool grows to 30 KiB
+        blocks = [pool.malloc(10_240) for _ in range(3)]
+    assert pool.total_bytes() == 30_720
+    del blocks
+    pool.free_all_blocks()
+    st = pool.stats()
+    assert st.total_bytes == 0 and st.peak_total_bytes == 30_720
+    pool.reset_peak_stats()
+    assert pool.stats().peak_total_bytes == 0
+    with pool.iteration():
+        a = pool.malloc(10_240)
+    assert pool.stats().peak_total_bytes == 10_240
+    del a
+
+
 def test_set_limit_get_limit_like_cupy(monkeypatch):
     pool = host_pool(capacity=1 << 20)
     assert pool.get_limit() == 0
@@ -217,6 +235,21 @@ def test_memory_hooks_see_pgmo_allocations_and_frees():
     assert ("free", 1024, ptr) in hook.calls
     assert ("malloc", 5120, xptr) in hook.calls and ("free", 5120, xptr) in hook.calls
     assert hook.calls.index(("malloc", 1024, ptr)) < hook.calls.index(("free", 1024, ptr))
+
+
+def test_a_failed_arena_allocation_still_reaches_the_post_hooks():
+    """As in CuPy, alloc_postprocess runs when the allocation fails, with mem_ptr=0."""
+    pool = host_pool(capacity=8192, warmup=0)
+    hook = Recorder()
+    with hook:
+        with pool.iteration():  # profiled: 4 KiB at most; the plan wants a 4 KiB arena
+            a, b = pool.malloc(2048), pool.malloc(2048)
+            del a, b
+            with pool.interrupted():
+                x = pool.malloc(6144)  # still held when the arena is taken: no room
+    assert ("alloc", 4096, 0) in hook.calls
+    assert pool.stats().arena_failures == 1 and pool.mode == "fallback"
+    del x
 
 
 def test_debug_print_hook_runs_on_pgmo_blocks():

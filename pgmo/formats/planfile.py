@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 from ..errors import PlanFileError, TraceFormatError
-from ..trace import Block, Trace
+from ..trace import Block, Trace, packing_peak
 from ..units import ALIGNMENT
 from ..validate import find_conflict
 from .files import read_bytes, write_bytes_atomically
@@ -60,7 +60,7 @@ def dumps(profile: Trace, offsets: Sequence[int], method: str,
         "sizes": [b.size for b in blocks], "lowers": [b.lower for b in blocks],
         "uppers": [b.upper for b in blocks], "ids": closed,
         "offsets": [int(o) for o in offsets], "method": method,
-        "peak": max((o + blocks[i].size for i, o in zip(closed, offsets)), default=0),
+        "peak": packing_peak(offsets, [blocks[i].size for i in closed]),
         "alignment": ALIGNMENT, "extra": extra or {},
     }
     doc = {"format": FORMAT, "version": VERSION, "payload": payload,

@@ -227,6 +227,7 @@ class CanonicalSearch:
         nodes = self.nodes + 1
         self.nodes = nodes
         if nodes > self.node_limit:
+            self.nodes = self.node_limit  # the node past the limit is not visited
             return STOPPED
         if nodes % _CHECK_TIME_EVERY == 0 and time.perf_counter() > self.deadline:
             return STOPPED
@@ -274,6 +275,7 @@ class CanonicalSearch:
             nodes = self.nodes + 1  # the child is built and checked: it counts, pruned or not
             self.nodes = nodes
             if nodes > node_limit:
+                self.nodes = node_limit
                 return STOPPED
             twins = later_twins[b]
             if twins and any(not (unplaced >> j) & 1 and offset[j] + sizes[j] == o

@@ -68,7 +68,7 @@ WARM_SECONDS_MAX = 3.0  # the warm start rarely gains more on exact-sized traces
 WARM_SECONDS_UNLIMITED = 2.0  # warm-start budget when the solve has no time limit
 MIN_SOLVE_SECONDS = 0.1  # the solver always gets at least this much
 
-_INSTALL_HINT = "install the optional solvers with: pip install pgmo[exact]"
+_INSTALL_HINT = "install them with: pip install 'pgmo[exact]'"
 
 
 class ExactSolverUnavailable(ImportError):
@@ -81,7 +81,8 @@ def _import_cp_model():
         return importlib.import_module("ortools.sat.python.cp_model")
     except ImportError as exc:
         raise ExactSolverUnavailable(
-            f"backend 'cpsat' needs OR-Tools (import failed: {exc}); {_INSTALL_HINT}") from exc
+            f"the exact solver's backend 'cpsat' needs OR-Tools, which does not import "
+            f"({exc}); {_INSTALL_HINT}") from exc
 
 
 def _import_milp():
@@ -91,8 +92,8 @@ def _import_milp():
         milp = optimize.milp
     except (ImportError, AttributeError) as exc:
         raise ExactSolverUnavailable(
-            f"backend 'highs' needs SciPy >= 1.9 for scipy.optimize.milp "
-            f"(import failed: {exc}); {_INSTALL_HINT}") from exc
+            f"the exact solver's backend 'highs' needs SciPy 1.9 or newer "
+            f"(scipy.optimize.milp), which does not import ({exc}); {_INSTALL_HINT}") from exc
     return milp, optimize.LinearConstraint, optimize.Bounds, sparse
 
 
@@ -112,8 +113,8 @@ def resolve_backend(backend: str) -> str:
             return "highs"
         except ExactSolverUnavailable:
             raise ExactSolverUnavailable(
-                f"method='exact' needs OR-Tools (CP-SAT) or SciPy >= 1.9 (HiGHS), and "
-                f"neither imports; {_INSTALL_HINT}") from cp_missing
+                f"the exact method needs OR-Tools (CP-SAT) or SciPy 1.9 or newer (HiGHS), "
+                f"and neither is installed; {_INSTALL_HINT}") from cp_missing
 
 
 # -- small helpers ------------------------------------------------------------
@@ -212,7 +213,8 @@ def _symmetry_pair(lowers, uppers, sizes) -> tuple[int, int] | None:
     n = len(sizes)
     for i in sorted(range(n), key=lambda k: (-sizes[k], k)):
         neighbours = [j for j in range(n)
-                      if j != i and lowers[i] < uppers[j] and lowers[j] < uppers[i]]
+                      if j != i
+                      and intervals_overlap(lowers[i], uppers[i], lowers[j], uppers[j])]
         if neighbours:
             j = max(neighbours, key=lambda k: (sizes[k], -k))
             return (min(i, j), max(i, j))

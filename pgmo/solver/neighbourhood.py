@@ -29,6 +29,7 @@ import random
 import time
 from typing import Sequence
 
+from ..trace import intervals_overlap
 from .budget import Budget
 from .canonical_search import FOUND, MAX_CELLS, ORDER_RULES, CanonicalSearch, sections_of
 
@@ -101,13 +102,14 @@ class NeighbourhoodSearch:
         width = uppers[centre] - lowers[centre]
         start = lowers[centre] - int(width * rng.random())
         end = uppers[centre] + int(width * rng.random())
-        around = [i for i in range(self.n) if lowers[i] < end and uppers[i] > start]
+        around = [i for i in range(self.n)
+                  if intervals_overlap(lowers[i], uppers[i], start, end)]
         around.sort(key=lambda i: (-tops[i], i))
         slab = set(around[:rng.randint(*SLAB_SIZES)])
         slab.add(centre)
         lo = min(lowers[i] for i in slab)
         up = max(uppers[i] for i in slab)
-        slab.update(i for i in over if lowers[i] < up and uppers[i] > lo)
+        slab.update(i for i in over if intervals_overlap(lowers[i], uppers[i], lo, up))
         return sorted(slab)
 
     def _repack(self, offsets, slab, capacity, budget) -> dict[int, int] | None:
@@ -125,7 +127,7 @@ class NeighbourhoodSearch:
             rows_up.append(uppers[i])
             rows_size.append(sizes[i])
         for i in range(self.n):
-            if i in inside or not (lowers[i] < up and uppers[i] > lo):
+            if i in inside or not intervals_overlap(lowers[i], uppers[i], lo, up):
                 continue
             top = offsets[i] + sizes[i]
             if top <= base:
