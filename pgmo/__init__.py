@@ -7,9 +7,7 @@ use: ``pgmo.ProfileGuidedMemoryPool``, ``pgmo.TraceRecorder`` and
 Chainer, ``pgmo.chainermn`` ChainerMN and MPI.
 """
 
-from __future__ import annotations
-
-import importlib
+import importlib as _importlib
 
 from .errors import PlanError, PlanFileError, TraceFormatError
 from .formats import read_trace, write_trace
@@ -23,7 +21,7 @@ __all__ = [
     "Block", "Trace", "Plan", "PlanError", "PlanFileError", "TraceFormatError", "METHODS",
     "SolverOptions", "read_trace", "write_trace", "read_plan", "solve",
     "ProfileGuidedMemoryPool", "PoolStats", "replay", "host_pool", "__version__",
-    "analyze", "Analysis", "TraceRecorder",
+    "analyze", "Analysis", "TraceRecorder", "PgmoWarning",
 ]
 
 #: Names loaded on first use: (module, attribute or None for the module itself).
@@ -43,6 +41,7 @@ _LAZY = {
     "analyze": ("pgmo.analysis", "analyze"),
     "Analysis": ("pgmo.analysis", "Analysis"),
     "TraceRecorder": ("pgmo.trace_recorder", "TraceRecorder"),
+    "PgmoWarning": ("pgmo.engine.core", "PgmoWarning"),
 }
 
 
@@ -50,7 +49,7 @@ def __getattr__(name: str):
     """Import the names that need CuPy or Chainer (and big modules) only when asked for."""
     if name in _LAZY:
         module, attr = _LAZY[name]
-        value = importlib.import_module(module)
+        value = _importlib.import_module(module)
         if attr is not None:
             value = getattr(value, attr)
         globals()[name] = value

@@ -36,11 +36,18 @@ def plot_plan(plan: Plan | None, path, trace: Trace | None = None, title: str | 
     """Write a PNG (or any matplotlib format, by suffix) of ``plan`` to ``path``.
 
     With ``plan=None`` only the live-bytes curve of ``trace`` is drawn.
+    Returns the path written (``.png`` added to a name without a suffix).
     """
     fig = plan_figure(plan, trace, title)
     import matplotlib.pyplot as plt
 
     out = Path(path)
+    if out.is_dir():
+        plt.close(fig)
+        raise IsADirectoryError(f"{out} is a folder: name the picture to write, e.g. "
+                                f"{out / 'plan.png'}")
+    if not out.suffix:  # matplotlib would append .png itself; say the name it gets
+        out = out.with_name(out.name + ".png")
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         fig.savefig(out, dpi=dpi)

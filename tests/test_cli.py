@@ -90,6 +90,24 @@ def test_plot_writes_a_picture(trace_file, tmp_path, capsys):
     assert out.read_bytes().startswith(b"\x89PNG")
 
 
+def test_plot_says_the_name_it_wrote(trace_file, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert main(["plot", str(trace_file), "-o", str(tmp_path / "pic")]) == 0
+    assert f"wrote {tmp_path / 'pic.png'} " in capsys.readouterr().out
+    assert (tmp_path / "pic.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_an_output_that_is_a_folder_is_named_as_such(trace_file, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    assert main(["solve", str(trace_file), "--method", "bestfit", "-o", str(folder)]) == 2
+    assert f"{folder} is a folder, not a file to write" in capsys.readouterr().err
+    assert main(["plot", str(trace_file), "-o", str(folder)]) == 2
+    assert f"{folder} is a folder: name the picture" in capsys.readouterr().err
+    assert list(folder.iterdir()) == []  # no temporary file left behind
+
+
 def test_plot_with_a_given_plan(trace_file, tmp_path):
     pytest.importorskip("matplotlib")
     plan_csv, png = tmp_path / "p.csv", tmp_path / "p.png"

@@ -90,6 +90,8 @@ def write_bytes_atomically(path, data: bytes) -> None:
     an existing file keeps its permissions.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder, not a file to write")
     if path.name.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
     path.parent.mkdir(parents=True, exist_ok=True)
