@@ -84,6 +84,19 @@ def test_bundled_traces_in_all_modes(name, make_pool):
     assert fb["stats"].interrupted_requests == len(trace)
 
 
+def test_the_checker_catches_a_pool_that_hands_out_an_address_in_use():
+    """The oracle of every replay test, against a deliberately broken plan."""
+    from pgmo import bundled
+
+    trace = scaled(bundled.load("synthetic-alexnet-train-b32"))
+    pool = host_engine(warmup=0)
+    assert_clean(replay([trace] * 2, pool))
+    hot = pool.hot
+    hot.addresses = [hot.arena.ptr] * len(hot.addresses)  # every request at offset 0
+    broken = replay([trace], pool)
+    assert broken["overlaps"] > 0 and broken["corrupted"] > 0
+
+
 DSA_FILES = ["omnimalloc-small/c.8.csv", "minimalloc/challenging/A.1048576.csv",
              "minimalloc/challenging/K.1048576.csv", "idealloc/iree/iree_mobilenet.csv",
              "idealloc/iree/iree_mobilebert.csv", "idealloc/somas_tensors/resnet50.csv",

@@ -27,7 +27,10 @@ def test_bundled_synthetic_traces_are_labelled_and_reproducible(name):
     shipped = bundled.load(name)
     assert shipped.metadata["synthetic"] is True
     assert "not a measurement" in shipped.metadata["recorded_by"]
-    assert shipped.blocks == synth.bundled_specs()[name]().blocks
+    made = synth.bundled_specs()[name]()
+    assert shipped.blocks == made.blocks
+    assert shipped.metadata == made.metadata  # the generator labels what it makes, too
+    assert "not a measurement" in made.metadata["recorded_by"]
 
 
 def test_every_bundled_trace_says_how_it_was_made():
