@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__
+from .demo import DEMO_TIME_LIMIT
 from .errors import PlanError, TraceFormatError
 from .formats import FORMATS, ReadOptions, load
 from .plan import Plan
@@ -238,8 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", default=None, help="bundled trace name (see --list)")
     p.add_argument("--list", action="store_true", help="list the bundled traces")
     p.add_argument("-o", "--output", default="pgmo-demo.png", help="picture to write")
-    p.add_argument("--time-limit", type=float, default=5.0, metavar="S",
-                   help="seconds for the 'best' method (default: 5)")
+    p.add_argument("--time-limit", type=float, default=DEMO_TIME_LIMIT, metavar="S",
+                   help=f"seconds for the 'best' method (default: {DEMO_TIME_LIMIT:g})")
     p.set_defaults(func=cmd_demo)
     return parser
 

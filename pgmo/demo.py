@@ -34,13 +34,17 @@ def _list() -> int:
     return 0
 
 
-def _replay_on_host(trace) -> None:
+#: Seconds for 'best' in the demo: short, as the demo is a first look.
+DEMO_TIME_LIMIT = 5.0
+
+
+def _replay_on_host(trace, time_limit: float) -> None:
     try:
         from .testing import host_pool, replay
     except ImportError as exc:
         print(f"\npool replay skipped: {exc} (install pgmo[cuda13] or pgmo[cuda12])")
         return
-    pool = host_pool(method="best", time_limit=5.0)
+    pool = host_pool(method="best", time_limit=time_limit)
     result = replay([trace] * 4, pool)
     stats = result["stats"]
     print("\npool replay on host memory (4 iterations: warm-up, profile, 2 optimized):")
@@ -51,7 +55,7 @@ def _replay_on_host(trace) -> None:
 
 
 def run_demo(trace_name: str | None = None, output: str = "pgmo-demo.png",
-             time_limit: float = 5.0, list_only: bool = False) -> int:
+             time_limit: float = DEMO_TIME_LIMIT, list_only: bool = False) -> int:
     if list_only:
         return _list()
     name = trace_name or DEFAULT_TRACE
@@ -76,5 +80,5 @@ def run_demo(trace_name: str | None = None, output: str = "pgmo-demo.png",
         print(f"\nwrote {output}")
     except ImportError as exc:
         print(f"\npicture skipped: {exc}")
-    _replay_on_host(trace)
+    _replay_on_host(trace, time_limit)
     return 0

@@ -136,7 +136,7 @@ class HostFallback:
             self._free += buffer.size
 
     def malloc(self, size: int) -> _FallbackBlock:
-        rs = (size + _ALIGN - 1) // _ALIGN * _ALIGN
+        rs = round_size(size)
         with self._lock:
             self._collect()
             cached = self._cache.get(rs)
