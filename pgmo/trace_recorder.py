@@ -48,7 +48,9 @@ class TraceRecorder(memory_hook.MemoryHook):
     ``pool``: optional, the pool being recorded (e.g.
     ``cupy.get_default_memory_pool()``); with it the trace also records what
     the pool reserved (``total_bytes()`` at the start plus what it took from
-    the device while recording), which ``pgmo analyze`` compares with.
+    the device while recording), which ``pgmo analyze`` compares with; when
+    the pool gave memory back meanwhile (which hooks do not hear), a note
+    says that this is an upper bound.
     Each ``with`` block starts a new recording.
     """
 
@@ -58,12 +60,19 @@ class TraceRecorder(memory_hook.MemoryHook):
         self.pool = pool
         self._log: list[tuple] = []
         self._reserved_at_start: int | None = None
+        self._reserved_at_end: int | None = None
 
     # -- the context manager --------------------------------------------------
     def __enter__(self) -> "TraceRecorder":
         self._log = []
         self._reserved_at_start = int(self.pool.total_bytes()) if self.pool is not None else None
+        self._reserved_at_end = None
         return super().__enter__()
+
+    def __exit__(self, *exc) -> None:
+        super().__exit__(*exc)
+        if self.pool is not None:
+            self._reserved_at_end = int(self.pool.total_bytes())
 
     # -- CuPy's hook points: append only ----------------------------------------
     def malloc_postprocess(self, device_id=0, size=0, mem_size=0, mem_ptr=0, pmem_id=0,
@@ -124,8 +133,15 @@ class TraceRecorder(memory_hook.MemoryHook):
         metadata: dict[str, Any] = {"source_format": "cupy-memory-hook",
                                     "recorded_by": "pgmo.TraceRecorder", "import": report}
         if self._reserved_at_start is not None:
-            metadata["reserved_peak"] = self._reserved_at_start + grown
+            peak = self._reserved_at_start + grown
+            metadata["reserved_peak"] = peak
             metadata["reserved_by"] = "the CuPy pool"
+            end = self._reserved_at_end
+            if end is not None and end < peak:  # hooks do not hear memory given back
+                metadata["reserved_note"] = (
+                    f"the pool gave memory back while recording (it held {end:,} bytes at "
+                    f"the end): the reservation shown is an upper bound, its memory at the "
+                    f"start plus every device allocation heard")
         return pairing.trace(**metadata)
 
     def save(self, path, device: int | None = None) -> Trace:

@@ -121,7 +121,26 @@ def test_with_its_pool_the_trace_records_what_the_pool_reserved():
         malloc(rec, 0x5000, 4000)
     trace = rec.trace()
     assert trace.metadata["reserved_peak"] == (1 << 20) + 4096
+    assert "reserved_note" not in trace.metadata  # nothing was given back
     assert pgmo.analyze(trace, method="bestfit").reserved == (1 << 20) + 4096
+
+
+def test_memory_given_back_while_recording_makes_the_reservation_an_upper_bound():
+    class Pool:
+        held = 1 << 20
+
+        def total_bytes(self):
+            return self.held
+
+    pool = Pool()
+    with TraceRecorder(pool=pool) as rec:
+        rec.alloc_postprocess(device_id=0, mem_size=4096, mem_ptr=0x5000)
+        malloc(rec, 0x5000, 4000)
+        pool.held = 4096  # free_all_blocks() on an out-of-memory retry: not heard by hooks
+    trace = rec.trace()
+    assert trace.metadata["reserved_peak"] == (1 << 20) + 4096
+    notes = pgmo.analyze(trace, method="bestfit").notes
+    assert any("gave memory back while recording" in n and "upper bound" in n for n in notes)
 
 
 def test_a_saved_recording_is_analysed_from_its_file(tmp_path, capsys):
