@@ -110,13 +110,20 @@ def test_failed_requests_are_counted_and_devices_kept_apart():
     assert report(zero)["failed_requests"] == {"count": 1, "bytes": 1 << 40}
 
 
-def test_with_its_pool_the_trace_records_what_the_pool_reserved():
-    class Pool:
-        def total_bytes(self):
-            return 1 << 20
+class FakePool:
+    """What TraceRecorder asks of a pool: the bytes it holds."""
 
-    with TraceRecorder(pool=Pool()) as rec:
+    held = 1 << 20
+
+    def total_bytes(self):
+        return self.held
+
+
+def test_with_its_pool_the_trace_records_what_the_pool_reserved():
+    pool = FakePool()
+    with TraceRecorder(pool=pool) as rec:
         rec.alloc_postprocess(device_id=0, mem_size=4096, mem_ptr=0x5000)
+        pool.held += 4096
         rec.alloc_postprocess(device_id=0, mem_size=8192, mem_ptr=0)  # failed
         malloc(rec, 0x5000, 4000)
     trace = rec.trace()
@@ -126,13 +133,7 @@ def test_with_its_pool_the_trace_records_what_the_pool_reserved():
 
 
 def test_memory_given_back_while_recording_makes_the_reservation_an_upper_bound():
-    class Pool:
-        held = 1 << 20
-
-        def total_bytes(self):
-            return self.held
-
-    pool = Pool()
+    pool = FakePool()
     with TraceRecorder(pool=pool) as rec:
         rec.alloc_postprocess(device_id=0, mem_size=4096, mem_ptr=0x5000)
         malloc(rec, 0x5000, 4000)
