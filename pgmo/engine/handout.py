@@ -203,9 +203,9 @@ def new_slots(n):
 
 
 def new_log(n):
-    """Empty log arrays (sizes, lowers, uppers) with room for ``n`` requests."""
-    return (array.array("q", [0]) * n, array.array("q", [0]) * n,
-            array.array("q", [NOT_FREED]) * n)
+    """Empty log arrays (lowers, uppers, sizes: :meth:`.Trace.columns`' order) for ``n`` requests."""
+    return (array.array("q", [0]) * n, array.array("q", [NOT_FREED]) * n,
+            array.array("q", [0]) * n)
 
 
 def _release(inbox, index, iteration, size, arena, keep):
@@ -266,10 +266,10 @@ class HotPath:
         self.n = 0  # requests numbered in this iteration
         self.max_n = 1 << 62
         self.tick = 0  # the event clock
-        # The iteration's log (see .recording): per request its rounded size
-        # (0: as planned), alloc tick and free tick (NOT_FREED until freed), in
-        # C arrays so that logging creates no Python objects.
-        self.obs_sizes = self.obs_lowers = self.obs_uppers = new_log(0)[0]
+        # The iteration's log (see .recording): per request its alloc tick, free
+        # tick (NOT_FREED until freed) and rounded size (0: as planned), in C
+        # arrays so that logging creates no Python objects.
+        self.obs_lowers = self.obs_uppers = self.obs_sizes = new_log(0)[0]
         self.open_log(0)
         self.thread_hooks = None  # callable: the calling thread's memory hooks (CuPy)
         self.owner_hooks = None  # the owner thread's memory hooks (a dict), if any
@@ -381,18 +381,18 @@ class HotPath:
 
     def open_log(self, n):
         """A fresh log with room for ``n`` requests (it grows when needed)."""
-        sizes, lowers, uppers = new_log(n)
-        self.obs_sizes = sizes
+        lowers, uppers, sizes = new_log(n)
         self.obs_lowers = lowers
         self.obs_uppers = uppers
+        self.obs_sizes = sizes
 
     def log_columns(self, n):
-        """The first ``n`` requests of the log as lists; an open block's upper is None."""
-        sizes = [self.obs_sizes[i] for i in range(n)]
+        """The first ``n`` requests of the log as lists (lowers, uppers, sizes); open: None."""
         lowers = [self.obs_lowers[i] for i in range(n)]
         uppers = [None if self.obs_uppers[i] == NOT_FREED else self.obs_uppers[i]
                   for i in range(n)]
-        return sizes, lowers, uppers
+        sizes = [self.obs_sizes[i] for i in range(n)]
+        return lowers, uppers, sizes
 
     def survivors(self, n):
         """The first ``n`` requests whose block is still live (not freed in the log)."""
@@ -401,14 +401,14 @@ class HotPath:
     def record(self, i, tick, rs):
         """Log request ``i`` (not served by the plan) on the event clock."""
         if i >= len(self.obs_sizes):  # double the room, copying what is there
-            sizes, lowers, uppers = new_log(2 * i + 16)
+            lowers, uppers, sizes = new_log(2 * i + 16)
             for k in range(i):
-                sizes[k] = self.obs_sizes[k]
                 lowers[k] = self.obs_lowers[k]
                 uppers[k] = self.obs_uppers[k]
-            self.obs_sizes = sizes
+                sizes[k] = self.obs_sizes[k]
             self.obs_lowers = lowers
             self.obs_uppers = uppers
+            self.obs_sizes = sizes
         self.obs_sizes[i] = rs
         self.obs_lowers[i] = tick
 
