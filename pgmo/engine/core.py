@@ -223,7 +223,8 @@ class Engine:
             return hot.pointer_type(hot.memory_type(0, 0, None, hot.device_id), 0)
         rs = round_size(size)
         if hot.kind == SLOW and not self._watch(rs):
-            return self._from_fallback(size, rs, self._detector_index, _WATCHED)
+            index = self._detector_index
+            return hot.fallback_block(self._from_fallback(size, rs), rs, index, _WATCHED)
         if self._auto is not None and self._in_iter and hot.n >= self._auto.period \
                 and self._recording and _get_ident() == hot.owner:
             self._auto_boundary()
@@ -242,7 +243,7 @@ class Engine:
                 hot.interrupted_requests += 1
             else:
                 hot.other_requests += 1
-            return self._from_fallback(size, rs, -1, OUTSIDE)
+            return hot.fallback_block(self._from_fallback(size, rs), rs, -1, OUTSIDE)
         return self._serve_numbered(size, rs)
 
     def _is_owner(self) -> bool:
@@ -256,65 +257,45 @@ class Engine:
             self.hot.fallback_requests += 1
         else:
             self.hot.other_requests += 1
-        return self._from_fallback(size, rs, -1, OUTSIDE)
+        return self.hot.fallback_block(self._from_fallback(size, rs), rs, -1, OUTSIDE)
 
     def _serve_numbered(self, size: int, rs: int) -> Any:
-        """A numbered request the inline path left to the engine: a departure or a full device."""
+        """A numbered request the inline path left to the engine: a departure or a full device.
+
+        Only decides where it goes; the hot path's ``serve_*`` methods hand it out.
+        """
         hot = self.hot
+        if not self._use_plan:
+            return hot.serve_recorded(self._from_fallback(size, rs), rs)
         i = hot.n
-        if self._use_plan:
-            cap, o, due = hot.rows[i]
-            if rs <= cap:
-                if due:
-                    hot.check_due(due)
-                if o >= 0:
-                    arena = hot.arena
-                    if not arena.overdue or self._clear(arena, o, o + rs):
-                        pointer = hot.arena_block(arena, hot.addresses[i], rs, rs, i)
-                        self._number(i)
-                        hot.obs_lowers[i] = hot.tick - 1
-                        return pointer
-            else:
-                self._diverge(i, rs)
-            pointer = self._from_fallback(size, rs, i, hot.iteration)
-            self._number(i)
-            hot.obs_lowers[i] = hot.tick - 1
-            hot.obs_sizes[i] = rs
-            if o < 0 and rs <= cap:  # pinned: the plan itself sends it to the fallback
-                hot.pinned_requests += 1
-            else:
-                hot.fallback_requests += 1
-            return pointer
-        pointer = self._from_fallback(size, rs, i, hot.iteration)
-        self._number(i)
-        hot.record(i, hot.tick - 1, rs)
-        if self._planned_iter:
-            hot.fallback_requests += 1
+        cap, o, due = hot.rows[i]
+        if rs <= cap:
+            if due:
+                hot.check_due(due)
+            if o >= 0:
+                arena = hot.arena
+                if not arena.overdue or self._clear(arena, o, o + rs):
+                    return hot.serve_planned(arena, rs, rs)
         else:
-            hot.profiled_requests += 1
-        return pointer
+            self._diverge(i, rs)
+        pinned = o < 0 and rs <= cap  # the plan itself sends it to the fallback
+        return hot.serve_off_plan(self._from_fallback(size, rs), rs, pinned)
 
-    def _number(self, i: int) -> None:
-        hot = self.hot
-        hot.n = i + 1
-        hot.tick += 1
-
-    def _from_fallback(self, size: int, rs: int, index: int, iteration: int) -> Any:
-        """A fallback block, after making room if the device is full; else CuPy's error."""
+    def _from_fallback(self, size: int, rs: int) -> Any:
+        """A raw fallback block, after making room if the device is full; else CuPy's error."""
         fallback = self.fallback
         try:
-            block = fallback.malloc(size)
+            return fallback.malloc(size)
         except MemoryError:
             # Give back what can be given back, then try once more.
             gc.collect()
             self.hot.drain()
             fallback.free_all_blocks()
             try:
-                block = fallback.malloc(size)
+                return fallback.malloc(size)
             except MemoryError:
                 raise self.backend.oom_error(rs, self.arenas.total_bytes(),
                                              self.arenas.limit) from None
-        return self.hot.fallback_block(block, rs, index, iteration)
 
     def _clear(self, arena, lo: int, hi: int) -> bool:
         """True when ``[lo, hi)`` meets no overdue block; a hit is a departure."""
