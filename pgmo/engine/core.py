@@ -20,11 +20,13 @@ Modes (what the current iteration does, or the next one between iterations):
     Between ``interrupt()`` and ``resume()``, or when no arena could be
     allocated: the fallback, outside the plan.
 
-Who does what: :mod:`.handout` hands every block out and takes its free back;
-:mod:`.arenas` owns the arenas; :mod:`.recording` turns logs into profiles;
-:mod:`.planner` turns profiles into plans and :mod:`.schedule` plans into
-what the hot path reads; :mod:`.detect` finds iterations nobody marked.  This
-module decides, at each request and boundary, which of them acts.
+Who does what: :mod:`.handout` hands every block out (numbering, logging and
+counting it) and takes its free back; :mod:`.arenas` owns the arenas;
+:mod:`.recording` turns logs into profiles; :mod:`.planner` turns profiles
+into plans and :mod:`.schedule` plans into what the hot path reads;
+:mod:`.detect` finds iterations nobody marked; :mod:`.report` gathers the
+counters into :class:`~pgmo.stats.PoolStats`.  This module decides, at each
+request and boundary, which of them acts.
 
 Safety: arena memory is only handed out for request ``k`` of the iteration
 that owns the schedule (same thread, same device/stream context), only
@@ -60,6 +62,7 @@ from .implementation import default_hot_path
 from .options import Backend, PoolOptions
 from .planner import Planner
 from .recording import Log
+from .report import pool_stats
 from .schedule import Schedule
 
 __all__ = ["Engine", "PgmoWarning"]
@@ -655,17 +658,24 @@ class Engine:
         return self._in_iter
 
     @property
+    def latest_schedule(self) -> Schedule | None:
+        """The schedule in use from the next boundary: the one waiting there, else the installed one."""
+        return self._pending or self.schedule
+
+    @property
     def profile(self) -> Trace | None:
         """The profile the installed plan was made for."""
-        s = self._pending or self.schedule
+        s = self.latest_schedule
         return s.profile if s is not None else None
 
     @property
     def plan(self) -> Plan | None:
-        s = self._pending or self.schedule
+        s = self.latest_schedule
         return s.plan if s is not None else None
 
-    def _iteration_source(self) -> str:
+    @property
+    def iteration_source(self) -> str:
+        """Where iterations come from: "marked", "detected (every n requests)" or "none"."""
         if self._explicit:
             return "marked"
         if self._auto is not None:
@@ -675,54 +685,8 @@ class Engine:
     def stats(self) -> PoolStats:
         """Every counter at once (frees applied first, so they are current)."""
         with self:
-            hot = self.hot
-            hot.drain()
-            arenas = self.arenas
-            arena_used = hot.used - hot.fb_used
-            arena_total = arenas.arena_total()
-            fb = self.fallback
-            fb_used, fb_total = fb.used_bytes(), fb.total_bytes()
-            schedule = self._pending or self.schedule
-            plan = schedule.plan if schedule is not None else None
-            planner = self.planner
-            return PoolStats(
-                mode=self.mode,
-                replan=planner.mode,
-                iteration_source=self._iteration_source(),
-                iterations=self.completed,
-                requests=(hot.profiled_requests + hot.planned_requests
-                          + hot.fallback_requests + hot.pinned_requests
-                          + hot.interrupted_requests
-                          + hot.other_requests),
-                profiled_requests=hot.profiled_requests,
-                planned_requests=hot.planned_requests,
-                fallback_requests=hot.fallback_requests,
-                pinned_requests=hot.pinned_requests,
-                interrupted_requests=hot.interrupted_requests,
-                foreign_requests=self.foreign_requests,
-                departures=self.departures,
-                reoptimizations=planner.replans,
-                plan_method=plan.method if plan is not None else "",
-                planned_peak=plan.peak if plan is not None else 0,
-                lower_bound=plan.lower_bound if plan is not None else 0,
-                planned_blocks=len(plan.trace) if plan is not None else 0,
-                pinned_blocks=len(schedule.pinned) if schedule is not None else 0,
-                background_solves=planner.background_solves,
-                stale_plans=planner.stale_plans,
-                planner_failures=planner.worker_failures,
-                solve_failures=planner.solve_failures,
-                arena_failures=arenas.failures,
-                arena_bytes=hot.arena.size if hot.arena is not None else 0,
-                old_arena_bytes=arena_total - (hot.arena.size if hot.arena is not None else 0),
-                live_bytes=hot.used,
-                used_bytes=arena_used + fb_used,
-                free_bytes=arena_total - arena_used + (fb_total - fb_used),
-                total_bytes=arena_total + fb_total,
-                n_free_blocks=arenas.free_gaps() + fb.n_free_blocks(),
-                peak_used_bytes=hot.peak_used,
-                peak_total_bytes=max(arenas.peak_total, arena_total + fb_total),
-                limit=arenas.limit,
-            )
+            self.hot.drain()
+            return pool_stats(self)
 
 
 def _with_warmup(options: PoolOptions, warmup: int) -> PoolOptions:
