@@ -17,8 +17,11 @@ Modes (what the current iteration does, or the next one between iterations):
     block freed later than planned) is merged into the profile and planned
     again (:mod:`.planner`); the new plan is installed at a later boundary.
 ``fallback``
-    Between ``interrupt()`` and ``resume()``, or when no arena could be
-    allocated: the fallback, outside the plan.
+    Between ``interrupt()`` and ``resume()``, when no arena could be
+    allocated, or while requests come and no iteration has been marked or
+    found (a loop is being looked for, or loop detection is off): the
+    fallback, outside any plan.  Before the first request the mode is that of
+    the next iteration (``warmup``).
 
 Who does what: :mod:`.handout` hands every block out (numbering, logging and
 counting it) and takes its free back; :mod:`.arenas` owns the arenas;
@@ -44,6 +47,8 @@ import dataclasses
 import gc
 import logging
 import operator
+import os
+import sys
 import threading
 import time
 import warnings
@@ -79,6 +84,25 @@ _AUTO_GIVE_UP = 3
 
 class PgmoWarning(UserWarning):
     """Something that costs memory or time and that the user can fix."""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """``warnings.warn``'s stacklevel, for its caller, that names the first frame outside pgmo.
+
+    The user's call reaches the engine at different depths (the compiled hot
+    path has no Python frame, the plain one has; the pool and memory hooks
+    add theirs), so no fixed level would name it.
+    """
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame.f_back is not None and \
+            os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _weak(method):
@@ -355,11 +379,13 @@ class Engine:
         if self._unmarked >= self.options.warn_after and self._auto is None \
                 and not self._warned_unmarked:
             self._warned_unmarked = True
+            why = ("found no repeating loop" if self._detector is not None
+                   else "loop detection is off (detect_iterations=False)")
             warnings.warn(
                 f"pgmo has served {self._unmarked:,} allocations without an iteration and "
-                f"found no repeating loop, so it optimizes nothing. Wrap each training step "
+                f"{why}, so it optimizes nothing. Wrap each training step "
                 f"in `with pool.iteration():` (or use pgmo.chainer.ProfileGuidedMemory).",
-                PgmoWarning, stacklevel=4)
+                PgmoWarning, stacklevel=_user_stacklevel())
 
     def _auto_boundary(self) -> None:
         """End a detected iteration and start the next one (or give the period up)."""
@@ -636,6 +662,8 @@ class Engine:
             return "fallback"
         if self._in_iter:
             return self._iter_mode
+        if self._unmarked and not self._explicit and self._auto is None:
+            return "fallback"  # serving with no iteration to plan: nothing is optimized
         return self._next_mode()
 
     def _next_mode(self) -> str:
