@@ -7,7 +7,9 @@ hot paths: the compiled one (when built) and the plain-Python reference.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import sys
 import threading
 import warnings
 
@@ -605,7 +607,8 @@ def test_marking_iterations_replaces_a_detected_period(hot_path):
 def test_no_loop_and_no_marks_warns_once_with_the_fix(hot_path):
     c = Checked(hot_path, warn_after=50)
     sizes = iter(range(1, 10 ** 6))  # never repeats
-    with pytest.warns(PgmoWarning, match=r"with pool\.iteration\(\)") as caught:
+    with pytest.warns(PgmoWarning, match=r"found no repeating loop.*with pool\.iteration\(\)") \
+            as caught:
         for _ in range(200):
             c.run([next(sizes) * 512, ("f", 0)])
     assert len(caught) == 1
@@ -615,6 +618,80 @@ def test_no_loop_and_no_marks_warns_once_with_the_fix(hot_path):
 
 def test_detection_off_still_warns(hot_path):
     c = Checked(hot_path, warn_after=20, detect_iterations=False)
-    with pytest.warns(PgmoWarning):
+    with pytest.warns(PgmoWarning, match="loop detection is off") as caught:
         loop(c, 40)
+    assert "found no repeating loop" not in str(caught[0].message)
     assert c.engine.stats().planned_requests == 0
+
+
+def unique_requests(c, n):
+    """``n`` requests of sizes that never repeat (no loop to find), each freed at once."""
+    for k in range(1, n + 1):
+        c.run([k * 512, ("f", 0)])
+
+
+@pytest.mark.parametrize("detect", [True, False])
+def test_mode_is_fallback_while_no_iteration_is_marked_or_found(hot_path, detect):
+    c = Checked(hot_path, warmup=1, detect_iterations=detect)
+    e = c.engine
+    assert e.mode == e.stats().mode == "warmup"  # no request yet: what the next iteration does
+    unique_requests(c, 100)
+    assert e.mode == e.stats().mode == "fallback"
+    modes = []
+    for _ in range(3):  # the user starts marking iterations: the usual modes
+        e.begin_iteration()
+        modes.append(e.mode)
+        c.run(HOT)
+        e.end_iteration()
+        modes.append(e.mode)
+    assert modes == ["warmup", "profiling", "profiling", "optimized", "optimized", "optimized"]
+    unique_requests(c, 10)  # outside the marked iterations: still the next one's mode
+    assert e.mode == e.stats().mode == "optimized"
+
+
+def test_a_detected_loop_leaves_fallback_and_is_optimized(hot_path):
+    c = Checked(hot_path, warmup=1)
+    e = c.engine
+    seen = []
+    for _ in range(40):
+        blocks = []
+        for op in HOT:  # after every malloc and free
+            if isinstance(op, int):
+                blocks.append(c.malloc(op))
+            else:
+                c.free(blocks[op[1]])
+                blocks[op[1]] = None
+            seen.append((e.mode, e.stats().iteration_source))
+    assert seen[0] == ("fallback", "none")  # watching: no loop found yet
+    # Fallback exactly until the loop is found, from then on the usual modes.
+    assert all((mode == "fallback") == (source == "none") for mode, source in seen)
+    assert seen[-1] == ("optimized", "detected (every 4 requests)")
+
+
+@pytest.mark.parametrize("entry", ["engine", "pool", "pool with hooks"])
+def test_unmarked_warning_names_the_users_call(hot_path, entry, monkeypatch):
+    from pgmo.testing import host_engine, host_pool
+
+    if hot_path is reference_handout().HotPath:
+        monkeypatch.setenv("PGMO_PURE_PYTHON", "1")
+    if entry == "engine":
+        allocator = host_engine(warn_after=10)
+        engine = allocator
+    else:
+        pytest.importorskip("cupy")
+        allocator = host_pool(warn_after=10)
+        engine = allocator.engine
+    assert type(engine.hot) is hot_path
+    hooks = contextlib.nullcontext()
+    if entry == "pool with hooks":
+        from cupy.cuda import memory_hook
+
+        hooks = memory_hook.MemoryHook()
+        hooks.name = "pgmo-test-silent"
+    with warnings.catch_warnings(record=True) as caught, hooks:
+        warnings.simplefilter("always")
+        for k in range(1, 30):
+            allocator.malloc(k * 512)
+            line = sys._getframe().f_lineno - 1
+    [w] = [w for w in caught if issubclass(w.category, PgmoWarning)]
+    assert (w.filename, w.lineno) == (__file__, line)

@@ -11,6 +11,7 @@ module                 owns
 :mod:`.planner`        profile -> plan, now or in the background (:mod:`.worker`)
 :mod:`.schedule`       plan -> what the hot path reads, and the safety rule
 :mod:`.detect`         finding iterations nobody marked
+:mod:`.report`         the counters gathered into one ``PoolStats``
 :mod:`.options`        the backend (memory sources) and the user's options
 =====================  ================================================================
 """

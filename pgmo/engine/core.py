@@ -17,14 +17,19 @@ Modes (what the current iteration does, or the next one between iterations):
     block freed later than planned) is merged into the profile and planned
     again (:mod:`.planner`); the new plan is installed at a later boundary.
 ``fallback``
-    Between ``interrupt()`` and ``resume()``, or when no arena could be
-    allocated: the fallback, outside the plan.
+    Between ``interrupt()`` and ``resume()``, when no arena could be
+    allocated, or while requests come and no iteration has been marked or
+    found (a loop is being looked for, or loop detection is off): the
+    fallback, outside any plan.  Before the first request the mode is that of
+    the next iteration (``warmup``).
 
-Who does what: :mod:`.handout` hands every block out and takes its free back;
-:mod:`.arenas` owns the arenas; :mod:`.recording` turns logs into profiles;
-:mod:`.planner` turns profiles into plans and :mod:`.schedule` plans into
-what the hot path reads; :mod:`.detect` finds iterations nobody marked.  This
-module decides, at each request and boundary, which of them acts.
+Who does what: :mod:`.handout` hands every block out (numbering, logging and
+counting it) and takes its free back; :mod:`.arenas` owns the arenas;
+:mod:`.recording` turns logs into profiles; :mod:`.planner` turns profiles
+into plans and :mod:`.schedule` plans into what the hot path reads;
+:mod:`.detect` finds iterations nobody marked; :mod:`.report` gathers the
+counters into :class:`~pgmo.stats.PoolStats`.  This module decides, at each
+request and boundary, which of them acts.
 
 Safety: arena memory is only handed out for request ``k`` of the iteration
 that owns the schedule (same thread, same device/stream context), only
@@ -42,6 +47,8 @@ import dataclasses
 import gc
 import logging
 import operator
+import os
+import sys
 import threading
 import time
 import warnings
@@ -60,6 +67,7 @@ from .implementation import default_hot_path
 from .options import Backend, PoolOptions
 from .planner import Planner
 from .recording import Log
+from .report import pool_stats
 from .schedule import Schedule
 
 __all__ = ["Engine", "PgmoWarning"]
@@ -76,6 +84,25 @@ _AUTO_GIVE_UP = 3
 
 class PgmoWarning(UserWarning):
     """Something that costs memory or time and that the user can fix."""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """``warnings.warn``'s stacklevel, for its caller, that names the first frame outside pgmo.
+
+    The user's call reaches the engine at different depths (the compiled hot
+    path has no Python frame, the plain one has; the pool and memory hooks
+    add theirs), so no fixed level would name it.
+    """
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame.f_back is not None and \
+            os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _weak(method):
@@ -223,7 +250,8 @@ class Engine:
             return hot.pointer_type(hot.memory_type(0, 0, None, hot.device_id), 0)
         rs = round_size(size)
         if hot.kind == SLOW and not self._watch(rs):
-            return self._from_fallback(size, rs, self._detector_index, _WATCHED)
+            index = self._detector_index
+            return hot.fallback_block(self._from_fallback(size, rs), rs, index, _WATCHED)
         if self._auto is not None and self._in_iter and hot.n >= self._auto.period \
                 and self._recording and _get_ident() == hot.owner:
             self._auto_boundary()
@@ -242,7 +270,7 @@ class Engine:
                 hot.interrupted_requests += 1
             else:
                 hot.other_requests += 1
-            return self._from_fallback(size, rs, -1, OUTSIDE)
+            return hot.fallback_block(self._from_fallback(size, rs), rs, -1, OUTSIDE)
         return self._serve_numbered(size, rs)
 
     def _is_owner(self) -> bool:
@@ -256,65 +284,45 @@ class Engine:
             self.hot.fallback_requests += 1
         else:
             self.hot.other_requests += 1
-        return self._from_fallback(size, rs, -1, OUTSIDE)
+        return self.hot.fallback_block(self._from_fallback(size, rs), rs, -1, OUTSIDE)
 
     def _serve_numbered(self, size: int, rs: int) -> Any:
-        """A numbered request the inline path left to the engine: a departure or a full device."""
+        """A numbered request the inline path left to the engine: a departure or a full device.
+
+        Only decides where it goes; the hot path's ``serve_*`` methods hand it out.
+        """
         hot = self.hot
+        if not self._use_plan:
+            return hot.serve_recorded(self._from_fallback(size, rs), rs)
         i = hot.n
-        if self._use_plan:
-            cap, o, due = hot.rows[i]
-            if rs <= cap:
-                if due:
-                    hot.check_due(due)
-                if o >= 0:
-                    arena = hot.arena
-                    if not arena.overdue or self._clear(arena, o, o + rs):
-                        pointer = hot.arena_block(arena, hot.addresses[i], rs, rs, i)
-                        self._number(i)
-                        hot.obs_lowers[i] = hot.tick - 1
-                        return pointer
-            else:
-                self._diverge(i, rs)
-            pointer = self._from_fallback(size, rs, i, hot.iteration)
-            self._number(i)
-            hot.obs_lowers[i] = hot.tick - 1
-            hot.obs_sizes[i] = rs
-            if o < 0 and rs <= cap:  # pinned: the plan itself sends it to the fallback
-                hot.pinned_requests += 1
-            else:
-                hot.fallback_requests += 1
-            return pointer
-        pointer = self._from_fallback(size, rs, i, hot.iteration)
-        self._number(i)
-        hot.record(i, hot.tick - 1, rs)
-        if self._planned_iter:
-            hot.fallback_requests += 1
+        cap, o, due = hot.rows[i]
+        if rs <= cap:
+            if due:
+                hot.check_due(due)
+            if o >= 0:
+                arena = hot.arena
+                if not arena.overdue or self._clear(arena, o, o + rs):
+                    return hot.serve_planned(arena, rs, rs)
         else:
-            hot.profiled_requests += 1
-        return pointer
+            self._diverge(i, rs)
+        pinned = o < 0 and rs <= cap  # the plan itself sends it to the fallback
+        return hot.serve_off_plan(self._from_fallback(size, rs), rs, pinned)
 
-    def _number(self, i: int) -> None:
-        hot = self.hot
-        hot.n = i + 1
-        hot.tick += 1
-
-    def _from_fallback(self, size: int, rs: int, index: int, iteration: int) -> Any:
-        """A fallback block, after making room if the device is full; else CuPy's error."""
+    def _from_fallback(self, size: int, rs: int) -> Any:
+        """A raw fallback block, after making room if the device is full; else CuPy's error."""
         fallback = self.fallback
         try:
-            block = fallback.malloc(size)
+            return fallback.malloc(size)
         except MemoryError:
             # Give back what can be given back, then try once more.
             gc.collect()
             self.hot.drain()
             fallback.free_all_blocks()
             try:
-                block = fallback.malloc(size)
+                return fallback.malloc(size)
             except MemoryError:
                 raise self.backend.oom_error(rs, self.arenas.total_bytes(),
                                              self.arenas.limit) from None
-        return self.hot.fallback_block(block, rs, index, iteration)
 
     def _clear(self, arena, lo: int, hi: int) -> bool:
         """True when ``[lo, hi)`` meets no overdue block; a hit is a departure."""
@@ -371,11 +379,13 @@ class Engine:
         if self._unmarked >= self.options.warn_after and self._auto is None \
                 and not self._warned_unmarked:
             self._warned_unmarked = True
+            why = ("found no repeating loop" if self._detector is not None
+                   else "loop detection is off (detect_iterations=False)")
             warnings.warn(
                 f"pgmo has served {self._unmarked:,} allocations without an iteration and "
-                f"found no repeating loop, so it optimizes nothing. Wrap each training step "
+                f"{why}, so it optimizes nothing. Wrap each training step "
                 f"in `with pool.iteration():` (or use pgmo.chainer.ProfileGuidedMemory).",
-                PgmoWarning, stacklevel=4)
+                PgmoWarning, stacklevel=_user_stacklevel())
 
     def _auto_boundary(self) -> None:
         """End a detected iteration and start the next one (or give the period up)."""
@@ -652,6 +662,8 @@ class Engine:
             return "fallback"
         if self._in_iter:
             return self._iter_mode
+        if self._unmarked and not self._explicit and self._auto is None:
+            return "fallback"  # serving with no iteration to plan: nothing is optimized
         return self._next_mode()
 
     def _next_mode(self) -> str:
@@ -674,17 +686,24 @@ class Engine:
         return self._in_iter
 
     @property
+    def latest_schedule(self) -> Schedule | None:
+        """The schedule in use from the next boundary: the one waiting there, else the installed one."""
+        return self._pending or self.schedule
+
+    @property
     def profile(self) -> Trace | None:
         """The profile the installed plan was made for."""
-        s = self._pending or self.schedule
+        s = self.latest_schedule
         return s.profile if s is not None else None
 
     @property
     def plan(self) -> Plan | None:
-        s = self._pending or self.schedule
+        s = self.latest_schedule
         return s.plan if s is not None else None
 
-    def _iteration_source(self) -> str:
+    @property
+    def iteration_source(self) -> str:
+        """Where iterations come from: "marked", "detected (every n requests)" or "none"."""
         if self._explicit:
             return "marked"
         if self._auto is not None:
@@ -694,54 +713,8 @@ class Engine:
     def stats(self) -> PoolStats:
         """Every counter at once (frees applied first, so they are current)."""
         with self:
-            hot = self.hot
-            hot.drain()
-            arenas = self.arenas
-            arena_used = hot.used - hot.fb_used
-            arena_total = arenas.arena_total()
-            fb = self.fallback
-            fb_used, fb_total = fb.used_bytes(), fb.total_bytes()
-            schedule = self._pending or self.schedule
-            plan = schedule.plan if schedule is not None else None
-            planner = self.planner
-            return PoolStats(
-                mode=self.mode,
-                replan=planner.mode,
-                iteration_source=self._iteration_source(),
-                iterations=self.completed,
-                requests=(hot.profiled_requests + hot.planned_requests
-                          + hot.fallback_requests + hot.pinned_requests
-                          + hot.interrupted_requests
-                          + hot.other_requests),
-                profiled_requests=hot.profiled_requests,
-                planned_requests=hot.planned_requests,
-                fallback_requests=hot.fallback_requests,
-                pinned_requests=hot.pinned_requests,
-                interrupted_requests=hot.interrupted_requests,
-                foreign_requests=self.foreign_requests,
-                departures=self.departures,
-                reoptimizations=planner.replans,
-                plan_method=plan.method if plan is not None else "",
-                planned_peak=plan.peak if plan is not None else 0,
-                lower_bound=plan.lower_bound if plan is not None else 0,
-                planned_blocks=len(plan.trace) if plan is not None else 0,
-                pinned_blocks=len(schedule.pinned) if schedule is not None else 0,
-                background_solves=planner.background_solves,
-                stale_plans=planner.stale_plans,
-                planner_failures=planner.worker_failures,
-                solve_failures=planner.solve_failures,
-                arena_failures=arenas.failures,
-                arena_bytes=hot.arena.size if hot.arena is not None else 0,
-                old_arena_bytes=arena_total - (hot.arena.size if hot.arena is not None else 0),
-                live_bytes=hot.used,
-                used_bytes=arena_used + fb_used,
-                free_bytes=arena_total - arena_used + (fb_total - fb_used),
-                total_bytes=arena_total + fb_total,
-                n_free_blocks=arenas.free_gaps() + fb.n_free_blocks(),
-                peak_used_bytes=hot.peak_used,
-                peak_total_bytes=max(arenas.peak_total, arena_total + fb_total),
-                limit=arenas.limit,
-            )
+            self.hot.drain()
+            return pool_stats(self)
 
 
 def _with_warmup(options: PoolOptions, warmup: int) -> PoolOptions:

@@ -102,7 +102,7 @@ cdef class HotPath:
 
 
     @cython.locals(rs=cython.longlong, i=Py_ssize_t, cap=cython.longlong, o=cython.longlong,
-                   due=tuple, t=cython.longlong, arena=Arena, pointer=object, row=tuple)
+                   due=tuple, arena=Arena, row=tuple)
     cpdef object serve_inline(self, long long size, int kind)
 
     cpdef open_log(self, Py_ssize_t n)
@@ -118,9 +118,15 @@ cdef class HotPath:
 
     cpdef aim(self)
 
-    @cython.locals(it=cython.longlong, owner=Release, used=cython.longlong)
-    cpdef object arena_block(self, Arena arena, object address, object size, long long rs,
-                             Py_ssize_t i)
+    @cython.locals(i=Py_ssize_t, it=cython.longlong, owner=Release, used=cython.longlong,
+                   t=cython.longlong, pointer=object)
+    cpdef object serve_planned(self, Arena arena, object size, long long rs)
+
+    @cython.locals(i=Py_ssize_t, t=cython.longlong, pointer=object)
+    cpdef object serve_off_plan(self, object block, long long rs, bint pinned)
+
+    @cython.locals(i=Py_ssize_t, t=cython.longlong, pointer=object)
+    cpdef object serve_recorded(self, object block, long long rs)
 
     @cython.locals(owner=Release, used=cython.longlong)
     cpdef object fallback_block(self, object block, long long rs, long long index,

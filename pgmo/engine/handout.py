@@ -21,8 +21,9 @@ planned request whose block is free by the plan's schedule, a request
 recorded while warming up or profiling, an interrupted one.  The rare events
 (a request larger than planned, a block kept past its planned free, another
 thread or stream, a full device, finding iterations nobody marked) go to the
-engine's slow path (``HotPath.slow``, see :mod:`.core`), which hands out
-through the same methods.
+engine's slow path (``HotPath.slow``, see :mod:`.core`), which only decides:
+both hand out a numbered request through the same ``serve_*`` methods, where
+it is numbered, logged and counted.
 """
 
 from __future__ import annotations
@@ -203,9 +204,9 @@ def new_slots(n):
 
 
 def new_log(n):
-    """Empty log arrays (sizes, lowers, uppers) with room for ``n`` requests."""
-    return (array.array("q", [0]) * n, array.array("q", [0]) * n,
-            array.array("q", [NOT_FREED]) * n)
+    """Empty log arrays (lowers, uppers, sizes: :meth:`.Trace.columns`' order) for ``n`` requests."""
+    return (array.array("q", [0]) * n, array.array("q", [NOT_FREED]) * n,
+            array.array("q", [0]) * n)
 
 
 def _release(inbox, index, iteration, size, arena, keep):
@@ -266,10 +267,10 @@ class HotPath:
         self.n = 0  # requests numbered in this iteration
         self.max_n = 1 << 62
         self.tick = 0  # the event clock
-        # The iteration's log (see .recording): per request its rounded size
-        # (0: as planned), alloc tick and free tick (NOT_FREED until freed), in
-        # C arrays so that logging creates no Python objects.
-        self.obs_sizes = self.obs_lowers = self.obs_uppers = new_log(0)[0]
+        # The iteration's log (see .recording): per request its alloc tick, free
+        # tick (NOT_FREED until freed) and rounded size (0: as planned), in C
+        # arrays so that logging creates no Python objects.
+        self.obs_lowers = self.obs_uppers = self.obs_sizes = new_log(0)[0]
         self.open_log(0)
         self.thread_hooks = None  # callable: the calling thread's memory hooks (CuPy)
         self.owner_hooks = None  # the owner thread's memory hooks (a dict), if any
@@ -346,32 +347,13 @@ class HotPath:
             if due:
                 self.check_due(due)
             if o < 0:  # pinned: it outlived its iteration when profiled
-                pointer = self.fallback_block(self.fallback.malloc(size), rs, i, self.iteration)
-                self.obs_sizes[i] = rs
-                self.pinned_requests += 1
-            else:
-                arena = self.arena
-                if arena.overdue:
-                    return None
-                # The row's boxed size and the request's precomputed address:
-                # no new integer objects on the hot path.
-                pointer = self.arena_block(arena, self.addresses[i],
-                                           row[0] if rs == cap else rs, rs, i)
-            t = self.tick
-            self.n = i + 1
-            self.tick = t + 1
-            self.obs_lowers[i] = t
-            return pointer
-        pointer = self.fallback_block(self.fallback.malloc(size), rs, i, self.iteration)
-        t = self.tick
-        self.n = i + 1
-        self.tick = t + 1
-        self.record(i, t, rs)
-        if self.planned_iter:
-            self.fallback_requests += 1
-        else:
-            self.profiled_requests += 1
-        return pointer
+                return self.serve_off_plan(self.fallback.malloc(size), rs, True)
+            arena = self.arena
+            if arena.overdue:
+                return None
+            # The row's boxed size: no new integer object on the hot path.
+            return self.serve_planned(arena, row[0] if rs == cap else rs, rs)
+        return self.serve_recorded(self.fallback.malloc(size), rs)
 
     def aim(self):
         """Compute each planned request's address; after the rows or the arena change."""
@@ -381,18 +363,18 @@ class HotPath:
 
     def open_log(self, n):
         """A fresh log with room for ``n`` requests (it grows when needed)."""
-        sizes, lowers, uppers = new_log(n)
-        self.obs_sizes = sizes
+        lowers, uppers, sizes = new_log(n)
         self.obs_lowers = lowers
         self.obs_uppers = uppers
+        self.obs_sizes = sizes
 
     def log_columns(self, n):
-        """The first ``n`` requests of the log as lists; an open block's upper is None."""
-        sizes = [self.obs_sizes[i] for i in range(n)]
+        """The first ``n`` requests of the log as lists (lowers, uppers, sizes); open: None."""
         lowers = [self.obs_lowers[i] for i in range(n)]
         uppers = [None if self.obs_uppers[i] == NOT_FREED else self.obs_uppers[i]
                   for i in range(n)]
-        return sizes, lowers, uppers
+        sizes = [self.obs_sizes[i] for i in range(n)]
+        return lowers, uppers, sizes
 
     def survivors(self, n):
         """The first ``n`` requests whose block is still live (not freed in the log)."""
@@ -401,23 +383,28 @@ class HotPath:
     def record(self, i, tick, rs):
         """Log request ``i`` (not served by the plan) on the event clock."""
         if i >= len(self.obs_sizes):  # double the room, copying what is there
-            sizes, lowers, uppers = new_log(2 * i + 16)
+            lowers, uppers, sizes = new_log(2 * i + 16)
             for k in range(i):
-                sizes[k] = self.obs_sizes[k]
                 lowers[k] = self.obs_lowers[k]
                 uppers[k] = self.obs_uppers[k]
-            self.obs_sizes = sizes
+                sizes[k] = self.obs_sizes[k]
             self.obs_lowers = lowers
             self.obs_uppers = uppers
+            self.obs_sizes = sizes
         self.obs_sizes[i] = rs
         self.obs_lowers[i] = tick
 
     # --------------------------------------------------------------- hand-outs
-    def arena_block(self, arena, address, size, rs, i):
-        """Request ``i``'s planned block at ``address`` in ``arena``, already checked to be free.
+    # What serving a request does to the pool's state, written once: the
+    # inline path above and the engine's slow path (which decides where a
+    # request goes when this path cannot) both hand out through these.
+    def serve_planned(self, arena, size, rs):
+        """The next request at its planned place in ``arena``, already checked to be free.
 
-        ``size`` is ``rs`` (the rounded size) as a Python integer.
+        ``size`` is ``rs`` (the rounded size) as a Python integer.  Numbers the
+        request and logs its alloc tick (its size stays 0: as planned).
         """
+        i = self.n
         it = self.iteration
         owner = _release(self.inbox, i, it, rs, arena, None)
         self.slot[i] = it
@@ -427,7 +414,51 @@ class HotPath:
         if used > self.peak_used:
             self.peak_used = used
         self.planned_requests += 1
-        return self.pointer_type(self.memory_type(address, size, owner, self.device_id), 0)
+        # The precomputed address: no new integer object either.
+        pointer = self.pointer_type(self.memory_type(self.addresses[i], size, owner,
+                                                     self.device_id), 0)
+        t = self.tick
+        self.n = i + 1
+        self.tick = t + 1
+        self.obs_lowers[i] = t
+        return pointer
+
+    def serve_off_plan(self, block, rs, pinned):
+        """The next request of a planned iteration, served by the fallback's ``block``.
+
+        ``pinned``: the plan sends it there (it outlived its iteration when
+        profiled); else it departs from the plan.  Logs its tick and size.
+        """
+        i = self.n
+        pointer = self.fallback_block(block, rs, i, self.iteration)
+        t = self.tick
+        self.n = i + 1
+        self.tick = t + 1
+        self.obs_lowers[i] = t
+        self.obs_sizes[i] = rs
+        if pinned:
+            self.pinned_requests += 1
+        else:
+            self.fallback_requests += 1
+        return pointer
+
+    def serve_recorded(self, block, rs):
+        """The next request of an iteration not served by the plan, from the fallback's ``block``.
+
+        Logged for the profile (warm-up, profiling) or the next plan (the
+        rest of a planned iteration after a departure).
+        """
+        i = self.n
+        pointer = self.fallback_block(block, rs, i, self.iteration)
+        t = self.tick
+        self.n = i + 1
+        self.tick = t + 1
+        self.record(i, t, rs)
+        if self.planned_iter:
+            self.fallback_requests += 1
+        else:
+            self.profiled_requests += 1
+        return pointer
 
     def fallback_block(self, block, rs, index, iteration):
         """Wrap a block of the fallback pool; it goes back there when freed."""

@@ -1,8 +1,8 @@
 """An iteration's log on the event clock, and how logs become one profile.
 
-The hot path writes the log into C arrays (``HotPath.obs_sizes``,
-``obs_lowers``, ``obs_uppers``); at the iteration's end the engine takes a
-:class:`Log` of them, as lists.  A block still live at the end is open
+The hot path writes the log into C arrays (``HotPath.obs_lowers``,
+``obs_uppers``, ``obs_sizes``); at the iteration's end the engine takes a
+:class:`Log` of them, as lists, in the order of :meth:`.Trace.columns`.  A block still live at the end is open
 (``upper`` None): the next plan pins its request to the fallback.
 
 In an iteration served by the plan, a request that kept to its planned size
@@ -20,11 +20,14 @@ __all__ = ["Log", "merge", "to_profile"]
 
 
 class Log(NamedTuple):
-    """Per request: rounded size (0: as planned), alloc tick, free tick or None."""
+    """Per request: alloc tick, free tick or None, rounded size (0: as planned).
 
-    sizes: list
+    The columns of :meth:`.Trace.columns`, in its order.
+    """
+
     lowers: list
     uppers: list
+    sizes: list
 
     def survivors(self) -> set:
         """Requests whose block outlived the iteration."""
@@ -35,7 +38,7 @@ class Log(NamedTuple):
 
 def to_profile(log: Log) -> Trace:
     """A profiling iteration's log as the pool's profile (block i = request i)."""
-    return Trace.from_columns(log.lowers, log.uppers, log.sizes, {"recorded_by": "pgmo"})
+    return Trace.from_columns(*log, {"recorded_by": "pgmo"})
 
 
 def merge(profile: Trace, log: Log) -> Trace:
@@ -49,19 +52,19 @@ def merge(profile: Trace, log: Log) -> Trace:
     p_up = [b.upper for b in profile.blocks]
     p_sz = [b.size for b in profile.blocks]
     n = max(len(p_sz), len(log.sizes))
-    sizes, lowers, uppers = [], [], []
+    lowers, uppers, sizes = [], [], []
     for i in range(n):
         if i < len(p_sz) and i < len(log.sizes):
-            sizes.append(max(p_sz[i], log.sizes[i]))
             lowers.append(min(p_lo[i], log.lowers[i]))
             a, b = p_up[i], log.uppers[i]
             uppers.append(None if a is None or b is None else max(a, b))
+            sizes.append(max(p_sz[i], log.sizes[i]))
         elif i < len(p_sz):
-            sizes.append(p_sz[i])
             lowers.append(p_lo[i])
             uppers.append(p_up[i])
+            sizes.append(p_sz[i])
         else:
-            sizes.append(log.sizes[i])
             lowers.append(log.lowers[i])
             uppers.append(log.uppers[i])
+            sizes.append(log.sizes[i])
     return Trace.from_columns(lowers, uppers, sizes, {"recorded_by": "pgmo", "merged": True})
