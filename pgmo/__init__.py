@@ -41,7 +41,7 @@ _LAZY = {
     "analyze": ("pgmo.analysis", "analyze"),
     "Analysis": ("pgmo.analysis", "Analysis"),
     "TraceRecorder": ("pgmo.trace_recorder", "TraceRecorder"),
-    "PgmoWarning": ("pgmo.engine.core", "PgmoWarning"),
+    "PgmoWarning": ("pgmo.engine.unmarked", "PgmoWarning"),
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import sys
 import threading
 import warnings
@@ -603,6 +604,42 @@ def test_marking_iterations_replaces_a_detected_period(hot_path):
     st = e.stats()
     assert st.iteration_source == "marked"
     assert e.profile is not None and len(e.profile) == 4
+
+
+def test_marking_iterations_drops_the_detected_plan_at_once(hot_path):
+    c = Checked(hot_path, warmup=0)
+    loop(c, 100)
+    e = c.engine
+    assert e.mode == "optimized" and e.plan is not None
+    e.begin_iteration()  # the user's first iteration is profiled, not served by that plan
+    assert e.mode == "profiling" and e.plan is None
+    c.run(HOT)
+    e.end_iteration()
+
+
+def test_a_detected_period_whose_iterations_keep_departing_is_dropped(hot_path, caplog):
+    c = Checked(hot_path, warmup=0)
+    e = c.engine
+    loop(c, 100)
+    assert e.stats().iteration_source == "detected (every 4 requests)"
+    departures = e.stats().departures
+
+    def growing(k):  # its first request is larger than any plan made so far
+        return [HOT[0] + 4096 * k] + HOT[1:]
+
+    with caplog.at_level(logging.INFO, logger="pgmo.pool"):
+        for k in (1, 2, 3):
+            c.run(growing(k))
+            # The iteration that just ran ends with the next request.
+            assert e.stats().iteration_source == "detected (every 4 requests)"
+        assert e.stats().departures == departures + 3
+        assert "keeps departing" not in caplog.text
+        c.run(HOT)  # ends the third departing iteration in a row: the period goes
+    assert e.stats().iteration_source == "none"
+    assert e.plan is None and e.mode == "fallback"
+    assert "detected iteration of 4 requests keeps departing from its plan" in caplog.text
+    loop(c, 100)  # and the loop is looked for again
+    assert e.stats().iteration_source == "detected (every 4 requests)"
 
 
 def test_no_loop_and_no_marks_warns_once_with_the_fix(hot_path):

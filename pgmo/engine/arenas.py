@@ -8,7 +8,9 @@ memory is never given back or reused.  The arena replaces the fallback's
 cached warm-up and profiling blocks, which are released once it is taken (off
 the boundary with background re-planning; first, when the memory limit or the
 device needs the room), or the pool would hold more than the stock pool it
-improves on.
+improves on.  When the device is full, the keeper makes room (dead blocks,
+the fallback's cache) and tries once more, for an arena and a fallback block
+alike: the two compete for the same memory.
 """
 
 from __future__ import annotations
@@ -29,13 +31,16 @@ class ArenaKeeper:
     """Owns the current arena (``hot.arena``), the old ones, and the memory limit."""
 
     def __init__(self, hot: HotPath, allocate: Callable[[int], Any], fallback: Any,
+                 oom_error: Callable[[int, int, int], BaseException],
                  later: Callable[[Callable[[], Any]], None] | None = None):
-        """``later(fn)`` runs ``fn`` off the iteration boundary (the planner thread):
-        giving the fallback's cache back can take milliseconds."""
+        """``oom_error(size, total, limit)`` is the error of a full device (CuPy's,
+        in the pool).  ``later(fn)`` runs ``fn`` off the iteration boundary (the
+        planner thread): giving the fallback's cache back can take milliseconds."""
         self.hot = hot
         self.later = later
         self.allocate = allocate  # raw allocator: size -> object with .ptr, or MemoryError
         self.fallback = fallback
+        self.oom_error = oom_error
         self.arenas: set[Arena] = set()  # the current arena and old ones with live blocks
         self.blocked = False  # the last allocation failed: wait for memory to free up
         self.failures = 0
@@ -92,9 +97,7 @@ class ArenaKeeper:
         try:
             buffer = self.allocate(size)
         except MemoryError:
-            gc.collect()
-            self.hot.drain()
-            self.fallback.free_all_blocks()
+            self._make_room()
             try:
                 buffer = self.allocate(size)
             except MemoryError:
@@ -105,6 +108,24 @@ class ArenaKeeper:
         self.note_reserved()  # the arena and the cache it replaces, held together now
         self._release_cache()
         return arena
+
+    def from_fallback(self, size: int, rs: int) -> Any:
+        """A raw fallback block, after making room if the device is full; else ``oom_error``."""
+        fallback = self.fallback
+        try:
+            return fallback.malloc(size)
+        except MemoryError:
+            self._make_room()
+            try:
+                return fallback.malloc(size)
+            except MemoryError:
+                raise self.oom_error(rs, self.total_bytes(), self.limit) from None
+
+    def _make_room(self) -> None:
+        """Give back what can be: dead blocks (their frees applied), the fallback's cache."""
+        gc.collect()
+        self.hot.drain()
+        self.fallback.free_all_blocks()
 
     def _release_cache(self) -> None:
         """The arena replaces the fallback's cached (idle) blocks: give them back."""

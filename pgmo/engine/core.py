@@ -24,12 +24,14 @@ Modes (what the current iteration does, or the next one between iterations):
     the next iteration (``warmup``).
 
 Who does what: :mod:`.handout` hands every block out (numbering, logging and
-counting it) and takes its free back; :mod:`.arenas` owns the arenas;
-:mod:`.recording` turns logs into profiles; :mod:`.planner` turns profiles
-into plans and :mod:`.schedule` plans into what the hot path reads;
-:mod:`.detect` finds iterations nobody marked; :mod:`.report` gathers the
-counters into :class:`~pgmo.stats.PoolStats`.  This module decides, at each
-request and boundary, which of them acts.
+counting it) and takes its free back; :mod:`.arenas` owns the arenas and
+makes room when the device is full; :mod:`.recording` turns logs into
+profiles; :mod:`.planner` turns profiles into plans and :mod:`.schedule`
+plans into what the hot path reads; :mod:`.unmarked` watches for iterations
+nobody marks (with :mod:`.detect`, which finds the period) and warns when
+there are none; :mod:`.report` gathers the counters into
+:class:`~pgmo.stats.PoolStats`.  This module decides, at each request and
+boundary, which of them acts, and alone begins and ends iterations.
 
 Safety: arena memory is only handed out for request ``k`` of the iteration
 that owns the schedule (same thread, same device/stream context), only
@@ -44,14 +46,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import logging
 import operator
-import os
-import sys
 import threading
 import time
-import warnings
 import weakref
 from typing import Any, Iterator
 
@@ -60,7 +58,6 @@ from ..stats import PoolStats
 from ..trace import Trace, intervals_overlap
 from ..units import round_size
 from .arenas import ArenaKeeper
-from .detect import Found, IterationDetector
 from .handout import (FALLBACK, INLINE_MAX, OUTSIDE, PLANNED, RECORDED, SLOW,
                       WATCHED as _WATCHED, Inbox, new_slots)
 from .implementation import default_hot_path
@@ -69,40 +66,15 @@ from .planner import Planner
 from .recording import Log
 from .report import pool_stats
 from .schedule import Schedule
+from .unmarked import LoopWatch, PgmoWarning
 
-__all__ = ["Engine", "PgmoWarning"]
+__all__ = ["Engine", "PgmoWarning"]  # PgmoWarning: where it was first defined
 
 log = logging.getLogger("pgmo.pool")
 
 _get_ident = threading.get_ident
 _MAX_SIZE = 1 << 64  # CuPy takes sizes as size_t
 _NO_LIMIT = 1 << 62  # requests per iteration, when no detected length applies
-#: Consecutive detected iterations that departed from their plan before the
-#: period is dropped as wrong.
-_AUTO_GIVE_UP = 3
-
-
-class PgmoWarning(UserWarning):
-    """Something that costs memory or time and that the user can fix."""
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def _user_stacklevel() -> int:
-    """``warnings.warn``'s stacklevel, for its caller, that names the first frame outside pgmo.
-
-    The user's call reaches the engine at different depths (the compiled hot
-    path has no Python frame, the plain one has; the pool and memory hooks
-    add theirs), so no fixed level would name it.
-    """
-    frame = sys._getframe(1)  # the function that warns: stacklevel 1
-    level = 1
-    while frame.f_back is not None and \
-            os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
-        frame = frame.f_back
-        level += 1
-    return level
 
 
 def _weak(method):
@@ -141,7 +113,8 @@ class Engine:
                                  _weak(self._serve_checked), None)
         self.planner = Planner(options.solver, options.replan)
         later = self.planner.later if options.replan == "background" else None
-        self.arenas = ArenaKeeper(hot, backend.allocate, backend.fallback, later)
+        self.arenas = ArenaKeeper(hot, backend.allocate, backend.fallback, backend.oom_error,
+                                  later)
         hot.on_arena_idle = _weak(self.arenas.released)
         hot.context = backend.context
         hot.fallback = backend.fallback
@@ -164,14 +137,8 @@ class Engine:
         self.schedule: Schedule | None = None  # installed
         self._pending: Schedule | None = None  # to install at the next boundary
 
-        # iterations nobody marks
-        self._explicit = False
-        self._detector = IterationDetector() if options.detect_iterations else None
-        self._auto: Found | None = None
-        self._auto_departures = 0
-        self._ended_departed = False  # the iteration that just ended departed from its plan
-        self._unmarked = 0  # requests outside any iteration, before any was marked or found
-        self._warned_unmarked = False
+        #: Where iterations come from (marked, detected or none yet).
+        self.watch = LoopWatch(options.detect_iterations, options.warn_after)
 
         # counters
         self.foreign_requests = 0
@@ -210,7 +177,7 @@ class Engine:
             kind = FALLBACK
         elif self._in_iter:
             kind = PLANNED if self._use_plan else RECORDED
-        elif self._explicit:
+        elif self.watch.marked:
             kind = FALLBACK
         else:
             kind = SLOW  # watching for a repeating loop
@@ -249,12 +216,19 @@ class Engine:
         if size == 0:  # a null memory object, as in CuPy; not a request
             return hot.pointer_type(hot.memory_type(0, 0, None, hot.device_id), 0)
         rs = round_size(size)
-        if hot.kind == SLOW and not self._watch(rs):
-            index = self._detector_index
-            return hot.fallback_block(self._from_fallback(size, rs), rs, index, _WATCHED)
-        if self._auto is not None and self._in_iter and hot.n >= self._auto.period \
+        watch = self.watch
+        if hot.kind == SLOW:
+            if watch.request(rs, hot.watched_frees):
+                self._begin(auto=True)
+            else:
+                hot.other_requests += 1
+                watch.unmarked()
+                return hot.fallback_block(self.arenas.from_fallback(size, rs), rs, watch.index,
+                                          _WATCHED)
+        period = watch.period
+        if period is not None and self._in_iter and hot.n >= period \
                 and self._recording and _get_ident() == hot.owner:
-            self._auto_boundary()
+            self._detected_boundary()
         kind = hot.kind
         if kind != FALLBACK and not self._is_owner():
             return self._foreign(size, rs)
@@ -270,7 +244,7 @@ class Engine:
                 hot.interrupted_requests += 1
             else:
                 hot.other_requests += 1
-            return hot.fallback_block(self._from_fallback(size, rs), rs, -1, OUTSIDE)
+            return hot.fallback_block(self.arenas.from_fallback(size, rs), rs, -1, OUTSIDE)
         return self._serve_numbered(size, rs)
 
     def _is_owner(self) -> bool:
@@ -284,7 +258,7 @@ class Engine:
             self.hot.fallback_requests += 1
         else:
             self.hot.other_requests += 1
-        return self.hot.fallback_block(self._from_fallback(size, rs), rs, -1, OUTSIDE)
+        return self.hot.fallback_block(self.arenas.from_fallback(size, rs), rs, -1, OUTSIDE)
 
     def _serve_numbered(self, size: int, rs: int) -> Any:
         """A numbered request the inline path left to the engine: a departure or a full device.
@@ -293,7 +267,7 @@ class Engine:
         """
         hot = self.hot
         if not self._use_plan:
-            return hot.serve_recorded(self._from_fallback(size, rs), rs)
+            return hot.serve_recorded(self.arenas.from_fallback(size, rs), rs)
         i = hot.n
         cap, o, due = hot.rows[i]
         if rs <= cap:
@@ -306,23 +280,7 @@ class Engine:
         else:
             self._diverge(i, rs)
         pinned = o < 0 and rs <= cap  # the plan itself sends it to the fallback
-        return hot.serve_off_plan(self._from_fallback(size, rs), rs, pinned)
-
-    def _from_fallback(self, size: int, rs: int) -> Any:
-        """A raw fallback block, after making room if the device is full; else CuPy's error."""
-        fallback = self.fallback
-        try:
-            return fallback.malloc(size)
-        except MemoryError:
-            # Give back what can be given back, then try once more.
-            gc.collect()
-            self.hot.drain()
-            fallback.free_all_blocks()
-            try:
-                return fallback.malloc(size)
-            except MemoryError:
-                raise self.backend.oom_error(rs, self.arenas.total_bytes(),
-                                             self.arenas.limit) from None
+        return hot.serve_off_plan(self.arenas.from_fallback(size, rs), rs, pinned)
 
     def _clear(self, arena, lo: int, hi: int) -> bool:
         """True when ``[lo, hi)`` meets no overdue block; a hit is a departure."""
@@ -343,83 +301,28 @@ class Engine:
         self._refresh_kind()
         self._departed = True
 
-    # --------------------------------------------------------- unmarked loops
-    @property
-    def _detector_index(self) -> int:
-        return self._detector.allocs - 1 if self._detector is not None else -1
-
-    def _watch(self, rs: int) -> bool | None:
-        """A request outside iterations while none was ever marked: look for a loop.
-
-        Returns True when this request starts a detected iteration.
-        """
-        detector = self._detector
-        if detector is None:
-            self._note_unmarked()
-            return None
-        detector.frees = self.hot.watched_frees
-        k = detector.request(rs)
-        auto = self._auto
-        if auto is not None and k >= auto.start:
-            self._begin(auto=True)
-            return True
-        if auto is None and detector.due():
-            found = detector.search()
-            if found is not None:
-                self._auto = found
-                log.info("pgmo found a repeating iteration of %d requests; optimizing it "
-                         "(mark iterations with pool.iteration() to choose them yourself)",
-                         found.period)
-        self._note_unmarked()
-        return None
-
-    def _note_unmarked(self) -> None:
-        self._unmarked += 1
-        self.hot.other_requests += 1
-        if self._unmarked >= self.options.warn_after and self._auto is None \
-                and not self._warned_unmarked:
-            self._warned_unmarked = True
-            why = ("found no repeating loop" if self._detector is not None
-                   else "loop detection is off (detect_iterations=False)")
-            warnings.warn(
-                f"pgmo has served {self._unmarked:,} allocations without an iteration and "
-                f"{why}, so it optimizes nothing. Wrap each training step "
-                f"in `with pool.iteration():` (or use pgmo.chainer.ProfileGuidedMemory).",
-                PgmoWarning, stacklevel=_user_stacklevel())
-
-    def _auto_boundary(self) -> None:
-        """End a detected iteration and start the next one (or give the period up)."""
-        self._end(aborted=False)
-        self._auto_departures = self._auto_departures + 1 if self._ended_departed else 0
-        if self._auto_departures >= _AUTO_GIVE_UP:
-            log.info("pgmo: the detected iteration of %d requests keeps departing from its "
-                     "plan; looking for another", self._auto.period)
-            self._auto = None
-            self._auto_departures = 0
-            self._detector = IterationDetector()
-            self._reset_plan()
-            return
-        self._begin(auto=True)
-
-    def _leave_auto(self) -> None:
-        """The user marks iterations: a detected period and its plan make way."""
-        if self._in_iter:
-            self._end(aborted=True)
-        if self._auto is not None:
-            self._reset_plan()
-        self._auto = None
-        self._detector = None
-
     # -------------------------------------------------------------- iterations
     def begin_iteration(self) -> None:
         with self:
-            if self._in_iter and self._auto is None:
+            watch = self.watch
+            if self._in_iter and watch.period is None:
                 raise RuntimeError("begin_iteration() inside an iteration: call "
                                    "end_iteration() first")
-            if not self._explicit:
-                self._explicit = True
-                self._leave_auto()
+            if not watch.marked:  # from now on: a detected iteration and its plan make way
+                had_period = watch.mark()
+                if self._in_iter:
+                    self._end(aborted=True)
+                if had_period:
+                    self._reset_plan()
             self._begin(auto=False)
+
+    def _detected_boundary(self) -> None:
+        """End a detected iteration and start the next one, or drop the period and its plan."""
+        departed = self._end(aborted=False)
+        if self.watch.keep_period(departed):
+            self._begin(auto=True)
+        else:
+            self._reset_plan()
 
     def _begin(self, auto: bool) -> None:
         hot = self.hot
@@ -438,7 +341,7 @@ class Engine:
         self._departed = False
         self._use_plan = self._plan_ready() and self.completed >= self.options.warmup
         self._planned_iter = hot.planned_iter = self._use_plan
-        hot.max_n = self._auto.period if auto else _NO_LIMIT
+        hot.max_n = self.watch.period if auto else _NO_LIMIT
         self._iter_mode = self._next_mode()
         # Planned iterations log into arrays sized for the plan (+1 for the
         # request that goes beyond it); others grow theirs as they go.
@@ -456,7 +359,8 @@ class Engine:
                 raise RuntimeError("end_iteration() without begin_iteration()")
             self._end(aborted)
 
-    def _end(self, aborted: bool) -> None:
+    def _end(self, aborted: bool) -> bool:
+        """Close the iteration; True when it departed from its plan (merged into the profile)."""
         hot = self.hot
         hot.drain()
         self._in_iter = False
@@ -465,17 +369,17 @@ class Engine:
         self._refresh_kind()
         self.completed += 1
         n = hot.n
-        self._ended_departed = False
         if aborted or not n:
             self._at_boundary()
-            return
+            return False
+        departed = False
         if self._planned_iter:
             if not set(hot.survivors(n)) <= self.schedule.pinned:
                 self._departed = True  # planned blocks outlived the iteration
             if not self._departed:  # the usual case: its log is not needed
                 self._at_boundary()
-                return
-            self._ended_departed = True
+                return False
+            departed = True
             run_log = Log(*hot.log_columns(n))
             kind = "merge"
         else:
@@ -483,12 +387,13 @@ class Engine:
             if not (self.completed > self.options.warmup and self.schedule is None
                     and self._pending is None and not self.planner.busy):
                 self._at_boundary()
-                return
+                return False
             kind = "profile"
         schedule = self.planner.record(run_log, kind)
         if schedule is not None:
             self._pending = schedule
         self._at_boundary()
+        return departed
 
     def interrupt(self) -> None:
         with self:
@@ -662,7 +567,7 @@ class Engine:
             return "fallback"
         if self._in_iter:
             return self._iter_mode
-        if self._unmarked and not self._explicit and self._auto is None:
+        if self.watch.unplanned:
             return "fallback"  # serving with no iteration to plan: nothing is optimized
         return self._next_mode()
 
@@ -704,11 +609,7 @@ class Engine:
     @property
     def iteration_source(self) -> str:
         """Where iterations come from: "marked", "detected (every n requests)" or "none"."""
-        if self._explicit:
-            return "marked"
-        if self._auto is not None:
-            return f"detected (every {self._auto.period} requests)"
-        return "none"
+        return self.watch.source
 
     def stats(self) -> PoolStats:
         """Every counter at once (frees applied first, so they are current)."""

@@ -12,8 +12,8 @@ from there.
 This is safe whatever it finds: the engine never trusts a plan blindly (a
 request larger than planned, an extra request, or a block still in use all
 go to the fallback), so a wrong period costs memory savings, never data.
-The engine gives up on a period whose iterations keep departing from their
-plan.
+:class:`~.unmarked.LoopWatch` gives up on a period whose iterations keep
+departing from their plan; this module only finds periods.
 """
 
 from __future__ import annotations
