@@ -642,6 +642,44 @@ def test_a_detected_period_whose_iterations_keep_departing_is_dropped(hot_path, 
     assert e.stats().iteration_source == "detected (every 4 requests)"
 
 
+def test_the_request_that_drops_a_period_is_watched_not_counted_in_the_old_iteration(
+        hot_path):
+    c = Checked(hot_path, warmup=0)
+    e = c.engine
+    loop(c, 100)
+    for k in (1, 2, 3):  # three departing iterations in a row
+        c.run([HOT[0] + 4096 * k] + HOT[1:])
+    before = e.stats()
+    c.run([HOT[0]])  # its request ends the third one, and the period goes
+    after = e.stats()
+    assert after.iteration_source == "none" and after.requests == before.requests + 1
+    # unmarked and watched again, not a request of the iteration that ended
+    assert (after.profiled_requests, after.fallback_requests, after.planned_requests,
+            after.pinned_requests) == (before.profiled_requests, before.fallback_requests,
+                                       before.planned_requests, before.pinned_requests)
+
+
+def test_reset_inside_a_planned_iteration_profiles_again(hot_path):
+    c = Checked(hot_path, warmup=0)
+    e = c.engine
+    c.iteration(HOT)  # profiled
+    assert e.mode == "optimized"
+    e.begin_iteration()
+    a, b = c.malloc(1000), c.malloc(2000)  # planned
+    e.reset()  # the plan goes half-way through the iteration
+    c.free(a)
+    x = c.malloc(3000)
+    c.free(b)
+    c.free(x)
+    del a, b, x
+    e.end_iteration()  # half a planned iteration is no profile
+    assert e.plan is None and e.mode == "profiling"
+    c.iteration(HOT)
+    assert e.mode == "optimized"
+    c.iteration(HOT)
+    assert e.stats().planned_requests == 2 + len([op for op in HOT if isinstance(op, int)])
+
+
 def test_no_loop_and_no_marks_warns_once_with_the_fix(hot_path):
     c = Checked(hot_path, warn_after=50)
     sizes = iter(range(1, 10 ** 6))  # never repeats

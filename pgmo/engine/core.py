@@ -131,6 +131,7 @@ class Engine:
         self._use_plan = False  # this iteration answers from the schedule
         self._planned_iter = False  # it started so
         self._departed = False  # re-plan at the next boundary
+        self._plan_dropped = False  # reset() in a planned iteration: its log is no profile
         self._iter_mode = "warmup"
         self.completed = 0  # iterations ended
         self._last_log: Log | None = None
@@ -217,6 +218,10 @@ class Engine:
             return hot.pointer_type(hot.memory_type(0, 0, None, hot.device_id), 0)
         rs = round_size(size)
         watch = self.watch
+        period = watch.period
+        if period is not None and self._in_iter and hot.n >= period \
+                and self._recording and _get_ident() == hot.owner:
+            self._detected_boundary()  # a dropped period: this request is watched again
         if hot.kind == SLOW:
             if watch.request(rs, hot.watched_frees):
                 self._begin(auto=True)
@@ -225,10 +230,6 @@ class Engine:
                 watch.unmarked()
                 return hot.fallback_block(self.arenas.from_fallback(size, rs), rs, watch.index,
                                           _WATCHED)
-        period = watch.period
-        if period is not None and self._in_iter and hot.n >= period \
-                and self._recording and _get_ident() == hot.owner:
-            self._detected_boundary()
         kind = hot.kind
         if kind != FALLBACK and not self._is_owner():
             return self._foreign(size, rs)
@@ -339,6 +340,7 @@ class Engine:
         hot.tick = 0
         hot.logging_frees = True
         self._departed = False
+        self._plan_dropped = False
         self._use_plan = self._plan_ready() and self.completed >= self.options.warmup
         self._planned_iter = hot.planned_iter = self._use_plan
         hot.max_n = self.watch.period if auto else _NO_LIMIT
@@ -369,7 +371,7 @@ class Engine:
         self._refresh_kind()
         self.completed += 1
         n = hot.n
-        if aborted or not n:
+        if aborted or not n or self._plan_dropped:
             self._at_boundary()
             return False
         departed = False
@@ -491,6 +493,9 @@ class Engine:
             self._reset_plan()
 
     def _reset_plan(self) -> None:
+        # An iteration that began planned and lost its plan half-way logged
+        # only part of its requests: it is no profile.
+        self._plan_dropped = self._in_iter and self._planned_iter
         self.planner.reset()
         self.arenas.retire_slots()
         self.schedule = self._pending = None
