@@ -7,7 +7,6 @@ Every packing is checked with the independent validator
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from hypothesis import given, settings
