@@ -27,11 +27,10 @@ import argparse
 import logging
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import pgmo.chainer  # noqa: E402  (applies the Chainer compatibility layer first)
+import pgmo.chainer  # noqa: E402,F401  (applies the Chainer compatibility layer first)
 
 import chainer  # noqa: E402
 import chainer.functions as F  # noqa: E402
@@ -40,10 +39,9 @@ import numpy as np  # noqa: E402
 from chainer import training  # noqa: E402
 
 from measure import (  # noqa: E402
-    NA, add_pgmo_options, make_pool, pgmo_options, print_table, Recorder, release_cached,
-    require_positive, use_device,
+    NA, add_pgmo_options, print_table, release_cached, require_positive, use_device,
 )
-from train_imagenet import IterationMeter  # noqa: E402
+from train_imagenet import run_training  # noqa: E402
 
 #: What ``--recompute on`` forgets in each dense layer (and trace metadata says).
 RECOMPUTED = ("each dense layer's bottleneck (concatenation, batch normalization, ReLU, "
@@ -188,21 +186,9 @@ class LossLog(training.Extension):
 def train(args, recompute, pool_name, device):
     """Train for ``args.iterations`` updates; return the summary row."""
     model = build_model(args, recompute, device)
-    optimizer = chainer.optimizers.MomentumSGD(lr=0.1, momentum=0.9)
-    optimizer.setup(model)
     data = synthetic_cifar(args.batchsize, args.insize, args.classes, args.seed)
-    iterator = chainer.iterators.SerialIterator(data, args.batchsize, shuffle=False)
-    updater = training.updaters.StandardUpdater(iterator, optimizer, device=device)
-    pool = make_pool(args.device, **pgmo_options(args)) if pool_name == "pgmo" else None
-    recorder = Recorder(args.device, pool)
     losses = LossLog()
-    with tempfile.TemporaryDirectory() as out:
-        trainer = training.Trainer(updater, (args.iterations, "iteration"), out=out)
-        if pool is not None:
-            trainer.extend(pgmo.chainer.ProfileGuidedMemory(pool))
-        trainer.extend(IterationMeter(recorder))
-        trainer.extend(losses)
-        trainer.run()
+    pool, recorder = run_training(args, model, data, 0.1, pool_name, device, [losses])
     stats = pool.stats() if pool is not None and args.device >= 0 else None
     cpu_pgmo = NA if pool is not None and args.device < 0 else "-"
     return ("on" if recompute else "off", pool_name, args.batchsize, recorder.iterations,

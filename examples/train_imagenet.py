@@ -75,13 +75,14 @@ class IterationMeter(training.Extension):
               f"device {mib(used):>14s}  {1e3 * seconds:9.1f} ms", flush=True)
 
 
-def train(args, arch, pool_name, device):
-    """Train ``arch`` for ``args.iterations`` updates; return the summary row."""
-    model = ARCHS[arch](n_classes=args.classes)
-    model.to_device(device)
-    optimizer = chainer.optimizers.MomentumSGD(lr=0.01, momentum=0.9)
+def run_training(args, model, data, lr, pool_name, device, extensions=()):
+    """``args.iterations`` SGD updates of ``model`` on ``data``, under pgmo or the stock pool.
+
+    Every line printed and every number measured comes from the returned
+    ``(pool, recorder)``; ``extensions`` run after the meter (a loss log, say).
+    """
+    optimizer = chainer.optimizers.MomentumSGD(lr=lr, momentum=0.9)
     optimizer.setup(model)
-    data = SyntheticImageNet(args.batchsize, args.insize, args.classes, args.seed)
     iterator = chainer.iterators.SerialIterator(data, args.batchsize, shuffle=False)
     updater = training.updaters.StandardUpdater(iterator, optimizer, device=device)
     pool = make_pool(args.device, **pgmo_options(args)) if pool_name == "pgmo" else None
@@ -91,7 +92,18 @@ def train(args, arch, pool_name, device):
         if pool is not None:
             trainer.extend(pgmo.chainer.ProfileGuidedMemory(pool))
         trainer.extend(IterationMeter(recorder))
+        for extension in extensions:
+            trainer.extend(extension)
         trainer.run()
+    return pool, recorder
+
+
+def train(args, arch, pool_name, device):
+    """Train ``arch`` for ``args.iterations`` updates; return the summary row."""
+    model = ARCHS[arch](n_classes=args.classes)
+    model.to_device(device)
+    data = SyntheticImageNet(args.batchsize, args.insize, args.classes, args.seed)
+    _, recorder = run_training(args, model, data, 0.01, pool_name, device)
     return summary_row(arch, pool_name, "train", args.batchsize, recorder)
 
 

@@ -373,17 +373,23 @@ def test_fetch_wheels_builds_chainer_under_pgmos_constraints(tmp_path):
     assert result.stdout.splitlines()[-1] == "total: 1000 bytes"
 
 
+def download_argv(checkout):
+    """The one pip download after the Chainer wheel: binary wheels for the device's CPython."""
+    wheel, download = checkout.calls()
+    assert wheel["step"] == "pip-wheel" and download["step"] == "pip-download"
+    argv = download["argv"]
+    assert {"--no-deps", "--only-binary=:all:"} <= set(argv)
+    assert argv[argv.index("--python-version") + 1] == "3.12"
+    return argv
+
+
 @needs_shell
 def test_fetch_wheels_with_ortools_downloads_wheels_for_cpython_312(tmp_path):
     checkout, result = fetch_wheels(tmp_path, "--ortools")
     assert result.returncode == 0, result.stderr
-    wheel, download = checkout.calls()
-    assert wheel["step"] == "pip-wheel" and download["step"] == "pip-download"
-    argv = download["argv"]
+    argv = download_argv(checkout)
     assert argv[:3] == ["-m", "pip", "download"]
     assert argv[-2:] == ["ortools==9.15.6755", "immutabledict"]
-    assert {"--no-deps", "--only-binary=:all:"} <= set(argv)
-    assert argv[argv.index("--python-version") + 1] == "3.12"
     assert argv[argv.index("--implementation") + 1] == "cp"
     assert argv[argv.index("-d") + 1] == ".whl"
     platforms = [argv[i + 1] for i, a in enumerate(argv) if a == "--platform"]
@@ -395,12 +401,8 @@ def test_fetch_wheels_with_ortools_downloads_wheels_for_cpython_312(tmp_path):
 def test_fetch_wheels_with_mpi_downloads_mpi4py_and_mpich(tmp_path):
     checkout, result = fetch_wheels(tmp_path, "--mpi")
     assert result.returncode == 0, result.stderr
-    wheel, download = checkout.calls()
-    assert wheel["step"] == "pip-wheel" and download["step"] == "pip-download"
-    argv = download["argv"]
+    argv = download_argv(checkout)
     assert argv[-2:] == ["mpi4py>=4.1", "mpich>=5.0"]
-    assert {"--no-deps", "--only-binary=:all:"} <= set(argv)
-    assert argv[argv.index("--python-version") + 1] == "3.12"
     assert sorted(p.name for p in (checkout.root / ".whl").iterdir()) == [
         "chainer-7.8.1-py3-none-any.whl", "mpi4py-4.1.2-cp312-cp312-manylinux1_x86_64.whl",
         "mpich-5.0.2-py3-none-manylinux_2_28_x86_64.whl"]
