@@ -228,8 +228,7 @@ class Engine:
             else:
                 hot.other_requests += 1
                 watch.unmarked()
-                return hot.fallback_block(self.arenas.from_fallback(size, rs), rs, watch.index,
-                                          _WATCHED)
+                return self._outside(size, rs, watch.index, _WATCHED)
         kind = hot.kind
         if kind != FALLBACK and not self._is_owner():
             return self._foreign(size, rs)
@@ -245,8 +244,12 @@ class Engine:
                 hot.interrupted_requests += 1
             else:
                 hot.other_requests += 1
-            return hot.fallback_block(self.arenas.from_fallback(size, rs), rs, -1, OUTSIDE)
+            return self._outside(size, rs)
         return self._serve_numbered(size, rs)
+
+    def _outside(self, size: int, rs: int, index: int = -1, iteration: int = OUTSIDE) -> Any:
+        """A fallback block for a request outside any iteration's plan (not numbered)."""
+        return self.hot.fallback_block(self.arenas.from_fallback(size, rs), rs, index, iteration)
 
     def _is_owner(self) -> bool:
         hot = self.hot
@@ -259,7 +262,7 @@ class Engine:
             self.hot.fallback_requests += 1
         else:
             self.hot.other_requests += 1
-        return self.hot.fallback_block(self.arenas.from_fallback(size, rs), rs, -1, OUTSIDE)
+        return self._outside(size, rs)
 
     def _serve_numbered(self, size: int, rs: int) -> Any:
         """A numbered request the inline path left to the engine: a departure or a full device.
