@@ -1,0 +1,265 @@
+"""Whole runs: every request of a process, with the iterations marked.
+
+One iteration is not enough to judge a pool's footprint: what it holds
+depends on what came before (weights, optimizer state, the warm-up's cache,
+the last iteration's gradients) and on how it gets to its plan.  A
+:class:`Run` is one :class:`~pgmo.trace.Trace` over a whole process on one
+event clock (a tick per alloc and per free; block ``i`` is the ``i``-th
+request; a block never freed is open) plus the iterations, as half-open
+tick ranges ``[begin, end)``.  Requests outside every iteration (building
+the model, evaluating) are part of the run too.
+
+A run file is a pgmo JSON trace (``.run.json.gz`` by convention) whose
+metadata holds ``"iterations": [[begin, end], ...]``; any reader of pgmo
+traces reads it.  :class:`RunRecorder` writes one from live calls,
+:func:`run_from_iteration` builds one from a single recorded iteration.
+
+Core module: no CuPy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from .errors import TraceFormatError
+from .recorder import EventRecorder
+from .trace import Block, Trace, max_load
+from .units import round_size
+
+__all__ = ["Run", "RunRecorder", "read_run", "write_run", "run_from_trace",
+           "run_from_iteration"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """A whole run: its trace on one event clock and its iterations' tick ranges."""
+
+    trace: Trace
+    iterations: tuple[tuple[int, int], ...]
+
+    def __post_init__(self) -> None:
+        last = 0
+        for k, (begin, end) in enumerate(self.iterations):
+            if not (isinstance(begin, int) and isinstance(end, int)) or begin > end:
+                raise TraceFormatError(f"iteration {k}: [{begin!r}, {end!r}) is not a tick range")
+            if begin < last:
+                raise TraceFormatError(f"iteration {k} begins at tick {begin}, before the "
+                                       f"end of the one before it ({last})")
+            last = end
+
+    @property
+    def metadata(self) -> dict:
+        return self.trace.metadata
+
+    def __len__(self) -> int:
+        return len(self.trace)
+
+    def lower_bound(self) -> int:
+        """The physical limit: the most bytes live at once over the whole run.
+
+        Weights, optimizer state and gradients included; no pool can hold
+        less at its peak.  ``granularity`` rounds each size first (512: as
+        CuPy's and pgmo's pools round).
+        """
+        return self._max_live(1)
+
+    def lower_bound_rounded(self, unit: int = 512) -> int:
+        """:meth:`lower_bound` with every size rounded up to ``unit`` bytes, as pools round."""
+        return self._max_live(unit)
+
+    def _max_live(self, unit: int) -> int:
+        lowers, uppers, sizes = self.trace.columns()
+        horizon = self.trace.horizon
+        if unit > 1:
+            sizes = [-(-s // unit) * unit for s in sizes]
+        return max_load(lowers, [horizon if u is None else u for u in uppers], sizes)
+
+    def long_lived(self) -> list[Block]:
+        """Blocks live across at least one iteration boundary (weights, state, gradients)."""
+        marks = sorted({t for it in self.iterations for t in it})
+        horizon = self.trace.horizon
+        out = []
+        import bisect
+
+        for b in self.trace.blocks:
+            upper = horizon if b.upper is None else b.upper
+            k = bisect.bisect_right(marks, b.lower)
+            if k < len(marks) and marks[k] < upper:
+                out.append(b)
+        return out
+
+    def iteration_of(self) -> list[int]:
+        """For each block, the iteration its alloc falls in (-1: outside every iteration)."""
+        out = []
+        k = 0
+        its = self.iterations
+        for b in self.trace.blocks:  # lowers increase: one pass
+            while k < len(its) and its[k][1] <= b.lower:
+                k += 1
+            out.append(k if k < len(its) and its[k][0] <= b.lower else -1)
+        return out
+
+    def scaled(self, factor: float) -> "Run":
+        """The run with its activations ``factor`` times as large (a larger batch, say).
+
+        Blocks allocated inside an iteration and freed in it scale; blocks
+        that cross an iteration boundary or live outside iterations
+        (weights, optimizer state, gradients) keep their size.
+        """
+        keep = {b.id for b in self.long_lived()}
+        where = self.iteration_of()
+        blocks = [b if (b.id in keep or where[i] < 0)
+                  else dataclasses.replace(b, size=max(1, int(round(b.size * factor))))
+                  for i, b in enumerate(self.trace.blocks)]
+        meta = {**self.metadata, "activation_scale": factor}
+        return Run(Trace(blocks, meta), self.iterations)
+
+    def events(self) -> Iterator[tuple[str, int]]:
+        """``("begin", k)``, ``("end", k)``, ``("alloc", i)`` and ``("free", i)``, in order."""
+        stream: list[tuple[int, int, int, str]] = []
+        for i, b in enumerate(self.trace.blocks):
+            stream.append((b.lower, 3, i, "alloc"))
+            if b.upper is not None:
+                stream.append((b.upper, 2, i, "free"))
+        for k, (begin, end) in enumerate(self.iterations):
+            stream.append((begin, 1, k, "begin"))
+            stream.append((end, 0, k, "end"))
+        # At one tick: an iteration ends, then the next begins, then frees, then allocs.
+        stream.sort()
+        for _, _, i, kind in stream:
+            yield kind, i
+
+
+class RunRecorder(EventRecorder):
+    """Log a whole run: allocs and frees on the event clock, and iteration marks."""
+
+    def __init__(self, round_to: int = 1) -> None:
+        super().__init__(round_to)
+        self.iterations: list[list[int]] = []
+        self._in_iteration = False
+
+    def begin(self) -> None:
+        if self._in_iteration:
+            raise RuntimeError("begin() inside an iteration: end() first")
+        self.iterations.append([self.tick, self.tick])
+        self._in_iteration = True
+
+    def end(self) -> None:
+        if not self._in_iteration:
+            raise RuntimeError("end() without begin()")
+        self.iterations[-1][1] = self.tick
+        self._in_iteration = False
+
+    def run(self, **metadata: Any) -> Run:
+        """The run so far (an iteration still open ends now)."""
+        iterations = [tuple(it) for it in self.iterations]
+        if self._in_iteration:
+            iterations[-1] = (iterations[-1][0], self.tick)
+        metadata = {**metadata, "iterations": [list(it) for it in iterations]}
+        return Run(self.trace(**metadata), tuple(iterations))
+
+
+def run_from_trace(trace: Trace, where: str = "trace") -> Run:
+    """A trace whose metadata holds ``iterations``, as a :class:`Run`."""
+    raw = trace.metadata.get("iterations")
+    if raw is None:
+        raise TraceFormatError(f"{where}: no 'iterations' in its metadata: not a run file")
+    try:
+        iterations = tuple((int(b), int(e)) for b, e in raw)
+    except (TypeError, ValueError):
+        raise TraceFormatError(f"{where}: field 'iterations' must be a list of "
+                               f"[begin, end] tick pairs") from None
+    return Run(trace, iterations)
+
+
+def read_run(path: str | Path) -> Run:
+    """Read a run file (any pgmo trace format whose metadata marks the iterations)."""
+    from .formats import read_trace
+
+    return run_from_trace(read_trace(path), str(path))
+
+
+def write_run(run: Run, path: str | Path) -> None:
+    from .formats import write_trace
+
+    meta = {**run.metadata, "iterations": [list(it) for it in run.iterations]}
+    write_trace(Trace(run.trace.blocks, meta), path)
+
+
+def run_from_iteration(trace: Trace, iterations: int = 10, *, setup: Sequence[int] = (),
+                       state: Sequence[int] = (), **metadata: Any) -> Run:
+    """A whole run made of one recorded iteration, repeated ``iterations`` times.
+
+    ``setup``: sizes allocated before the first iteration and kept (the
+    weights); ``state``: sizes allocated at the end of the first iteration
+    and kept (optimizer state, made by the first update).  The trace's open
+    blocks (gradients, a kept loss) are allocated in each iteration and freed
+    in the next one: when the trace says (blocks live from its first ticks
+    whose free it heard, as :class:`pgmo.TraceRecorder` records memory
+    allocated before it started: ``metadata["import"]["before_freed"]``),
+    matched by rounded size; else at the start of the next iteration.  The
+    last iteration's open blocks stay open.
+    """
+    if iterations < 1:
+        raise ValueError(f"a run needs at least one iteration, got {iterations}")
+    blocks = sorted(trace.blocks, key=lambda b: b.lower)
+    start = blocks[0].lower if blocks else 0
+    before = int(trace.metadata.get("import", {}).get("before_freed", {}).get("count", 0) or 0)
+    inherited = [b for b in blocks[:before] if b.upper is not None]
+    own = blocks[len(inherited):]
+    opened = [b for b in own if b.upper is None]
+    rec = RunRecorder()
+    for size in setup:
+        rec.alloc(size)
+    carried: list[int] = []
+    for k in range(iterations):
+        rec.begin()
+        # One event list per iteration: (tick, order, serial, kind, item); frees first.
+        stream: list[tuple[int, int, int, str, Any]] = []
+        for n, b in enumerate(own):
+            stream.append((b.lower, 1, n, "alloc", b))
+            if b.upper is not None:
+                stream.append((b.upper, 0, n, "free", b))
+        for n, (tick, handle) in enumerate(_carried_frees(inherited, carried, rec, start)):
+            stream.append((tick, 0, -1 - n, "carried", handle))
+        stream.sort(key=lambda e: (e[0], e[1], e[2]))
+        handles: dict[Any, int] = {}
+        for _, _, _, kind, item in stream:
+            if kind == "alloc":
+                handles[item.id] = rec.alloc(item.size)
+            elif kind == "free":
+                rec.free(handles[item.id])
+            else:
+                rec.free(item)
+        carried = [handles[b.id] for b in opened]
+        if k == 0:
+            for size in state:
+                rec.alloc(size)
+        rec.end()
+    meta = {k: v for k, v in trace.metadata.items() if k != "iterations"}
+    meta.update(metadata)
+    meta["run_from"] = "one recorded iteration, repeated"
+    return rec.run(**meta)
+
+
+def _carried_frees(inherited: Sequence[Block], carried: Sequence[int], rec: RunRecorder,
+                   start: int) -> list[tuple[int, int]]:
+    """When each of the last iteration's open blocks is freed: (tick, handle).
+
+    Matched to the trace's inherited frees by rounded size, in free order;
+    those the trace says nothing about are freed as the iteration starts.
+    """
+    free_by_size: dict[int, list[int]] = {}
+    for handle in carried:
+        free_by_size.setdefault(round_size(rec.size(handle)), []).append(handle)
+    out = []
+    for b in sorted(inherited, key=lambda b: b.upper):
+        same = free_by_size.get(round_size(b.size))
+        if same:
+            out.append((b.upper, same.pop(0)))
+    rest = sorted(h for hs in free_by_size.values() for h in hs)
+    out += [(start - 1, h) for h in rest]
+    return out
