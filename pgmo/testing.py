@@ -14,19 +14,17 @@ an address (``overlaps``).
 from __future__ import annotations
 
 import bisect
-import collections
 import contextlib
 import ctypes
-import gc
-import threading
 from typing import Any, Iterable
 
 import numpy as np
 
+from .host_device import HostMemory, HostStockPool
 from .trace import Trace, events
-from .units import ALIGNMENT as _ALIGN, round_size
+from .units import round_size
 
-__all__ = ["HostMemory", "HostFallback", "host_pool", "host_engine", "host_backend", "replay",
+__all__ = ["HostMemory", "HostStockPool", "HostFallback", "host_pool", "host_engine", "host_backend", "replay",
            "Checker", "events", "TEST_DEFAULTS"]
 
 #: What the host backends use unless told otherwise: plans made at the
@@ -34,182 +32,15 @@ __all__ = ["HostMemory", "HostFallback", "host_pool", "host_engine", "host_backe
 TEST_DEFAULTS = {"replan": "sync", "method": "bestfit"}
 
 
+#: The stock pool the host backends fall back on (the name scripts use).
+HostFallback = HostStockPool
+
+
 def _cupy_out_of_memory():
     from cupy.cuda.memory import OutOfMemoryError
 
     return OutOfMemoryError
 
-
-
-class _HostBuffer:
-    """Raw host memory, 512-byte aligned; its death returns it to its HostMemory."""
-
-    __slots__ = ("ptr", "size", "_array", "_memory")
-
-    def __init__(self, memory: "HostMemory", size: int):
-        try:
-            self._array = np.empty(size + _ALIGN, np.uint8)
-        except (ValueError, MemoryError):  # NumPy's "maximum size exceeded" too
-            raise MemoryError(f"host memory: cannot allocate {size} bytes") from None
-        base = self._array.ctypes.data
-        self.ptr = (base + _ALIGN - 1) // _ALIGN * _ALIGN
-        self.size = size
-        self._memory = memory
-
-    def __del__(self):
-        memory = getattr(self, "_memory", None)  # unset when the allocation failed
-        if memory is not None:
-            memory._give_back(self.size)
-
-
-class HostMemory:
-    """A pretend device: raw allocations of host memory, up to ``capacity`` bytes.
-
-    Raises MemoryError past the capacity, as cudaMalloc fails when the GPU
-    is full; that is how OutOfMemoryError paths are tested on the CPU.
-    """
-
-    def __init__(self, capacity: int | None = None):
-        self.capacity = capacity
-        self.in_use = 0
-        self.allocations = 0
-        self.on_allocate = None  # called after each allocation (the engine's peak of held bytes)
-        self._lock = threading.Lock()
-
-    def __call__(self, size: int) -> _HostBuffer:
-        with self._lock:
-            if self.capacity is not None and self.in_use + size > self.capacity:
-                raise MemoryError(f"host device full: {size} bytes requested, "
-                                  f"{self.capacity - self.in_use} left")
-            self.in_use += size
-            self.allocations += 1
-        try:
-            buffer = _HostBuffer(self, size)
-        except BaseException:
-            self._give_back(size)
-            raise
-        if self.on_allocate is not None:
-            self.on_allocate()
-        return buffer
-
-    def _give_back(self, size: int) -> None:
-        with self._lock:
-            self.in_use -= size
-
-
-class _FallbackBlock:
-    """A block lent by HostFallback; dropping it caches the buffer again."""
-
-    __slots__ = ("ptr", "size", "_buffer", "_returned")
-
-    def __del__(self):
-        self._returned.append(self._buffer)
-
-
-class HostFallback:
-    """A caching pool over :class:`HostMemory`, standing in for CuPy's stock pool.
-
-    It keeps freed buffers by size and reuses exact matches; on a limit or a
-    full device it frees its cache and retries, then raises CuPy's
-    ``OutOfMemoryError`` (as CuPy's pool does).  Frees only append to a deque,
-    so they are safe from any thread and from garbage collection.
-    """
-
-    def __init__(self, memory: HostMemory, oom_error=None):
-        """``oom_error(size, total, limit)`` makes the error of a full device (CuPy's, say)."""
-        from .engine.options import default_oom
-
-        self.memory = memory
-        self.oom_error = oom_error or default_oom
-        self._cache: dict[int, list[_HostBuffer]] = collections.defaultdict(list)
-        self._returned: collections.deque[_HostBuffer] = collections.deque()
-        self._used = 0
-        self._free = 0
-        self._limit = 0
-        self._lock = threading.RLock()
-
-    def _collect(self) -> None:
-        while self._returned:
-            buffer = self._returned.popleft()
-            self._cache[buffer.size].append(buffer)
-            self._used -= buffer.size
-            self._free += buffer.size
-
-    def malloc(self, size: int) -> _FallbackBlock:
-        rs = round_size(size)
-        with self._lock:
-            self._collect()
-            cached = self._cache.get(rs)
-            if cached:
-                buffer = cached.pop()
-                self._free -= rs
-                self._used += rs
-            else:
-                buffer = self._new_buffer(rs)
-        block = _FallbackBlock()
-        block.ptr, block.size, block._buffer, block._returned = (
-            buffer.ptr, rs, buffer, self._returned)
-        return block
-
-    def _new_buffer(self, rs: int) -> _HostBuffer:
-        for attempt in range(3):
-            if attempt:
-                if attempt == 2:
-                    gc.collect()
-                    self._collect()
-                self._release_cache()
-            if self._limit and self.total_bytes() + rs > self._limit:
-                continue
-            # Counted before the raw allocation, as CuPy's pool does: its
-            # listener (the engine's peak of memory held) then sees the new total.
-            self._used += rs
-            try:
-                return self.memory(rs)
-            except MemoryError:
-                self._used -= rs
-                continue
-            except BaseException:
-                self._used -= rs
-                raise
-        raise self.oom_error(rs, self.total_bytes(), self._limit)
-
-    def _release_cache(self) -> None:
-        self._cache.clear()
-        self._free = 0
-
-    def used_bytes(self) -> int:
-        with self._lock:
-            self._collect()
-            return self._used
-
-    def free_bytes(self) -> int:
-        with self._lock:
-            self._collect()
-            return self._free
-
-    def total_bytes(self) -> int:
-        with self._lock:
-            self._collect()
-            return self._used + self._free
-
-    def n_free_blocks(self) -> int:
-        with self._lock:
-            self._collect()
-            return sum(len(v) for v in self._cache.values())
-
-    def free_all_blocks(self, stream=None) -> None:
-        with self._lock:
-            self._collect()
-            cache = self._cache
-            self._cache = collections.defaultdict(list)
-            self._free = 0
-        cache.clear()  # the buffers go back to the device outside the lock
-
-    def set_limit(self, size=None, fraction=None) -> None:
-        self._limit = int(size or 0)
-
-    def get_limit(self) -> int:
-        return self._limit
 
 
 def host_backend(capacity: int | None = None, cupy_objects: bool = False):
@@ -222,11 +53,11 @@ def host_backend(capacity: int | None = None, cupy_objects: bool = False):
 
     memory = HostMemory(capacity)
     if not cupy_objects:
-        return Backend(allocate=memory, fallback=HostFallback(memory))
+        return Backend(allocate=memory, fallback=HostStockPool(memory))
     from cupy.cuda.memory import MemoryPointer, UnownedMemory
 
     oom = _cupy_out_of_memory()
-    return Backend(allocate=memory, fallback=HostFallback(memory, oom), memory_type=UnownedMemory,
+    return Backend(allocate=memory, fallback=HostStockPool(memory, oom), memory_type=UnownedMemory,
                    pointer_type=MemoryPointer, oom_error=oom)
 
 
@@ -264,7 +95,7 @@ def host_pool(capacity: int | None = None, **options: Any):
     from .pool import ProfileGuidedMemoryPool
 
     memory = HostMemory(capacity)
-    pool = ProfileGuidedMemoryPool(memory, fallback=HostFallback(memory, _cupy_out_of_memory()),
+    pool = ProfileGuidedMemoryPool(memory, fallback=HostStockPool(memory, _cupy_out_of_memory()),
                                    device_id=0,
                                    context=None, total_memory=capacity or 2 ** 40,
                                    **{**TEST_DEFAULTS, **options})

@@ -1,0 +1,327 @@
+"""Host stand-ins for a GPU's memory: cudaMalloc with a capacity, and CuPy 14's stock pool.
+
+pgmo is developed without a GPU, so its footprint is measured against these
+models; they are calibrated on the H100 traces of 2026-11-25
+(``tests/test_host_device.py`` replays the DenseNet-BC traces that CuPy's
+pool recorded there and reproduces the ``reserved_peak`` it reported).
+
+:class:`HostMemory` plays cudaMalloc/cudaFree: real host memory (so the
+bytes can be written and checked), every byte counted while held, a peak,
+and an optional capacity past which it fails as a full device does.
+
+:class:`HostStockPool` behaves like CuPy 14's ``SingleDeviceMemoryPool``
+(``cupy/cuda/memory.pyx``), on one stream:
+
+* sizes are rounded up to 512 bytes;
+* free chunks are binned by exact size; a request takes a chunk from the
+  smallest bin at least as large and splits off the rest, which goes back
+  to its own bin (CuPy takes an arbitrary member of the bin, ``set.pop()``;
+  this model takes the chunk freed last, which is deterministic);
+* a freed chunk merges with the free chunks next to it in the same
+  allocation;
+* ``free_all_blocks`` releases the free chunks that are whole allocations
+  (never split);
+* a new allocation is counted first; past the pool's limit it fails at once
+  with ``OutOfMemoryError``; when the device is full it releases its free
+  blocks and retries, then collects garbage and retries once more.
+
+Frees arrive from the blocks' destructors, possibly in the middle of another
+allocation; they only append to a deque, and the pool applies them in order
+at its next call, as CuPy's lock-and-no-GC section would have serialized them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import gc
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from .units import ALIGNMENT, round_size
+
+__all__ = ["HostMemory", "HostStockPool"]
+
+
+class _HostBuffer:
+    """Raw host memory, 512-byte aligned; its death returns it to its HostMemory."""
+
+    __slots__ = ("ptr", "size", "_array", "_memory")
+
+    def __init__(self, memory: "HostMemory", size: int):
+        try:
+            self._array = np.empty(size + ALIGNMENT, np.uint8)
+        except (ValueError, MemoryError):  # NumPy's "maximum size exceeded" too
+            raise MemoryError(f"host memory: cannot allocate {size} bytes") from None
+        base = self._array.ctypes.data
+        self.ptr = (base + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+        self.size = size
+        self._memory = memory
+
+    def __del__(self):
+        memory = getattr(self, "_memory", None)  # unset when the allocation failed
+        if memory is not None:
+            memory._give_back(self.size)
+
+
+class HostMemory:
+    """A pretend device: raw allocations of host memory, up to ``capacity`` bytes.
+
+    ``in_use`` is every byte held now, ``peak`` the most held at once
+    (:meth:`reset_peak` restarts it from ``in_use``); ``allocations`` and
+    ``releases`` count the calls, as cudaMalloc and cudaFree would be
+    counted.  Past the capacity it raises MemoryError, as cudaMalloc fails
+    when the GPU is full.  ``on_allocate`` is called after each allocation.
+    """
+
+    def __init__(self, capacity: int | None = None):
+        self.capacity = capacity
+        self.in_use = 0
+        self.peak = 0
+        self.allocations = 0
+        self.releases = 0
+        self.on_allocate: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, size: int) -> _HostBuffer:
+        with self._lock:
+            if self.capacity is not None and self.in_use + size > self.capacity:
+                raise MemoryError(f"host device full: {size:,} bytes requested, "
+                                  f"{self.capacity - self.in_use:,} left")
+            self.in_use += size
+            if self.in_use > self.peak:
+                self.peak = self.in_use
+            self.allocations += 1
+        try:
+            buffer = _HostBuffer(self, size)
+        except BaseException:
+            self._give_back(size, counted=False)
+            raise
+        if self.on_allocate is not None:
+            self.on_allocate()
+        return buffer
+
+    def _give_back(self, size: int, counted: bool = True) -> None:
+        with self._lock:
+            self.in_use -= size
+            self.releases += counted
+
+    def reset_peak(self) -> None:
+        with self._lock:
+            self.peak = self.in_use
+
+
+class _Chunk:
+    """A piece of one raw allocation: free or lent, linked to its neighbours."""
+
+    __slots__ = ("buffer", "offset", "size", "prev", "next", "free")
+
+    def __init__(self, buffer: Any, offset: int, size: int):
+        self.buffer, self.offset, self.size = buffer, offset, size
+        self.prev: _Chunk | None = None
+        self.next: _Chunk | None = None
+        self.free = False
+
+
+class _PooledBlock:
+    """A block lent by :class:`HostStockPool`; its death gives the chunk back."""
+
+    __slots__ = ("ptr", "size", "_chunk", "_returned")
+
+    def __del__(self):
+        self._returned.append(self._chunk)
+
+
+def _default_oom(size: int, total: int, limit: int) -> MemoryError:
+    from .engine.options import default_oom
+
+    return default_oom(size, total, limit)
+
+
+class HostStockPool:
+    """CuPy 14's stock memory pool (one device, one stream) over :class:`HostMemory`.
+
+    Same methods as ``cupy.cuda.MemoryPool``: ``malloc``, ``used_bytes``,
+    ``free_bytes``, ``total_bytes``, ``n_free_blocks``, ``free_all_blocks``,
+    ``set_limit``/``get_limit``; ``malloc`` returns an object with ``ptr``
+    and ``size`` that owns the block until it is dropped.
+    """
+
+    def __init__(self, memory: HostMemory, oom_error: Callable[[int, int, int],
+                                                              BaseException] | None = None):
+        """``oom_error(size, total, limit)`` makes the error of a full device (CuPy's, say)."""
+        self.memory = memory
+        self.oom_error = oom_error or _default_oom
+        self._bins: dict[int, list[_Chunk]] = {}  # size -> free chunks, freed last at the end
+        self._sizes: list[int] = []  # sizes with free chunks, sorted
+        self._returned: collections.deque[_Chunk] = collections.deque()
+        self._total = 0
+        self._used = 0
+        self._free = 0
+        self._nfree = 0
+        self._limit = 0
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------ free lists
+    def _push(self, chunk: _Chunk) -> None:
+        chunk.free = True
+        bin_ = self._bins.get(chunk.size)
+        if bin_ is None:
+            self._bins[chunk.size] = bin_ = []
+            bisect.insort(self._sizes, chunk.size)
+        bin_.append(chunk)
+        self._free += chunk.size
+        self._nfree += 1
+
+    def _remove(self, chunk: _Chunk) -> None:
+        bin_ = self._bins[chunk.size]
+        bin_.remove(chunk)
+        if not bin_:
+            self._drop_bin(chunk.size)
+        chunk.free = False
+        self._free -= chunk.size
+        self._nfree -= 1
+
+    def _drop_bin(self, size: int) -> None:
+        del self._bins[size]
+        del self._sizes[bisect.bisect_left(self._sizes, size)]
+
+    def _collect(self) -> None:
+        """Apply the frees that arrived since the last call, in order."""
+        returned = self._returned
+        while returned:
+            chunk = returned.popleft()
+            self._used -= chunk.size
+            nxt = chunk.next
+            if nxt is not None and nxt.free:
+                self._remove(nxt)
+                chunk.size += nxt.size
+                chunk.next = nxt.next
+                if nxt.next is not None:
+                    nxt.next.prev = chunk
+            prev = chunk.prev
+            if prev is not None and prev.free:
+                self._remove(prev)
+                prev.size += chunk.size
+                prev.next = chunk.next
+                if chunk.next is not None:
+                    chunk.next.prev = prev
+                chunk = prev
+            self._push(chunk)
+
+    # ----------------------------------------------------------------- malloc
+    def malloc(self, size: int) -> _PooledBlock:
+        rs = round_size(size)
+        with self._lock:
+            self._collect()
+            chunk = self._take_cached(rs)
+            if chunk is None:
+                chunk = _Chunk(self._new_buffer(rs), 0, rs)
+            self._used += rs
+        block = _PooledBlock()
+        block.ptr = chunk.buffer.ptr + chunk.offset
+        block.size = rs
+        block._chunk = chunk
+        block._returned = self._returned
+        return block
+
+    def _take_cached(self, rs: int) -> _Chunk | None:
+        """The last-freed chunk of the smallest bin that fits, split to ``rs``."""
+        sizes = self._sizes
+        k = bisect.bisect_left(sizes, rs)
+        if k == len(sizes):
+            return None
+        size = sizes[k]
+        bin_ = self._bins[size]
+        chunk = bin_.pop()
+        if not bin_:
+            self._drop_bin(size)
+        chunk.free = False
+        self._free -= size
+        self._nfree -= 1
+        if size > rs:  # split: the head is lent, the rest stays free
+            rest = _Chunk(chunk.buffer, chunk.offset + rs, size - rs)
+            rest.prev, rest.next = chunk, chunk.next
+            if chunk.next is not None:
+                chunk.next.prev = rest
+            chunk.next = rest
+            chunk.size = rs
+            self._push(rest)
+        return chunk
+
+    def _new_buffer(self, rs: int) -> Any:
+        if self._limit and self._total + rs > self._limit:
+            raise self.oom_error(rs, self._total, self._limit)
+        # Counted before the raw allocation, as CuPy's pool does: a listener on
+        # the raw allocator (the engine's peak of memory held) sees the new total.
+        self._total += rs
+        try:
+            for attempt in range(3):
+                if attempt == 1:
+                    self._release_unsplit()
+                elif attempt == 2:
+                    gc.collect()
+                    self._collect()
+                    self._release_unsplit()
+                try:
+                    return self.memory(rs)
+                except MemoryError:
+                    continue
+        except BaseException:
+            self._total -= rs
+            raise
+        self._total -= rs
+        raise self.oom_error(rs, self._total, self._limit)
+
+    def _release_unsplit(self) -> None:
+        """Give the device back every free chunk that is a whole allocation."""
+        for size in list(self._sizes):
+            bin_ = self._bins[size]
+            keep = [c for c in bin_ if c.prev is not None or c.next is not None]
+            gone = len(bin_) - len(keep)
+            if not gone:
+                continue
+            self._total -= gone * size
+            self._free -= gone * size
+            self._nfree -= gone
+            for c in bin_:
+                if c.prev is None and c.next is None:
+                    c.buffer = None
+            if keep:
+                self._bins[size] = keep
+            else:
+                self._drop_bin(size)
+
+    # ---------------------------------------------------------- CuPy's queries
+    def used_bytes(self) -> int:
+        with self._lock:
+            self._collect()
+            return self._used
+
+    def free_bytes(self) -> int:
+        with self._lock:
+            self._collect()
+            return self._free
+
+    def total_bytes(self) -> int:
+        with self._lock:
+            self._collect()
+            return self._total
+
+    def n_free_blocks(self) -> int:
+        with self._lock:
+            self._collect()
+            return self._nfree
+
+    def free_all_blocks(self, stream=None) -> None:
+        with self._lock:
+            self._collect()
+            self._release_unsplit()
+
+    def set_limit(self, size=None, fraction=None) -> None:
+        self._limit = int(size or 0)
+
+    def get_limit(self) -> int:
+        return self._limit

@@ -1,0 +1,156 @@
+"""The host stand-ins for the device: cudaMalloc's accounting and CuPy 14's stock pool.
+
+The footprint figures pgmo reports on the CPU are only as good as these
+models, so the stock pool is checked rule by rule and calibrated on the H100:
+replaying the DenseNet-BC iterations that CuPy's pool served on 2026-11-25
+must reproduce the ``reserved_peak`` it reported there.
+"""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+
+import pgmo
+from pgmo.host_device import HostMemory, HostStockPool
+from pgmo.runs import run_from_iteration
+
+EVIDENCE = Path(__file__).resolve().parents[2] / "shared" / "gpu-evidence" / "2026-11-25-h100"
+DENSENET = ["densenet-bc100-k12-train-b64-recompute-off-stock",
+            "densenet-bc100-k12-train-b64-recompute-on-stock"]
+
+
+def drive(pool, run):
+    """Replay ``run``'s allocs and frees through ``pool.malloc``; the blocks live meanwhile."""
+    blocks, live = run.trace.blocks, {}
+    for kind, i in run.events():
+        if kind == "alloc":
+            live[i] = pool.malloc(blocks[i].size)
+        elif kind == "free":
+            del live[i]
+    return live
+
+
+@pytest.mark.parametrize("name", DENSENET)
+def test_reproduces_what_cupys_pool_reserved_on_the_h100(name):
+    """One step on a fresh pool, then the recorded one (as record_traces.py did): within 3%."""
+    path = EVIDENCE / "traces" / f"{name}.json.gz"
+    if not path.exists():
+        pytest.skip(f"the H100 evidence is not beside this checkout ({path})")
+    trace = pgmo.read_trace(path)
+    memory = HostMemory()
+    pool = HostStockPool(memory)
+    drive(pool, run_from_iteration(trace, 2))
+    reserved = trace.metadata["reserved_peak"]
+    assert pool.total_bytes() == memory.peak  # a stock pool never gives memory back here
+    assert abs(pool.total_bytes() / reserved - 1) <= 0.03, (pool.total_bytes(), reserved)
+
+
+def test_sizes_round_to_512_and_every_byte_is_counted():
+    memory = HostMemory()
+    pool = HostStockPool(memory)
+    a = pool.malloc(1)
+    b = pool.malloc(513)
+    assert (a.size, b.size) == (512, 1024)
+    assert pool.used_bytes() == pool.total_bytes() == memory.in_use == 1536
+    assert memory.allocations == 2
+    del a, b
+    assert pool.used_bytes() == 0 and pool.free_bytes() == 1536 == memory.in_use
+
+
+def test_smallest_fitting_chunk_is_split_and_the_rest_stays_free():
+    memory = HostMemory()
+    pool = HostStockPool(memory)
+    big, small = pool.malloc(4096), pool.malloc(2048)
+    big_ptr = big.ptr
+    del big, small
+    c = pool.malloc(1024)  # takes the 2048 chunk (smallest that fits), not the 4096 one
+    assert c.ptr != big_ptr
+    d = pool.malloc(1024)  # the rest of that chunk
+    assert pool.total_bytes() == 6144 and memory.allocations == 2
+    assert abs(d.ptr - c.ptr) == 1024
+
+
+def test_a_freed_chunk_merges_with_its_free_neighbours():
+    memory = HostMemory()
+    pool = HostStockPool(memory)
+    whole = pool.malloc(3 * 512)
+    base = whole.ptr
+    del whole
+    parts = [pool.malloc(512) for _ in range(3)]
+    assert sorted(p.ptr - base for p in parts) == [0, 512, 1024]
+    assert pool.n_free_blocks() == 0
+    del parts[1]
+    assert pool.n_free_blocks() == 1
+    parts.clear()
+    assert pool.n_free_blocks() == 1  # one chunk again
+    again = pool.malloc(3 * 512)
+    assert again.ptr == base and memory.allocations == 1
+
+
+def test_free_all_blocks_releases_unsplit_chunks_only():
+    memory = HostMemory()
+    pool = HostStockPool(memory)
+    a, b = pool.malloc(2048), pool.malloc(1024)
+    del a
+    pinned = pool.malloc(512)  # splits a's chunk: it cannot go back while pinned lives
+    del b
+    pool.free_all_blocks()
+    assert pool.total_bytes() == 2048 == memory.in_use  # b's whole chunk went back
+    del pinned
+    pool.free_all_blocks()
+    assert pool.total_bytes() == 0 == memory.in_use
+
+
+def test_a_full_device_releases_the_cache_and_retries():
+    memory = HostMemory(capacity=4096)
+    pool = HostStockPool(memory)
+    a = pool.malloc(3072)
+    del a
+    b = pool.malloc(4096)  # 3072 cached + 4096 > capacity: release, then allocate
+    assert b.size == 4096 and memory.in_use == 4096
+    with pytest.raises(MemoryError, match="4,096"):
+        pool.malloc(512)
+    assert pool.total_bytes() == 4096  # a failed allocation is not counted
+
+
+def test_the_retry_collects_garbage_first():
+    memory = HostMemory(capacity=2048)
+    pool = HostStockPool(memory)
+    cycle = [pool.malloc(2048)]
+    cycle.append(cycle)  # only the cycle collector frees it
+    del cycle
+    gc.disable()
+    try:
+        assert pool.malloc(2048).size == 2048
+    finally:
+        gc.enable()
+
+
+def test_the_limit_fails_at_once_without_releasing_the_cache():
+    memory = HostMemory()
+    pool = HostStockPool(memory, oom_error=lambda size, total, limit: MemoryError(
+        f"limit {limit} reached with {total} held, asking {size}"))
+    pool.set_limit(size=2048)
+    a = pool.malloc(1024)
+    del a
+    with pytest.raises(MemoryError, match="limit 2048 reached with 1024 held, asking 1536"):
+        pool.malloc(1536)  # CuPy raises here: the cached 1024 bytes stay
+    assert pool.total_bytes() == 1024 and pool.get_limit() == 2048
+
+
+def test_host_memory_counts_calls_bytes_and_peak():
+    memory = HostMemory(capacity=1 << 20)
+    a = memory(1000)
+    b = memory(2000)
+    assert (memory.in_use, memory.peak, memory.allocations) == (3000, 3000, 2)
+    del a
+    memory.reset_peak()
+    assert (memory.in_use, memory.peak, memory.releases) == (2000, 2000, 1)
+    with pytest.raises(MemoryError, match="host device full"):
+        memory(1 << 20)
+    assert memory.in_use == 2000 and memory.allocations == 2
+    del b
+    assert memory.in_use == 0
