@@ -1,7 +1,8 @@
 """Build pgmo; compile its allocation hot path with Cython when possible.
 
-``pgmo/engine/handout.py`` is plain Python that Cython compiles (with the
-types in ``handout.pxd``) into an extension module of the same name.  The
+``pgmo/engine/handout.py`` and ``pgmo/engine/frees.py`` are plain Python that
+Cython compiles (with the types in their ``.pxd`` files) into extension
+modules of the same names.  The
 extension is optional: without a C compiler the build goes on and pgmo
 runs the same code as plain Python (see ``pgmo.engine.compiled()``).
 """
@@ -18,8 +19,9 @@ def extensions():
         from Cython.Build import cythonize
     except ImportError:  # no Cython in the build environment: plain Python
         return []
-    hot_path = Extension("pgmo.engine.handout", ["pgmo/engine/handout.py"], optional=True)
-    return cythonize([hot_path], compiler_directives=DIRECTIVES, quiet=True)
+    hot_path = [Extension(f"pgmo.engine.{name}", [f"pgmo/engine/{name}.py"], optional=True)
+                for name in ("frees", "handout")]
+    return cythonize(hot_path, compiler_directives=DIRECTIVES, quiet=True)
 
 
 setup(ext_modules=extensions())

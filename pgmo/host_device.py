@@ -63,7 +63,7 @@ class _HostBuffer:
     def __del__(self):
         memory = getattr(self, "_memory", None)  # unset when the allocation failed
         if memory is not None:
-            memory._give_back(self.size)
+            memory._give_back(self.size, ptr=self.ptr)
 
 
 class HostMemory:
@@ -84,6 +84,8 @@ class HostMemory:
         self.releases = 0
         self.on_allocate: Callable[[], None] | None = None
         self._lock = threading.Lock()
+        self._starts: list[int] = []  # addresses of the buffers held, sorted
+        self._ends: dict[int, int] = {}  # address -> end of its buffer
 
     def __call__(self, size: int) -> _HostBuffer:
         with self._lock:
@@ -99,14 +101,25 @@ class HostMemory:
         except BaseException:
             self._give_back(size, counted=False)
             raise
+        with self._lock:
+            bisect.insort(self._starts, buffer.ptr)
+            self._ends[buffer.ptr] = buffer.ptr + size
         if self.on_allocate is not None:
             self.on_allocate()
         return buffer
 
-    def _give_back(self, size: int, counted: bool = True) -> None:
+    def _give_back(self, size: int, counted: bool = True, ptr: int | None = None) -> None:
         with self._lock:
             self.in_use -= size
             self.releases += counted
+            if ptr is not None and self._ends.pop(ptr, None) is not None:
+                del self._starts[bisect.bisect_left(self._starts, ptr)]
+
+    def holds(self, ptr: int, size: int) -> bool:
+        """Whether ``[ptr, ptr + size)`` lies in one buffer held now (not given back)."""
+        with self._lock:
+            k = bisect.bisect_right(self._starts, ptr)
+            return bool(k) and ptr + size <= self._ends[self._starts[k - 1]]
 
     def reset_peak(self) -> None:
         with self._lock:

@@ -30,7 +30,8 @@ import cupy
 from cupy.cuda import memory as _memory
 
 from .engine import Backend, Engine, PoolOptions, pool_options
-from .engine.arenas import RawListener
+from .engine.frees import STOCK
+from .engine.memory import RawListener
 from .errors import PlanError, PlanFileError
 from .formats import planfile
 from .hooks import FreeReport, call_hooks, hooks_active, thread_hooks
@@ -134,7 +135,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
                           oom_error=_memory.OutOfMemoryError)
         self._engine = engine = Engine(backend, pool_options(options, **changes))
         if raw_listener is not None:
-            raw_listener.connect(engine.arenas)
+            raw_listener.connect(engine.memory)
         # The engine reaches the pool through a weak reference only, so dropping
         # the pool frees it (and its arena) without waiting for the GC.
         ref = weakref.ref(self)
@@ -163,13 +164,14 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
     def _malloc_with_hooks(self, size: Any) -> _MemoryPointer:
         """Serve one request while memory hooks are registered, reporting pgmo's own blocks.
 
-        Blocks from CuPy's stock fallback are reported by that pool already.
-        pgmo's blocks cannot fail once handed out, so their malloc hooks run
-        right after the hand-out, and their free hooks when they are freed.
+        Blocks from CuPy's stock pool are reported by that pool already.
+        pgmo's blocks (the arena's, its own allocations, survivors' buffers)
+        cannot fail once handed out, so their malloc hooks run right after the
+        hand-out, and their free hooks when they are freed.
         """
         memptr = self._engine.serve_unhooked(size)  # raises CuPy's errors for bad sizes
         release = memptr.mem._owner  # None for a null (size 0) pointer
-        if release is not None and release.arena is None and self._fallback_reports_hooks:
+        if release is not None and release.source == STOCK and self._fallback_reports_hooks:
             return memptr
         device_id, rounded = self._device_id, round_size(size)
         mem_ptr, pmem_id = memptr.ptr, id(memptr.mem)

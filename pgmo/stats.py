@@ -1,9 +1,10 @@
 """Pool statistics: one dataclass from the engine to the user, the Chainer report and the CLI.
 
 Byte counts follow CuPy's meaning: ``used_bytes`` are blocks handed out and
-not yet freed, ``free_bytes`` are held by the pool but idle (cached fallback
-blocks and the arena space no live block occupies), ``total_bytes`` is all the
-pool holds from the device, and ``used + free == total`` always.
+not yet freed, ``free_bytes`` are held by the pool but idle (the stock pool's
+cache, survivors' buffers waiting for the next iteration, the arena space no
+live block occupies), ``total_bytes`` is all the pool holds from the device,
+and ``used + free == total`` always.
 
 =======================  =================================  ==========================
 pgmo                     CuPy ``MemoryPool``                PyTorch caching allocator
@@ -39,14 +40,15 @@ class PoolStats:
     replan: str  # where plans are computed: background, sync or bestfit
     iteration_source: str  # "marked" (pool.iteration()), "detected (...)" or "none"
     iterations: int  # iterations ended
-    # requests (non-empty mallocs)
+    # requests (non-empty mallocs): each counted in exactly one of the seven kinds below
     requests: int
-    profiled_requests: int  # served by the fallback while warming up or profiling
+    profiled_requests: int  # warm-up, profiling, waiting for a plan: memory of their own
     planned_requests: int  # served from the arena
-    fallback_requests: int  # in optimized iterations, planned for the arena but not served there
-    pinned_requests: int  # in optimized iterations, sent to the fallback by the plan (pinned)
-    interrupted_requests: int  # between interrupt() and resume()
-    foreign_requests: int  # another thread, device or stream during an iteration
+    fallback_requests: int  # in optimized iterations, after a departure: memory of their own
+    pinned_requests: int  # in optimized iterations, survivors the plan keeps apart
+    interrupted_requests: int  # between interrupt() and resume(): CuPy's stock pool
+    outside_requests: int  # between iterations, or none marked or found: CuPy's stock pool
+    foreign_requests: int  # another thread, device or stream during an iteration: stock pool
     # the plan
     departures: int  # requests that left the plan (bigger, more, late free, ...)
     reoptimizations: int  # re-plans: departures that changed the profile
@@ -54,15 +56,18 @@ class PoolStats:
     planned_peak: int  # bytes the plan needs (<= arena_bytes)
     lower_bound: int  # no plan of the profile can need less
     planned_blocks: int
-    pinned_blocks: int  # requests that outlived their iteration; always the fallback
+    pinned_blocks: int  # requests that outlived their iteration; kept buffers
     background_solves: int  # profiles given to the background solver
     stale_plans: int  # background plans dropped because a newer profile came
     planner_failures: int  # background solver crashed or overran its time
     solve_failures: int  # solves that raised
     arena_failures: int  # arenas the device or the limit refused
-    # memory, in bytes
+    # memory, in bytes (total_bytes = the five parts below)
     arena_bytes: int  # the current arena
     old_arena_bytes: int  # older arenas kept alive by their live blocks
+    exact_bytes: int  # blocks in memory of their own (given back at their free)
+    kept_bytes: int  # survivors' buffers, live or waiting for the next iteration
+    stock_bytes: int  # what CuPy's stock pool holds
     live_bytes: int  # blocks pgmo handed out and that are not freed yet
     used_bytes: int
     free_bytes: int
@@ -92,6 +97,8 @@ class PoolStats:
             ("in use now", mib(self.used_bytes)), ("in use, peak", mib(self.peak_used_bytes)),
             ("held now", mib(self.total_bytes)), ("held, peak", mib(self.peak_total_bytes)),
             ("  arena", mib(self.arena_bytes)), ("  older arenas", mib(self.old_arena_bytes)),
+            ("  own blocks", mib(self.exact_bytes)), ("  survivors", mib(self.kept_bytes)),
+            ("  stock pool", mib(self.stock_bytes)),
             ("  idle (free)", mib(self.free_bytes)),
             ("limit", "none" if not self.limit else mib(self.limit)),
             ("", ""),
@@ -106,6 +113,7 @@ class PoolStats:
                            f"re-plans {self.reoptimizations:,})"),
             ("  pinned", f"{self.pinned_requests:,}"),
             ("  interrupted", f"{self.interrupted_requests:,}"),
+            ("  between iterations", f"{self.outside_requests:,}"),
             ("  other thread/stream", f"{self.foreign_requests:,}"),
             ("problems", f"arena {self.arena_failures}, solver {self.solve_failures}, "
                          f"background {self.planner_failures}, stale plans {self.stale_plans}"),

@@ -25,7 +25,7 @@ from .trace import Trace, events
 from .units import round_size
 
 __all__ = ["HostMemory", "HostStockPool", "HostFallback", "host_pool", "host_engine", "host_backend", "replay",
-           "Checker", "events", "TEST_DEFAULTS"]
+           "Checker", "events", "replay_run", "TEST_DEFAULTS"]
 
 #: What the host backends use unless told otherwise: plans made at the
 #: boundary (deterministic) by the fast paper's best-fit.
@@ -72,15 +72,16 @@ def host_engine(capacity: int | None = None, **options: Any):
     backend = host_backend(capacity)
     engine = Engine(backend, pool_options(**{**TEST_DEFAULTS, **options}))
     engine.host_memory = True
+    engine.host_device = backend.allocate
     _watch_raw(backend.allocate, engine)
     return engine
 
 
 def _watch_raw(memory: "HostMemory", engine) -> None:
-    from .engine.arenas import RawListener
+    from .engine.memory import RawListener
 
     listener = RawListener()
-    listener.connect(engine.arenas)
+    listener.connect(engine.memory)
     memory.on_allocate = listener
 
 
@@ -100,6 +101,7 @@ def host_pool(capacity: int | None = None, **options: Any):
                                    context=None, total_memory=capacity or 2 ** 40,
                                    **{**TEST_DEFAULTS, **options})
     pool.host_memory = True
+    pool.host_device = memory
     _watch_raw(memory, pool.engine)
     return pool
 
@@ -110,11 +112,19 @@ class Checker:
 
     Also tracks live address ranges to count overlaps directly.  Works on
     host pointers (numpy over the address) and, for a CUDA pool, on device
-    memory through CuPy.
+    memory through CuPy.  Given the host ``device`` (a
+    :class:`~pgmo.host_device.HostMemory`), it also checks at malloc and at
+    free that each block lies in memory the device still lends (a block
+    whose memory was given back while live counts as corrupted).  With
+    ``write=False`` no byte is written: every byte is then checked by
+    address alone (no two live blocks share one, and each lies in held
+    memory), which is as exact and much faster on large runs.
     """
 
-    def __init__(self, host: bool):
+    def __init__(self, host: bool, device: Any = None, write: bool = True):
         self.host = host
+        self.device = device
+        self.write = write
         self.serial = 0
         self.corrupted = 0
         self.overlaps = 0
@@ -139,7 +149,10 @@ class Checker:
                 self.overlaps += 1
             self._starts.insert(k, key)
             self._ends[serial] = end
-            self._write(memptr, size, serial)
+            if self.device is not None and not self.device.holds(ptr, end - ptr):
+                self.corrupted += 1  # handed out in memory the pool does not hold
+            if self.write:
+                self._write(memptr, size, serial)
             self.live_bytes += round_size(size)
             self.peak_bytes = max(self.peak_bytes, self.live_bytes)
         return memptr, size, serial
@@ -149,7 +162,9 @@ class Checker:
         memptr, size, serial = handle
         ok = True
         if size > 0:
-            ok = self._verify(memptr, size, serial)
+            ok = self._verify(memptr, size, serial) if self.write else True
+            if self.device is not None and not self.device.holds(memptr.ptr, size):
+                ok = False  # its memory went back to the device while it lived
             if not ok:
                 self.corrupted += 1
             self.checked_bytes += size
@@ -224,3 +239,47 @@ def replay(traces: Trace | Iterable[Trace], pool, *, interrupted: bool = False,
             "iterations": len(modes), "requests": requests,
             "checked_bytes": checker.checked_bytes, "peak_bytes": checker.peak_bytes,
             "modes": modes, "stats": pool.stats()}
+
+
+def replay_run(run, pool, *, write: bool = True, on_event=None) -> dict:
+    """Drive ``pool`` through a whole :class:`~pgmo.runs.Run`, checking every block.
+
+    Iteration marks become ``pool.begin_iteration()``/``end_iteration()``
+    (a pool without them, CuPy's stock pool say, just serves the requests);
+    blocks still live at the end are checked and dropped.  ``write=False``
+    checks by address only (see :class:`Checker`).  ``on_event(k)`` is
+    called after the ``k``-th event.  A pool that runs out of memory raises
+    as it would (OutOfMemoryError); nothing else is caught.  Returns what
+    :func:`replay` does, less ``modes``.
+    """
+    device = getattr(pool, "host_device", None) or getattr(pool, "memory", None)
+    checker = Checker(host=getattr(pool, "host_memory", True), device=device, write=write)
+    marks = hasattr(pool, "begin_iteration")
+    blocks = run.trace.blocks
+    live: dict[int, tuple] = {}
+    requests = iterations = 0
+    try:
+        for k, (kind, i) in enumerate(run.events()):
+            if kind == "alloc":
+                live[i] = checker.alloc(pool, blocks[i].size)
+                requests += 1
+            elif kind == "free":
+                checker.free(live.pop(i))
+            elif kind == "begin":
+                if marks:
+                    pool.begin_iteration()
+            else:
+                iterations += 1
+                if marks:
+                    pool.end_iteration()
+            if on_event is not None:
+                on_event(k)
+    finally:
+        for handle in live.values():
+            checker.free(handle)
+        live.clear()
+    stats = pool.stats() if hasattr(pool, "stats") else None
+    return {"corrupted": checker.corrupted, "overlaps": checker.overlaps,
+            "iterations": iterations, "requests": requests,
+            "checked_bytes": checker.checked_bytes, "peak_bytes": checker.peak_bytes,
+            "stats": stats}

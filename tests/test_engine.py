@@ -41,15 +41,18 @@ class FakeBuffer:
 
 
 class FakeArenaAllocator:
-    """Hands out non-overlapping fake addresses; records allocations and frees."""
+    """The raw allocator (arenas and blocks of their own): non-overlapping fake addresses.
 
-    def __init__(self, fail=False):
+    Records allocations and frees; refuses sizes above ``fail_above``.
+    """
+
+    def __init__(self, fail_above=None):
         self.next = ARENA_BASE
         self.log = []
-        self.fail = fail
+        self.fail_above = fail_above
 
     def __call__(self, size):
-        if self.fail:
+        if self.fail_above is not None and size > self.fail_above:
             raise MemoryError("no memory for the arena")
         ptr = self.next
         self.next += size + (1 << 20)
@@ -114,21 +117,22 @@ class Ptr:
         self.ptr, self.size, self.mem = mem.ptr + offset, mem.size, mem
 
     @property
-    def in_arena(self):
-        return self.ptr < FALLBACK_BASE
+    def in_stock(self):
+        return self.ptr >= FALLBACK_BASE
 
 
 class Checked:
     """Engine plus a ledger asserting that live blocks never share an address."""
 
     def __init__(self, hot_path, arena_fail=False, context=None, **options):
-        self.arena_alloc = FakeArenaAllocator(arena_fail)
+        self.arena_alloc = FakeArenaAllocator(4096 if arena_fail else None)
         self.fallback = FakeFallback()
         options.setdefault("method", "bestfit")
         options.setdefault("replan", "sync")
         backend = Backend(self.arena_alloc, self.fallback, pointer_type=Ptr, context=context)
         self.engine = Engine(backend, pool_options(**options), hot_path=hot_path)
         self.live = {}
+        self.arena_ptrs = set()
 
     def malloc(self, size):
         p = self.engine.malloc(size)
@@ -140,6 +144,20 @@ class Checked:
 
     def free(self, p):
         del self.live[id(p)]
+
+    def in_plan(self, p):
+        """Whether ``p`` was carved from the current arena (not memory of its own)."""
+        arena = self.engine.hot.arena
+        return arena is not None and arena.ptr <= p.ptr < arena.ptr + arena.size
+
+    def arenas_taken(self):
+        """The raw allocations that became arenas, in order."""
+        return [x for x in self.arena_alloc.taken() if x[1] in self.arena_ptrs]
+
+    def note_arena(self):
+        arena = self.engine.hot.arena
+        if arena is not None:
+            self.arena_ptrs.add(arena.ptr)
 
     def run(self, ops):
         """Run ops: an int allocates that many bytes, ('f', k) frees the k-th block."""
@@ -157,8 +175,10 @@ class Checked:
     def iteration(self, ops):
         e = self.engine
         e.begin_iteration()
+        self.note_arena()
         blocks = self.run(ops)
         e.end_iteration()
+        self.note_arena()
         return blocks
 
 
@@ -191,18 +211,20 @@ def test_warmup_then_profile_then_arena(hot_path):
     assert st.plan_method == "bestfit" and st.iteration_source == "marked"
 
 
-def test_hot_iterations_reuse_one_arena_and_never_touch_the_fallback(hot_path):
+def test_hot_iterations_reuse_one_arena_and_allocate_nothing(hot_path):
     c = Checked(hot_path, warmup=1)
     for _ in range(2):
         c.iteration(HOT)
-    calls = c.fallback.calls
+    raw, stock = len(c.arena_alloc.taken()), c.fallback.calls
+    assert stock == 0  # warm-up and profiling took memory of their own, not the stock pool's
+    arena = c.engine.hot.arena
     for _ in range(10):
         c.iteration(HOT)
-    assert c.fallback.calls == calls
-    assert len(c.arena_alloc.taken()) == 1
+    assert (len(c.arena_alloc.taken()), c.fallback.calls) == (raw, 0)
+    assert c.engine.hot.arena is arena and len(c.arenas_taken()) == 1
 
 
-def test_block_kept_past_its_planned_free_goes_to_the_fallback(hot_path):
+def test_block_kept_past_its_planned_free_sends_the_request_off_the_plan(hot_path):
     c = Checked(hot_path, warmup=0)
     c.iteration([1000, ("f", 0), 1000, ("f", 1)])  # request 1 reuses request 0's bytes
     e = c.engine
@@ -210,9 +232,10 @@ def test_block_kept_past_its_planned_free_goes_to_the_fallback(hot_path):
     late = [1000, 1000, ("f", 1), ("f", 0)]  # request 0 now outlives request 1's start
     e.begin_iteration()
     blocks = [c.malloc(1000), c.malloc(1000)]
-    assert blocks[0].in_arena and not blocks[1].in_arena
+    assert c.in_plan(blocks[0]) and not c.in_plan(blocks[1])
+    assert not blocks[1].in_stock  # memory of its own: nothing cached after it
     st = e.stats()
-    assert st.departures == 1 and st.fallback_requests == 1
+    assert st.departures == 1 and st.fallback_requests == 1 and st.exact_bytes == 1024
     c.live.clear()
     blocks.clear()
     e.end_iteration()
@@ -230,7 +253,7 @@ def test_block_from_last_iteration_still_alive_is_never_overwritten(hot_path):
     e = c.engine
     kept = c.iteration([1000, 2000, ("f", 1), 3000, ("f", 2), 500, ("f", 3)])  # keeps block 0
     loss = kept[0]
-    assert loss is not None and loss.in_arena
+    assert loss is not None and c.in_plan(loss)
     for _ in range(4):  # the ledger in Checked.malloc fails on any overlap
         c.iteration(HOT)
     c.free(loss)
@@ -278,17 +301,19 @@ def test_old_arena_lives_while_its_blocks_live(hot_path):
     e.begin_iteration()
     small = c.malloc(1000)
     e.end_iteration()  # survivor -> re-solve, arena reused or replaced
-    assert small.in_arena
+    assert c.in_plan(small)
     c.iteration([50_000, ("f", 0)])  # grows the plan: a new, bigger arena
     c.iteration([50_000, ("f", 0)])
     freed = [x for x in c.arena_alloc.log if x[0] == "arena freed"]
     assert not any(ptr <= small.ptr < ptr + size for _, ptr, size in freed)
+    where = small.ptr
     c.free(small)
     del small
     c.iteration([50_000, ("f", 0)])
     gc.collect()
     freed = [x for x in c.arena_alloc.log if x[0] == "arena freed"]
-    assert freed, "the old arena was never released"
+    assert any(ptr <= where < ptr + size for _, ptr, size in freed), \
+        "the old arena was never released"
 
 
 def test_old_arena_is_given_back_when_its_last_free_is_applied(hot_path):
@@ -299,22 +324,24 @@ def test_old_arena_is_given_back_when_its_last_free_is_applied(hot_path):
     kept = c.malloc(1000)  # lives on past the boundary, in the first arena
     c.free(c.malloc(50_000))  # larger than planned: a re-plan with a bigger arena
     e.end_iteration()
-    first, second = c.arena_alloc.taken()
+    c.note_arena()
+    first, second = c.arenas_taken()
     assert first[1] <= kept.ptr < first[1] + first[2]
     c.free(kept)
     del kept
     e.begin_iteration()
     c.malloc(1000)  # applies the free; nothing else is queued after it
     gc.collect()
-    freed = [x[1] for x in c.arena_alloc.log if x[0] == "arena freed"]
+    freed = [x[1] for x in c.arena_alloc.log if x[0] == "arena freed" and x[1] in c.arena_ptrs]
     assert freed == [first[1]], "applied frees must not keep an old arena alive"
 
 
 @pytest.mark.parametrize("module", HOT_PATHS)
 def test_inbox_keeps_frees_recorded_while_others_are_applied(module):
-    handout = reference_handout() if module == "reference" else compiled_handout
-    inbox = handout.Inbox()
-    arena = handout.Arena(FakeBuffer(ARENA_BASE, 4096, []), 4096)
+    frees = sys.modules[(reference_handout() if module == "reference"
+                         else compiled_handout).__name__.replace("handout", "frees")]
+    inbox = frees.Inbox()
+    arena = frees.Arena(FakeBuffer(ARENA_BASE, 4096, []), 4096)
     for index in range(3):
         inbox.record(index, 7, 512 * (index + 1), arena if index == 2 else None)
     inbox.consumed(2)  # the third came in while the first two were applied
@@ -362,7 +389,7 @@ def test_requests_from_another_thread_are_outside_the_plan(hot_path):
     t = threading.Thread(target=lambda: out.append(e.malloc(4096)))
     t.start()
     t.join()
-    assert not out[0].in_arena
+    assert out[0].in_stock
     assert e.stats().foreign_requests == 1
     out.clear()
     e.end_iteration()
@@ -379,7 +406,7 @@ def test_other_context_is_outside_the_plan(hot_path):
     ctx["stream"] = 2
     b = c.malloc(1000)
     ctx["stream"] = 1
-    assert a.in_arena and not b.in_arena
+    assert c.in_plan(a) and b.in_stock
     assert e.stats().foreign_requests == 1
     c.live.clear()
     del a, b
@@ -393,10 +420,10 @@ def test_interrupted_requests_are_not_numbered(hot_path):
     e.begin_iteration()
     e.interrupt()
     x = c.malloc(123456)
-    assert e.mode == "fallback" and not x.in_arena
+    assert e.mode == "fallback" and x.in_stock
     e.resume()
     a = c.malloc(1000)
-    assert a.in_arena and e.mode == "optimized"
+    assert c.in_plan(a) and e.mode == "optimized"
     assert e.stats().interrupted_requests == 1
     c.live.clear()
     del a, x
@@ -500,16 +527,17 @@ def test_optimize_in_the_middle_of_an_iteration_takes_effect_at_the_next_boundar
     assert e.schedule.plan is plan and e.stats().reoptimizations == 0
 
 
-def test_arena_failure_keeps_serving_from_the_fallback(hot_path):
+def test_arena_failure_keeps_serving_each_request_from_memory_of_its_own(hot_path):
     c = Checked(hot_path, warmup=0, arena_fail=True)
     for _ in range(3):
         c.iteration(HOT)
     st = c.engine.stats()
     assert st.arena_failures >= 1 and st.planned_requests == 0
     assert c.engine.mode == "fallback"  # what it actually does
+    assert st.stock_bytes == 0 and st.total_bytes == 0  # no cache: nothing held between
 
 
-def test_survivors_are_pinned_to_the_fallback(hot_path):
+def test_survivors_get_buffers_of_their_own_reused_each_iteration(hot_path):
     c = Checked(hot_path, warmup=0)
     keep = []
     for _ in range(4):
@@ -517,12 +545,22 @@ def test_survivors_are_pinned_to_the_fallback(hot_path):
         keep.append(blocks[-1])
     e = c.engine
     assert 4 in e.schedule.pinned
-    assert not keep[-1].in_arena
+    assert not c.in_plan(keep[-1]) and not keep[-1].in_stock
     st = e.stats()
     assert st.reoptimizations == 0  # profiled with the survivor: nothing to re-solve
-    # served by the fallback as planned: pinned, not a departure from the plan
+    # kept apart as planned: pinned, not a departure from the plan
     assert st.pinned_requests == 3 and st.fallback_requests == 0 and st.departures == 0
     assert st.requests == st.profiled_requests + st.planned_requests + st.pinned_requests
+    assert st.kept_bytes == 3 * 512  # three live survivors' buffers
+    raw = len(c.arena_alloc.taken())
+    c.live.clear()
+    del blocks
+    keep.clear()  # every survivor's buffer is idle now ...
+    c.iteration(HOT + [64])
+    assert len(c.arena_alloc.taken()) == raw  # ... and the next survivor reuses one
+    c.iteration(HOT)  # no survivor: the idle buffers wait one iteration ...
+    c.iteration(HOT)
+    assert e.stats().kept_bytes == 512  # ... then go back (the last survivor still lives)
     c.live.clear()
 
 

@@ -42,8 +42,9 @@ def imports_of(path: Path) -> set[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module
-            if node.module or not node.level:
-                found.add(target)  # "from . import x" imports x, not the package again
+            # "from . import x" loads the package first: an edge to it too, so that
+            # engine -> implementation -> engine (the package) is a cycle.
+            found.add(target)
             found.update(f"{target}.{alias.name}" for alias in node.names)
     return found
 
@@ -84,6 +85,18 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
 def test_there_is_no_import_cycle():
     cycle = find_cycle(graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_importing_a_sibling_through_the_package_counts_as_importing_the_package(tmp_path):
+    module = tmp_path / "pgmo" / "engine" / "implementation.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("from . import handout\n")
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, tmp_path / "pgmo"
+    try:
+        assert imports_of(module) == {"pgmo.engine", "pgmo.engine.handout"}
+    finally:
+        PACKAGE = saved
 
 
 def test_the_cycle_finder_finds_one():

@@ -329,4 +329,4 @@ def test_the_default_hot_path_is_the_compiled_one_when_built(monkeypatch):
     assert (type(engine.hot).__module__ == "pgmo.engine.handout") == compiled()
     monkeypatch.setenv("PGMO_PURE_PYTHON", "1")
     assert not compiled()
-    assert type(host_engine().hot).__module__ == "pgmo.engine._handout_reference"
+    assert type(host_engine().hot).__module__ == "pgmo.engine._reference.handout"

@@ -6,54 +6,23 @@
 cimport cython
 from cpython.pythread cimport PyThread_get_thread_ident
 
+from pgmo.engine.frees cimport Arena, Counts, Inbox, Release
+
 
 cdef long long _KEY_BIAS
 cdef long long _KEY_LOW
-cdef Py_ssize_t _INBOX_KEEP
 cdef long long _ROUND_UP
 cdef long long _ROUND_MASK
-
-
-@cython.final
-cdef class Arena:
-    cdef public object buffer
-    cdef public long long ptr
-    cdef public long long size
-    cdef public dict overdue
-
-
-@cython.final
-cdef class Inbox:
-    cdef public list items
-    cdef public list keys
-    cdef public list sizes
-    cdef public list arenas
-    cdef public Py_ssize_t count
-    cdef public bint closed
-
-    @cython.locals(key=cython.longlong, n=Py_ssize_t)
-    cpdef record(self, long long index, long long iteration, long long size, object arena)
-
-    @cython.locals(keys=list, sizes=list, arenas=list, n=Py_ssize_t, k=Py_ssize_t)
-    cpdef consumed(self, Py_ssize_t m)
-
-
-# Compiled, Release reports its free from __dealloc__ and is never resurrected.
-@cython.final
-@cython.freelist(64)
-cdef class Release:
-    cdef public Inbox inbox
-    cdef public long long index
-    cdef public long long iteration
-    cdef public long long size
-    cdef public Arena arena
-    cdef public object keep
-    cdef public object on_free
+cdef long long _SOURCE_BITS
+cdef long long _ARENA
+cdef long long _STOCK
+cdef long long _EXACT
+cdef long long _KEPT
 
 
 @cython.locals(owner=Release)
 cdef Release _release(Inbox inbox, long long index, long long iteration, long long size,
-                      Arena arena, object keep)
+                      Arena arena, object keep, long long source)
 
 
 @cython.final
@@ -64,7 +33,10 @@ cdef class HotPath:
     cdef public int device_id
     cdef public object slow
     cdef public object on_arena_idle
-    cdef public object fallback
+    cdef public object stock
+    cdef public object exact
+    cdef public object kept
+    cdef public bint limited
     cdef public object context
     cdef public object ctx
     cdef public unsigned long owner
@@ -85,33 +57,50 @@ cdef class HotPath:
     cdef public long long[:] obs_sizes
     cdef public long long[:] obs_lowers
     cdef public long long[:] obs_uppers
+    cdef public tuple log_arrays
     cdef public object thread_hooks
     cdef public object owner_hooks
     cdef public object hooked
     cdef public Py_ssize_t live_slots
     cdef public long long watched_frees
     cdef public long long used
-    cdef public long long fb_used
+    cdef public long long[:] source_used
     cdef public long long peak_used
-    cdef public long long planned_requests
-    cdef public long long profiled_requests
-    cdef public long long fallback_requests
-    cdef public long long pinned_requests
-    cdef public long long interrupted_requests
-    cdef public long long other_requests
+    cdef public Counts counts
 
+    cpdef connect(self, object stock, object exact, object kept, object context,
+                  object on_arena_idle)
+
+    cpdef share(self)
+
+    cpdef set_limited(self, bint limited)
+
+    cpdef connect_hooks(self, object thread_hooks, object hooked, object owner_hooks)
+
+    cpdef set_kind(self, int kind, bint in_iter)
+
+    cpdef begin(self, unsigned long owner, object owner_hooks, object ctx, bint planned,
+                Py_ssize_t max_n, Py_ssize_t log_size)
+
+    cpdef end(self)
+
+    cpdef install(self, list rows)
+
+    cpdef set_arena(self, Arena arena)
+
+    @cython.locals(rows=list, overdue=dict, j=Py_ssize_t,
+                   it=cython.longlong, cap=cython.longlong, o=cython.longlong)
+    cpdef retire(self)
+
+    cpdef reset_peak(self)
+
+    cpdef bint arena_idle(self, Arena arena)
 
     @cython.locals(rs=cython.longlong, i=Py_ssize_t, cap=cython.longlong, o=cython.longlong,
                    due=tuple, arena=Arena, row=tuple)
     cpdef object serve_inline(self, long long size, int kind)
 
     cpdef open_log(self, Py_ssize_t n)
-
-    @cython.locals(i=Py_ssize_t)
-    cpdef tuple log_columns(self, Py_ssize_t n)
-
-    @cython.locals(i=Py_ssize_t)
-    cpdef list survivors(self, Py_ssize_t n)
 
     @cython.locals(k=Py_ssize_t)
     cpdef record(self, Py_ssize_t i, long long tick, long long rs)
@@ -123,14 +112,14 @@ cdef class HotPath:
     cpdef object serve_planned(self, Arena arena, object size, long long rs)
 
     @cython.locals(i=Py_ssize_t, t=cython.longlong, pointer=object)
-    cpdef object serve_off_plan(self, object block, long long rs, bint pinned)
+    cpdef object serve_off_plan(self, object block, long long rs, bint pinned, long long source)
 
     @cython.locals(i=Py_ssize_t, t=cython.longlong, pointer=object)
-    cpdef object serve_recorded(self, object block, long long rs)
+    cpdef object serve_recorded(self, object block, long long rs, long long source)
 
     @cython.locals(owner=Release, used=cython.longlong)
-    cpdef object fallback_block(self, object block, long long rs, long long index,
-                                long long iteration)
+    cpdef object outside_block(self, object block, long long rs, long long index,
+                               long long iteration, long long source)
 
     @cython.locals(rows=list, overdue=dict, j=Py_ssize_t, it=cython.longlong,
                    o=cython.longlong, row=tuple)
@@ -138,8 +127,9 @@ cdef class HotPath:
 
     @cython.locals(inbox=Inbox, items=list, k=Py_ssize_t, m=Py_ssize_t, owner=Release,
                    arenas=list, keys=list, sizes=list, key=cython.longlong,
-                   arena=Arena)
+                   arena=Arena, packed=cython.longlong)
     cpdef drain(self)
 
     @cython.locals(overdue=dict)
-    cpdef apply_free(self, long long index, long long it, long long rs, Arena arena)
+    cpdef apply_free(self, long long index, long long it, long long rs, Arena arena,
+                     long long source)

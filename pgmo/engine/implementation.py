@@ -1,9 +1,10 @@
 """Which hot path runs: the compiled one when pgmo was built with it, else plain Python.
 
-:mod:`.handout` is one source file.  A normal ``pip install`` compiles it with
-Cython when a C compiler is available; Python then imports the compiled
-module in its place.  ``PGMO_PURE_PYTHON=1`` in the environment picks the
-plain-Python one anyway (to debug, or to compare).
+:mod:`.handout` and :mod:`.frees` are plain Python source files.  A normal
+``pip install`` compiles them with Cython when a C compiler is available;
+Python then imports the compiled modules in their place.
+``PGMO_PURE_PYTHON=1`` in the environment picks the plain-Python hot path
+anyway (to debug, or to compare).
 """
 
 from __future__ import annotations
@@ -12,51 +13,67 @@ import importlib.util
 import logging
 import os
 import sys
+import types
 from pathlib import Path
-from types import ModuleType
 
-from . import handout
+from .handout import COMPILED, HotPath
 
 __all__ = ["reference_handout", "default_hot_path", "compiled"]
 
 log = logging.getLogger("pgmo.pool")
 
+_HERE = Path(__file__).resolve().parent
+_SOURCES = ("frees", "handout")  # in import order
+_REFERENCE = "pgmo.engine._reference"
+
 
 def _stale() -> bool:
-    """The compiled module is older than its source (edited, not rebuilt): do not trust it."""
-    source = Path(handout.__file__).with_name("handout.py")
-    try:
-        return source.stat().st_mtime > Path(handout.__file__).stat().st_mtime
-    except OSError:
-        return False
+    """A compiled module is older than its source (edited, not rebuilt): do not trust it."""
+    for name in _SOURCES:
+        module = sys.modules.get(f"pgmo.engine.{name}")
+        if module is None or not getattr(module, "__file__", "").endswith((".so", ".pyd")):
+            continue
+        try:
+            if (_HERE / f"{name}.py").stat().st_mtime > Path(module.__file__).stat().st_mtime:
+                return True
+        except OSError:
+            pass
+    return False
 
 
-def reference_handout() -> ModuleType:
-    """:mod:`.handout` run as plain Python, even where the compiled module is installed.
+def reference_handout() -> types.ModuleType:
+    """:mod:`.handout` (with :mod:`.frees`) run as plain Python, even where compiled.
 
-    The reference the compiled hot path is tested against.
+    The reference the compiled hot path is tested against.  Both sources are
+    loaded into a package of their own, so that handout's ``from .frees
+    import ...`` finds the plain-Python frees.
     """
-    name = "pgmo.engine._handout_reference"
+    name = f"{_REFERENCE}.handout"
     module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(handout.__file__).with_name("handout.py"))
+    if module is not None:
+        return module
+    package = types.ModuleType(_REFERENCE)
+    package.__path__ = []  # a namespace for the two modules, found through sys.modules
+    sys.modules.setdefault(_REFERENCE, package)
+    for source in _SOURCES:
+        spec = importlib.util.spec_from_file_location(f"{_REFERENCE}.{source}",
+                                                      _HERE / f"{source}.py")
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
+        sys.modules[spec.name] = module
         spec.loader.exec_module(module)
     return module
 
 
 def compiled() -> bool:
     """Whether the engine's default hot path is compiled."""
-    if not handout.COMPILED or os.environ.get("PGMO_PURE_PYTHON"):
+    if not COMPILED or os.environ.get("PGMO_PURE_PYTHON"):
         return False
     if _stale():
-        log.warning("pgmo's compiled hot path is older than pgmo/engine/handout.py; running "
-                    "the plain-Python one (rebuild with: pip install -e .)")
+        log.warning("pgmo's compiled hot path is older than its source in pgmo/engine/; "
+                    "running the plain-Python one (rebuild with: pip install -e .)")
         return False
     return True
 
 
 def default_hot_path() -> type:
-    return handout.HotPath if compiled() else reference_handout().HotPath
+    return HotPath if compiled() else reference_handout().HotPath

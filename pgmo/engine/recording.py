@@ -12,11 +12,12 @@ size.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..trace import Trace
+from .handout import NOT_FREED
 
-__all__ = ["Log", "merge", "to_profile"]
+__all__ = ["Log", "log_of", "survivors_of", "merge", "to_profile"]
 
 
 class Log(NamedTuple):
@@ -34,6 +35,23 @@ class Log(NamedTuple):
         if None not in self.uppers:  # the usual case, checked in C
             return set()
         return {i for i, u in enumerate(self.uppers) if u is None}
+
+
+def log_of(hot: Any, n: int) -> Log:
+    """The first ``n`` requests of the hot path's log (its C arrays) as a :class:`Log`."""
+    lowers, uppers, sizes = hot.log_arrays
+    ups = uppers[:n].tolist()
+    if NOT_FREED in ups:
+        ups = [None if u == NOT_FREED else u for u in ups]
+    return Log(lowers[:n].tolist(), ups, sizes[:n].tolist())
+
+
+def survivors_of(hot: Any, n: int) -> list[int]:
+    """The first ``n`` requests whose block is still live (not freed in the hot path's log)."""
+    uppers = hot.log_arrays[1][:n]
+    if NOT_FREED not in uppers:  # the usual case, checked in C
+        return []
+    return [i for i, u in enumerate(uppers) if u == NOT_FREED]
 
 
 def to_profile(log: Log) -> Trace:

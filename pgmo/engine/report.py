@@ -1,8 +1,8 @@
 """The engine's counters gathered into one :class:`~pgmo.stats.PoolStats`.
 
 Kept out of :mod:`.core` so that the state machine holds only decisions: this
-module reads what the hot path, the arenas, the planner and the fallback
-count, and adds nothing of its own.
+module reads what the hot path, the device memory, the planner and the stock
+pool count, and adds nothing of its own.
 """
 
 from __future__ import annotations
@@ -20,31 +20,26 @@ def pool_stats(engine: Any) -> PoolStats:
     The caller holds the engine and has applied pending frees, so the byte
     counts agree with each other.
     """
-    hot = engine.hot
-    arenas = engine.arenas
-    arena_used = hot.used - hot.fb_used
-    arena_total = arenas.arena_total()
-    arena_bytes = hot.arena.size if hot.arena is not None else 0
-    fb = engine.fallback
-    fb_used, fb_total = fb.used_bytes(), fb.total_bytes()
+    hot, memory, planner = engine.hot, engine.memory, engine.planner
+    counts = hot.counts
+    parts = memory.parts()
+    stock = engine.fallback
     schedule = engine.latest_schedule
     plan = schedule.plan if schedule is not None else None
-    planner = engine.planner
+    total = memory.total_bytes()
     return PoolStats(
         mode=engine.mode,
         replan=planner.mode,
         iteration_source=engine.iteration_source,
         iterations=engine.completed,
-        requests=(hot.profiled_requests + hot.planned_requests
-                  + hot.fallback_requests + hot.pinned_requests
-                  + hot.interrupted_requests
-                  + hot.other_requests),
-        profiled_requests=hot.profiled_requests,
-        planned_requests=hot.planned_requests,
-        fallback_requests=hot.fallback_requests,
-        pinned_requests=hot.pinned_requests,
-        interrupted_requests=hot.interrupted_requests,
-        foreign_requests=engine.foreign_requests,
+        requests=counts.total(),
+        profiled_requests=counts.profiled,
+        planned_requests=counts.planned,
+        fallback_requests=counts.departed,
+        pinned_requests=counts.pinned,
+        interrupted_requests=counts.interrupted,
+        outside_requests=counts.outside,
+        foreign_requests=counts.foreign,
         departures=engine.departures,
         reoptimizations=planner.replans,
         plan_method=plan.method if plan is not None else "",
@@ -56,15 +51,18 @@ def pool_stats(engine: Any) -> PoolStats:
         stale_plans=planner.stale_plans,
         planner_failures=planner.worker_failures,
         solve_failures=planner.solve_failures,
-        arena_failures=arenas.failures,
-        arena_bytes=arena_bytes,
-        old_arena_bytes=arena_total - arena_bytes,
+        arena_failures=memory.failures,
+        arena_bytes=parts["arena"],
+        old_arena_bytes=parts["old_arenas"],
+        exact_bytes=parts["exact"],
+        kept_bytes=parts["kept"],
+        stock_bytes=parts["stock"],
         live_bytes=hot.used,
-        used_bytes=arena_used + fb_used,
-        free_bytes=arena_total - arena_used + (fb_total - fb_used),
-        total_bytes=arena_total + fb_total,
-        n_free_blocks=arenas.free_gaps() + fb.n_free_blocks(),
+        used_bytes=hot.used,
+        free_bytes=total - hot.used,
+        total_bytes=total,
+        n_free_blocks=memory.free_gaps() + stock.n_free_blocks(),
         peak_used_bytes=hot.peak_used,
-        peak_total_bytes=max(arenas.peak_total, arena_total + fb_total),
-        limit=arenas.limit,
+        peak_total_bytes=max(memory.peak_total, total),
+        limit=memory.limit,
     )

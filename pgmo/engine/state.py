@@ -1,0 +1,81 @@
+"""Where the engine is: inside an iteration or between two, interrupted or not, on plan or not.
+
+One record, from which both what the user is told (:meth:`IterationState.mode`)
+and what the hot path does with the owner's next request
+(:meth:`IterationState.hot_kind`) are derived, so that the two never disagree.
+"""
+
+from __future__ import annotations
+
+from .handout import FALLBACK, PLANNED, RECORDED, SLOW
+
+__all__ = ["IterationState", "MODES"]
+
+#: What an iteration does (``pool.mode``).
+MODES = ("warmup", "profiling", "planning", "optimized", "fallback")
+
+
+class IterationState:
+    """The engine's iteration state.
+
+    ``inside``: an iteration is open; ``interrupts``: nested ``interrupt()``
+    calls; ``mode``: what the open iteration does (one of :data:`MODES`,
+    decided when it began); ``on_plan``: its requests are answered from the
+    schedule (false from its first departure on); ``planned``: it began on
+    plan; ``departed``: it left its plan, so its log goes to the planner;
+    ``plan_dropped``: the plan went away while it ran (its log is no profile).
+    """
+
+    __slots__ = ("inside", "interrupts", "iteration_mode", "on_plan", "planned", "departed",
+                 "plan_dropped")
+
+    def __init__(self) -> None:
+        self.inside = False
+        self.interrupts = 0
+        self.iteration_mode = "warmup"
+        self.on_plan = False
+        self.planned = False
+        self.departed = False
+        self.plan_dropped = False
+
+    @property
+    def recording(self) -> bool:
+        """The owner's requests are numbered and logged (in an iteration, not interrupted)."""
+        return self.inside and not self.interrupts
+
+    def begin(self, mode: str, on_plan: bool) -> None:
+        self.inside = True
+        self.iteration_mode = mode
+        self.on_plan = self.planned = on_plan
+        self.departed = False
+        self.plan_dropped = False
+
+    def end(self) -> None:
+        self.inside = False
+
+    def depart(self) -> None:
+        """A request left the plan: the rest of the iteration is recorded, then re-planned."""
+        self.on_plan = False
+        self.departed = True
+
+    def hot_kind(self, marked: bool) -> int:
+        """What the owner's next request is, for :class:`~.handout.HotPath` (``marked``: the
+        user marks iterations)."""
+        if self.interrupts:
+            return FALLBACK
+        if self.inside:
+            return PLANNED if self.on_plan else RECORDED
+        return FALLBACK if marked else SLOW
+
+    def mode(self, next_mode: str, unplanned: bool) -> str:
+        """``pool.mode``: the open iteration's, else what the next one would do.
+
+        ``next_mode``: what an iteration starting now does; ``unplanned``:
+        requests came and no iteration was marked or found, so nothing is
+        optimized.
+        """
+        if self.interrupts:
+            return "fallback"
+        if self.inside:
+            return self.iteration_mode
+        return "fallback" if unplanned else next_mode
