@@ -19,6 +19,7 @@ Core module: no CuPy.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,14 +83,22 @@ class Run:
         marks = sorted({t for it in self.iterations for t in it})
         horizon = self.trace.horizon
         out = []
-        import bisect
-
         for b in self.trace.blocks:
             upper = horizon if b.upper is None else b.upper
             k = bisect.bisect_right(marks, b.lower)
             if k < len(marks) and marks[k] < upper:
                 out.append(b)
         return out
+
+    def long_lived_bytes(self) -> int:
+        """The most bytes live across one iteration boundary (weights, state, gradients)."""
+        horizon = self.trace.horizon
+        best = 0
+        for mark in sorted({t for it in self.iterations for t in it}):
+            live = sum(b.size for b in self.trace.blocks
+                       if b.lower < mark < (horizon if b.upper is None else b.upper))
+            best = max(best, live)
+        return best
 
     def iteration_of(self) -> list[int]:
         """For each block, the iteration its alloc falls in (-1: outside every iteration)."""
@@ -193,15 +202,18 @@ def run_from_iteration(trace: Trace, iterations: int = 10, *, setup: Sequence[in
                        state: Sequence[int] = (), **metadata: Any) -> Run:
     """A whole run made of one recorded iteration, repeated ``iterations`` times.
 
-    ``setup``: sizes allocated before the first iteration and kept (the
-    weights); ``state``: sizes allocated at the end of the first iteration
-    and kept (optimizer state, made by the first update).  The trace's open
+    ``setup``: sizes allocated as the first iteration starts and kept (the
+    weights, made by the first forward pass as Chainer's lazy layers do);
+    ``state``: sizes allocated at the end of the first iteration and kept
+    (optimizer state, made by the first update).  The trace's open
     blocks (gradients, a kept loss) are allocated in each iteration and freed
     in the next one: when the trace says (blocks live from its first ticks
     whose free it heard, as :class:`pgmo.TraceRecorder` records memory
     allocated before it started: ``metadata["import"]["before_freed"]``),
-    matched by rounded size; else at the start of the next iteration.  The
-    last iteration's open blocks stay open.
+    matched by rounded size; else just before the next iteration's first
+    open block is made (Chainer's ``cleargrads()`` comes after the forward
+    pass, before backward makes the new gradients).  The last iteration's
+    open blocks stay open.
     """
     if iterations < 1:
         raise ValueError(f"a run needs at least one iteration, got {iterations}")
@@ -212,18 +224,20 @@ def run_from_iteration(trace: Trace, iterations: int = 10, *, setup: Sequence[in
     own = blocks[len(inherited):]
     opened = [b for b in own if b.upper is None]
     rec = RunRecorder()
-    for size in setup:
-        rec.alloc(size)
     carried: list[int] = []
     for k in range(iterations):
         rec.begin()
+        if k == 0:
+            for size in setup:
+                rec.alloc(size)
         # One event list per iteration: (tick, order, serial, kind, item); frees first.
         stream: list[tuple[int, int, int, str, Any]] = []
         for n, b in enumerate(own):
             stream.append((b.lower, 1, n, "alloc", b))
             if b.upper is not None:
                 stream.append((b.upper, 0, n, "free", b))
-        for n, (tick, handle) in enumerate(_carried_frees(inherited, carried, rec, start)):
+        first_open = opened[0].lower if opened else start
+        for n, (tick, handle) in enumerate(_carried_frees(inherited, carried, rec, first_open)):
             stream.append((tick, 0, -1 - n, "carried", handle))
         stream.sort(key=lambda e: (e[0], e[1], e[2]))
         handles: dict[Any, int] = {}
@@ -246,11 +260,11 @@ def run_from_iteration(trace: Trace, iterations: int = 10, *, setup: Sequence[in
 
 
 def _carried_frees(inherited: Sequence[Block], carried: Sequence[int], rec: RunRecorder,
-                   start: int) -> list[tuple[int, int]]:
+                   otherwise: int) -> list[tuple[int, int]]:
     """When each of the last iteration's open blocks is freed: (tick, handle).
 
     Matched to the trace's inherited frees by rounded size, in free order;
-    those the trace says nothing about are freed as the iteration starts.
+    those the trace says nothing about are freed at tick ``otherwise``.
     """
     free_by_size: dict[int, list[int]] = {}
     for handle in carried:
@@ -261,5 +275,5 @@ def _carried_frees(inherited: Sequence[Block], carried: Sequence[int], rec: RunR
         if same:
             out.append((b.upper, same.pop(0)))
     rest = sorted(h for hs in free_by_size.values() for h in hs)
-    out += [(start - 1, h) for h in rest]
+    out += [(otherwise, h) for h in rest]
     return out

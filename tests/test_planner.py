@@ -221,7 +221,9 @@ def test_torture_workloads_with_background_replanning():
             results.append(replay([HARD, HARD], engine))
     assert_clean(results)
     st = engine.stats()
-    assert st.reoptimizations >= 1 and st.planned_requests > 0
+    # The shapes vary: the profile stays the largest iteration (HARD), and the
+    # others leave its plan and are placed in its arena's gaps.
+    assert st.departures >= 1 and engine.planner.varying >= 1 and st.planned_requests > 0
     assert st.used_bytes == 0 and st.planner_failures == 0
     modes = {m for r in results for m in r["modes"]}
     assert "optimized" in modes and modes <= {"warmup", "profiling", "planning", "optimized"}

@@ -232,7 +232,7 @@ class Engine(PoolQueries):
         """
         hot, memory = self.hot, self.memory
         if not self.state.on_plan:
-            return hot.serve_recorded(memory.exact(rs), rs, EXACT)
+            return hot.serve_unplanned(rs)
         i = hot.n
         cap, o, due = hot.rows[i]
         if rs <= cap:
@@ -244,9 +244,9 @@ class Engine(PoolQueries):
                     return hot.serve_planned(arena, rs, rs)
             else:  # a survivor: its kept buffer (the inline path ran out of memory)
                 return hot.serve_off_plan(memory.kept(rs), rs, True, KEPT)
-        else:
-            self._diverge(i, rs)
-        return hot.serve_off_plan(memory.exact(rs), rs, False, EXACT)
+            return hot.serve_off_plan(memory.exact(rs), rs, False, EXACT)  # a late free
+        self._diverge(i, rs)
+        return hot.serve_unplanned(rs)
 
     def _clear(self, arena, lo: int, hi: int) -> bool:
         """True when ``[lo, hi)`` meets no overdue block; a hit is a departure."""
@@ -265,6 +265,7 @@ class Engine(PoolQueries):
                   why)
         self.departures += 1
         self.state.depart()
+        self.memory.start_placing()
         self._refresh_kind()
 
     # -------------------------------------------------------------- iterations
@@ -323,6 +324,7 @@ class Engine(PoolQueries):
         hot.drain()
         state.end()
         hot.end()
+        self.memory.stop_placing()
         self._refresh_kind()
         self.completed += 1
         n = hot.n
@@ -393,13 +395,13 @@ class Engine(PoolQueries):
         if ready is not None:
             self._install(ready)
         elif self.schedule is not None:
-            self.memory.fit(self.schedule.arena_size, self.planner.replans > 0)
+            self.memory.fit(self.schedule.arena_size, self.planner.varying > 0)
 
     def _install(self, schedule: Schedule) -> None:
         """Use ``schedule`` from this boundary on; the arena grows or shrinks here only."""
         hot = self.hot
         hot.retire()
-        self.memory.fit(schedule.arena_size, self.planner.replans > 0)
+        self.memory.fit(schedule.arena_size, self.planner.varying > 0)
         self.schedule = schedule
         hot.install(schedule.rows)
         if self.on_install is not None:

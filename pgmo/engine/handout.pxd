@@ -36,6 +36,7 @@ cdef class HotPath:
     cdef public object stock
     cdef public object exact
     cdef public object kept
+    cdef public object placer
     cdef public bint limited
     cdef public object context
     cdef public object ctx
@@ -75,6 +76,8 @@ cdef class HotPath:
 
     cpdef set_limited(self, bint limited)
 
+    cpdef set_placer(self, object placer)
+
     cpdef connect_hooks(self, object thread_hooks, object hooked, object owner_hooks)
 
     cpdef set_kind(self, int kind, bint in_iter)
@@ -89,7 +92,7 @@ cdef class HotPath:
     cpdef set_arena(self, Arena arena)
 
     @cython.locals(rows=list, overdue=dict, j=Py_ssize_t,
-                   it=cython.longlong, cap=cython.longlong, o=cython.longlong)
+                   it=cython.longlong, o=cython.longlong)
     cpdef retire(self)
 
     cpdef reset_peak(self)
@@ -111,6 +114,13 @@ cdef class HotPath:
                    t=cython.longlong, pointer=object)
     cpdef object serve_planned(self, Arena arena, object size, long long rs)
 
+    @cython.locals(placer=object, lo=cython.longlong)
+    cpdef object serve_unplanned(self, long long rs)
+
+    @cython.locals(i=Py_ssize_t, it=cython.longlong, owner=Release, used=cython.longlong,
+                   t=cython.longlong, pointer=object)
+    cpdef object serve_placed(self, Arena arena, long long lo, long long rs)
+
     @cython.locals(i=Py_ssize_t, t=cython.longlong, pointer=object)
     cpdef object serve_off_plan(self, object block, long long rs, bint pinned, long long source)
 
@@ -130,6 +140,6 @@ cdef class HotPath:
                    arena=Arena, packed=cython.longlong)
     cpdef drain(self)
 
-    @cython.locals(overdue=dict)
+    @cython.locals(overdue=dict, row=tuple, span=tuple)
     cpdef apply_free(self, long long index, long long it, long long rs, Arena arena,
                      long long source)

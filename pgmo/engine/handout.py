@@ -1,8 +1,7 @@
 """Where every block is handed out, and where its free comes back: the hot path.
 
-The same source runs as plain Python and, when pgmo was installed with a C
-compiler, compiled by Cython (types in ``handout.pxd``); :data:`COMPILED`
-says which.  The tests replay the same traces through both.
+Plain Python, or compiled by Cython when pgmo was installed with a C compiler
+(types in ``handout.pxd``; :data:`COMPILED` says which; tests run both).
 
 A handed-out block is a memory object ``memory_type(ptr, size, owner,
 device_id)`` (CuPy's ``UnownedMemory``, each at offset 0, as Chainer's
@@ -37,9 +36,8 @@ __all__ = ["HotPath", "COMPILED", "NO_SLOT", "NOT_FREED", "new_slots", "new_log"
 
 log = logging.getLogger("pgmo.pool")
 
-# The calling thread's id.  Compiled, ``handout.pxd`` binds this name to the C
-# function of the same name; as plain Python it is threading's (set through
-# globals() so that Cython sees no assignment to its C name).
+# The calling thread's id: compiled, the C function ``handout.pxd`` binds; as plain
+# Python, threading's (through globals(): Cython sees no assignment to its C name).
 globals().setdefault("PyThread_get_thread_ident", threading.get_ident)
 
 #: ``HotPath.slot[i]`` when request ``i`` has no live block in the current arena.
@@ -56,16 +54,11 @@ try:
 except ImportError:  # Cython is a build dependency only
     COMPILED = False
 
-# frees.py's constants, as C integers when compiled (see handout.pxd).
-_ARENA = ARENA
-_STOCK = STOCK
-_EXACT = EXACT
-_KEPT = KEPT
+# frees.py's constants and the allocation unit, as C integers when compiled (handout.pxd).
+_ARENA, _STOCK, _EXACT, _KEPT = ARENA, STOCK, EXACT, KEPT
 _SOURCE_BITS = SOURCE_BITS
 _KEY_BIAS = KEY_BIAS
 _KEY_LOW = KEY_LOW
-
-# The allocation unit, as C integers when compiled (see handout.pxd).
 _ROUND_UP = ALIGNMENT - 1
 _ROUND_MASK = -ALIGNMENT
 
@@ -130,6 +123,7 @@ class HotPath:
         self.stock = None
         self.exact = None
         self.kept = None
+        self.placer = None  # places off-plan requests in the arena's gaps (see .placement)
         self.limited = False
         self.context = None  # callable naming the device/stream, or None
         self.ctx = None  # the iteration's context
@@ -165,8 +159,7 @@ class HotPath:
 
     # ------------------------------------------------------- the engine's calls
     def connect(self, stock, exact, kept, context, on_arena_idle):
-        """The memory sources (see :mod:`.memory`), the device/stream of a request, and
-        whom to tell when an old arena's last block is freed."""
+        """The memory sources, the request's device/stream, who hears an old arena go idle."""
         self.stock = stock
         self.exact = exact
         self.kept = kept
@@ -179,6 +172,9 @@ class HotPath:
 
     def set_limited(self, limited):
         self.limited = limited
+
+    def set_placer(self, placer):
+        self.placer = placer
 
     def connect_hooks(self, thread_hooks, hooked, owner_hooks):
         self.thread_hooks = thread_hooks
@@ -200,11 +196,13 @@ class HotPath:
         self.logging_frees = True
         self.planned_iter = planned
         self.max_n = max_n
+        self.placer = None
         self.open_log(log_size)
 
     def end(self):
-        """The iteration is over: frees no longer tick its clock."""
+        """The iteration is over: frees no longer tick its clock; no more placing."""
         self.logging_frees = False
+        self.placer = None
 
     def install(self, rows):
         """Answer from these rows from now on (a new plan; no slot is live)."""
@@ -227,9 +225,8 @@ class HotPath:
             it = self.slot[j]
             if it != NO_SLOT:
                 self.slot[j] = NO_SLOT
-                cap = rows[j][0]
                 o = rows[j][1]
-                overdue[(it << 32) | j] = (o, o + cap, it)
+                overdue[(it << 32) | j] = (o, o + rows[j][0], it)
         self.live_slots = 0
 
     def reset_peak(self):
@@ -303,7 +300,7 @@ class HotPath:
             if arena.overdue:
                 return None
             return self.serve_planned(arena, row[0] if rs == cap else rs, rs)
-        return self.serve_recorded(self.exact(rs), rs, _EXACT)
+        return self.serve_unplanned(rs)
 
     def aim(self):
         """Compute each planned request's address; after the rows or the arena change."""
@@ -358,6 +355,35 @@ class HotPath:
         self.n = i + 1
         self.tick = t + 1
         self.obs_lowers[i] = t
+        return pointer
+
+    def serve_unplanned(self, rs):
+        """Off plan: in an arena gap while a placer is on, else memory of its own; logged."""
+        placer = self.placer
+        if placer is not None:
+            lo = placer.place(rs)
+            if lo >= 0:
+                return self.serve_placed(self.arena, lo, rs)
+        return self.serve_recorded(self.exact(rs), rs, _EXACT)
+
+    def serve_placed(self, arena, lo, rs):
+        """The next request in the gap at ``lo``; checked by address, as overdue blocks are."""
+        i = self.n
+        it = self.iteration
+        owner = _release(self.inbox, i, it, rs, arena, None, _ARENA)
+        arena.overdue[(it << 32) | i] = (lo, lo + rs, it)
+        used = self.used + rs
+        self.used = used
+        self.source_used[_ARENA] += rs
+        if used > self.peak_used:
+            self.peak_used = used
+        pointer = self.pointer_type(self.memory_type(arena.ptr + lo, rs, owner, self.device_id),
+                                    0)
+        t = self.tick
+        self.n = i + 1
+        self.tick = t + 1
+        self.record(i, t, rs)
+        self.counts.departed += 1
         return pointer
 
     def serve_off_plan(self, block, rs, pinned, source):
@@ -454,9 +480,14 @@ class HotPath:
             if arena is self.arena and index < len(self.slot) and self.slot[index] == it:
                 self.slot[index] = NO_SLOT
                 self.live_slots -= 1
+                if self.placer is not None:
+                    row = self.rows[index]
+                    self.placer.release(row[1], row[1] + row[0])
             else:
                 overdue = arena.overdue
-                del overdue[(it << 32) | index]
+                span = overdue.pop((it << 32) | index)
+                if self.placer is not None and arena is self.arena:
+                    self.placer.release(span[0], span[1])
                 if not overdue and arena is not self.arena:
                     self.on_arena_idle(arena)
         if it == self.iteration and self.logging_frees:

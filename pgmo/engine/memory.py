@@ -9,8 +9,9 @@ holds is decided in one place, with its accounting.  Four sources:
 ``exact``
     A raw allocation per request, given back at its free
     (:meth:`DeviceMemory.exact`): the warm-up and profiled iterations, an
-    iteration waiting for its plan, the rest of an iteration that left its
-    plan, and every iteration when no arena can be had.
+    iteration waiting for its plan, what of an iteration that left its plan
+    finds no gap in the arena (:mod:`.placement`), and every iteration when
+    no arena can be had.
 ``kept``
     Survivors (blocks the profile saw outlive their iteration: gradients, a
     kept loss) get a buffer of their own that, once freed, waits for the same
@@ -31,10 +32,11 @@ The footprint policy, and why:
    before the next one is taken; survivors' buffers idle for a whole
    iteration and the stock pool's cache, when nothing used it during the
    last iteration, are given back at the next boundary.
-3. **One arena.**  A replaced arena lives only while blocks live in it; it is
-   given back when its last block is freed.  An arena that must grow because
-   the workload varies grows by :data:`GROWTH` at least, so that a growing
-   profile does not take a new arena at every boundary.
+3. **One arena, grown by a factor.**  A replaced arena lives only while
+   blocks live in it; it is given back when its last block is freed.  When
+   the workload varies (iterations of other shapes, placed in the arena's
+   gaps) an arena that must grow, or whose gaps overflowed, grows by
+   :data:`GROWTH` at least, so that it does not change at every boundary.
 4. **Room when full.**  When the device or the limit refuses an allocation,
    idle memory (dead blocks, idle kept buffers, the stock pool's free
    blocks) is given back and the allocation tried once more; then CuPy's
@@ -55,6 +57,7 @@ from typing import Any, Callable
 from ..units import round_size
 from .frees import ARENA, EXACT, KEPT, Arena
 from .handout import NO_SLOT, HotPath
+from .placement import Placer
 
 __all__ = ["DeviceMemory", "RawListener", "GROWTH"]
 
@@ -87,7 +90,8 @@ class DeviceMemory:
         self.arenas: set[Arena] = set()  # the current arena and old ones with live blocks
         self.blocked = False  # the last arena was refused: wait for memory to free up
         self.failures = 0  # arenas refused
-        self.grown = False  # an arena grew for a varying workload: keep its headroom
+        self.wanted = 0  # the least arena size: what placing an iteration off plan needed
+        self.placer: Placer | None = None
         self.limit = 0  # 0: none
         self.peak_total = 0  # most bytes held at once
         self._idle_kept: dict[int, list[tuple[Any, int]]] = {}  # size -> (buffer, stamp)
@@ -183,10 +187,11 @@ class DeviceMemory:
         headroom while later plans fit in it.
         """
         hot = self.hot
+        size = max(size, self.wanted) if size > 0 else 0
         arena = hot.arena
         old = arena.size if arena is not None else 0
         if arena is not None:
-            roomy = self.grown and size <= arena.size <= size * GROWTH
+            roomy = varying and size <= arena.size <= size * GROWTH
             if arena.size == size or roomy or (arena.size > size and arena.overdue):
                 return False
             self.drop()
@@ -196,7 +201,6 @@ class DeviceMemory:
         target = size
         if varying and old and size > old:
             target = max(size, round_size(int(old * GROWTH)))
-            self.grown = True
         taken = self._take(target)
         if taken is None and target > size:
             taken = self._take(size)
@@ -229,6 +233,26 @@ class DeviceMemory:
         arena = Arena(buffer, size)
         self.arenas.add(arena)
         return arena
+
+    def start_placing(self) -> None:
+        """The iteration left its plan: place the rest of it in the arena's gaps."""
+        hot = self.hot
+        arena = hot.arena
+        if arena is None:
+            return
+        rows = hot.rows
+        live = [(lo, hi) for lo, hi, _ in arena.overdue.values()]
+        live += [(rows[j][1], rows[j][1] + rows[j][0])
+                 for j, it in enumerate(hot.slot) if it != NO_SLOT]
+        self.placer = Placer(arena.size, live)
+        hot.set_placer(self.placer)
+
+    def stop_placing(self) -> None:
+        """The iteration ended: an arena whose gaps it overflowed grows at the next boundary."""
+        placer, self.placer = self.placer, None
+        arena = self.hot.arena
+        if placer is not None and placer.overflowed and arena is not None:
+            self.wanted = max(self.wanted, round_size(int(arena.size * GROWTH)))
 
     # ------------------------------------------------------------ boundaries
     def at_boundary(self) -> None:

@@ -46,7 +46,7 @@ from typing import Any
 from ..plan import Plan
 from ..solver import SolverOptions, solve
 from ..trace import Trace
-from .recording import Log, merge, to_profile
+from .recording import Log, absorb, to_profile
 from .schedule import Schedule, compile_schedule
 from .wire import receive, send
 
@@ -136,6 +136,7 @@ class Planner:
         self.profile: Trace | None = None
         self.generation = 0
         self.replans = 0  # departures that changed the profile
+        self.varying = 0  # departures whose iteration differed in shape from the profile
         self.solve_failures = 0  # solves that raised (the plan stays as it was)
         self.background_solves = 0  # jobs given to the worker
         self.stale_plans = 0  # background plans discarded: a newer profile came
@@ -285,8 +286,9 @@ class Planner:
         if kind == "profile" or base is None:
             profile = to_profile(run_log)
         else:
-            profile = merge(base, run_log)
-            if profile.blocks == base.blocks:
+            profile, varying = absorb(base, run_log)
+            self.varying += varying
+            if profile is base:
                 return base
             self.replans += 1
         with self._cond:

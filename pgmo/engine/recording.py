@@ -17,7 +17,12 @@ from typing import Any, NamedTuple
 from ..trace import Trace
 from .handout import NOT_FREED
 
-__all__ = ["Log", "log_of", "survivors_of", "merge", "to_profile"]
+__all__ = ["Log", "log_of", "survivors_of", "merge", "to_profile", "as_profile", "absorb",
+           "VARYING"]
+
+#: A merged profile whose lower bound exceeds both of its parts' by more than
+#: this factor describes no iteration that ran: the workload varies (see absorb).
+VARYING = 1.1
 
 
 class Log(NamedTuple):
@@ -57,6 +62,35 @@ def survivors_of(hot: Any, n: int) -> list[int]:
 def to_profile(log: Log) -> Trace:
     """A profiling iteration's log as the pool's profile (block i = request i)."""
     return Trace.from_columns(*log, {"recorded_by": "pgmo"})
+
+
+def as_profile(profile: Trace, log: Log) -> Trace:
+    """A planned iteration's log as a profile of its own (size 0, "as planned": the profile's)."""
+    sizes = [s or profile.blocks[i].size for i, s in enumerate(log.sizes)]
+    return Trace.from_columns(log.lowers, log.uppers, sizes, {"recorded_by": "pgmo"})
+
+
+def absorb(profile: Trace, log: Log) -> tuple[Trace, bool]:
+    """The profile after a departed iteration, and whether the workload looks varying.
+
+    Merging (:func:`merge`) converges when iterations repeat with small
+    departures.  When they differ in shape (variable-length batches: request
+    ``i`` is another tensor each time), the merged lifetimes pile up and its
+    plan would outgrow every real iteration; then the profile becomes the
+    larger of the two iterations, and the others are placed in the arena's
+    gaps (:mod:`.placement`).
+    """
+    merged = merge(profile, log)
+    if merged.blocks == profile.blocks:
+        return profile, False
+    own = as_profile(profile, log)
+    sizes = [b.size for b in profile.blocks]
+    if [b.size for b in own.blocks[:len(sizes)]] == sizes[:len(own)]:
+        return merged, False  # the same requests, other lifetimes (a late free, a survivor)
+    largest = max(profile.lower_bound(), own.lower_bound())
+    if merged.lower_bound() <= VARYING * largest:
+        return merged, False
+    return (own if own.lower_bound() > profile.lower_bound() else profile), True
 
 
 def merge(profile: Trace, log: Log) -> Trace:

@@ -1,0 +1,79 @@
+"""Best-fit placement in the arena's free space, for requests the plan does not cover.
+
+When an iteration leaves its plan (a request larger than planned, or more
+requests: a variable-length batch), the rest of it still fits in the arena
+most of the time: the arena was sized for the largest iteration seen, and
+what is live now leaves gaps.  A :class:`Placer` knows those gaps (the
+arena minus every block live in it) and gives each request the smallest gap
+that holds it, at the gap's start; a freed block's range merges back with
+its neighbours.  A request no gap holds gets memory of its own instead
+(:mod:`.memory`), and the arena grows at the next boundary.
+
+This is what lets a variable-length workload live in one arena close to
+its largest iteration's lower bound, instead of a merged plan of every
+iteration (which grows without bound) or a caching pool's chunks (which
+cannot merge across allocations).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from sortedcontainers import SortedList
+
+__all__ = ["Placer"]
+
+
+class Placer:
+    """The free ranges of one arena of ``size`` bytes, around the ``live`` ones ``(lo, hi)``."""
+
+    def __init__(self, size: int, live: Iterable[tuple[int, int]]):
+        self.size = size
+        self._gaps = SortedList()  # (length, start): the best fit is a bisection away
+        self._ends: dict[int, int] = {}  # start -> end of each gap
+        self._starts: dict[int, int] = {}  # end -> start of each gap
+        self.placed = self.overflowed = 0  # requests placed, and those no gap held
+        pos = 0
+        for lo, hi in sorted(live):
+            if lo > pos:
+                self._add(pos, lo)
+            pos = max(pos, hi)
+        if pos < size:
+            self._add(pos, size)
+
+    def place(self, nbytes: int) -> int:
+        """The offset of the smallest gap holding ``nbytes`` (now taken); -1 when none does."""
+        gaps = self._gaps
+        k = gaps.bisect_left((nbytes, -1))
+        if k == len(gaps):
+            self.overflowed += 1
+            return -1
+        length, lo = gaps.pop(k)
+        hi = lo + length
+        del self._ends[lo], self._starts[hi]
+        if length > nbytes:
+            self._add(lo + nbytes, hi)
+        self.placed += 1
+        return lo
+
+    def release(self, lo: int, hi: int) -> None:
+        """``[lo, hi)`` is free again: one gap with its free neighbours."""
+        end = self._ends.pop(hi, None)
+        if end is not None:  # the gap right after it
+            del self._starts[end]
+            self._gaps.remove((end - hi, hi))
+            hi = end
+        start = self._starts.pop(lo, None)
+        if start is not None:  # the gap right before it
+            del self._ends[start]
+            self._gaps.remove((lo - start, start))
+            lo = start
+        self._add(lo, hi)
+
+    def free_bytes(self) -> int:
+        return sum(length for length, _ in self._gaps)
+
+    def _add(self, lo: int, hi: int) -> None:
+        self._gaps.add((hi - lo, lo))
+        self._ends[lo] = hi
+        self._starts[hi] = lo

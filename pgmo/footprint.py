@@ -1,0 +1,168 @@
+"""Measuring a pool's device footprint over whole runs, on host memory.
+
+What a pool holds is judged the way NVML judges a process: every byte taken
+from the device (the host stand-in for cudaMalloc,
+:class:`~pgmo.host_device.HostMemory`), at every moment of a whole
+:class:`~pgmo.runs.Run`, beside the physical limit (the most bytes the run
+has live at once) and beside CuPy's stock pool
+(:class:`~pgmo.host_device.HostStockPool`, calibrated on the H100).  Every
+block is checked (:func:`pgmo.testing.replay_run`): a footprint bought with
+a corrupted byte does not count.
+
+:func:`measure` replays a run once; :func:`smallest_capacity` finds the
+smallest device on which a run completes; :func:`largest_scale` the largest
+activation scale (a larger batch) that completes on a given device.
+``scripts/bench_footprint.py`` prints them as tables.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .host_device import HostMemory, HostStockPool
+from .runs import Run
+
+__all__ = ["Footprint", "measure", "stock_pool", "pgmo_pool", "smallest_capacity",
+           "largest_scale", "physical_scale"]
+
+#: Makes a pool on a host device of the given capacity (None: unbounded); returns the pool.
+PoolMaker = Callable[[int | None], Any]
+
+
+def stock_pool(capacity: int | None = None) -> HostStockPool:
+    """CuPy's stock pool (the host model) on a host device of ``capacity`` bytes."""
+    return HostStockPool(HostMemory(capacity))
+
+
+def pgmo_pool(**options: Any) -> PoolMaker:
+    """A maker of pgmo pools on host memory with ``options`` (the pool's own defaults else)."""
+    def make(capacity: int | None = None):
+        from .testing import host_pool
+
+        return host_pool(capacity, **{"replan": "background", "method": "best", **options})
+
+    return make
+
+
+def _device(pool: Any) -> HostMemory:
+    return getattr(pool, "host_device", None) or pool.memory
+
+
+@dataclass
+class Footprint:
+    """One replay of a run: what the device lent at its peak and at every event."""
+
+    completed: bool
+    peak: int  # most bytes held at once
+    held: list[int] = field(repr=False, default_factory=list)  # most held during each event
+    corrupted: int = 0
+    error: str = ""
+    seconds: float = 0.0
+    stats: Any = field(repr=False, default=None)
+
+
+def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float = 0.0,
+            write: bool = False) -> Footprint:
+    """Replay ``run`` through ``pool`` (on a host device), checking every block.
+
+    ``timeline``: record the most bytes held during each event (for the
+    moment-by-moment comparison); ``step_seconds``: time each iteration
+    takes besides allocating (a background planner works meanwhile);
+    ``write``: also write and check a pattern in every byte (slow on large
+    runs; without it every byte is checked by address).  A run that runs out
+    of memory is not completed.
+    """
+    from .testing import replay_run
+
+    device = _device(pool)
+    device.reset_peak()
+    held: list[int] = []
+    events = {k for k, (kind, _) in enumerate(run.events()) if kind == "end"} \
+        if step_seconds else set()
+
+    def on_event(k: int) -> None:
+        if timeline:
+            held.append(device.peak)
+            device.reset_peak()
+        if k in events:
+            time.sleep(step_seconds)
+
+    started = time.perf_counter()
+    try:
+        result = replay_run(run, pool, write=write, on_event=on_event)
+    except MemoryError as e:
+        return Footprint(False, max([*held, device.peak]), held, 0, str(e),
+                         time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    bad = result["corrupted"] + result["overlaps"]
+    return Footprint(bad == 0, max([*held, device.peak]), held, bad,
+                     f"{bad} blocks corrupted" if bad else "", seconds, result["stats"])
+
+
+def _completes(run: Run, make: PoolMaker, capacity: int, step_seconds: float) -> bool:
+    pool = make(capacity)
+    try:
+        return measure(run, pool, timeline=False, step_seconds=step_seconds).completed
+    finally:
+        close = getattr(pool, "close", None)
+        if close is not None:
+            close()
+        del pool
+        gc.collect()
+
+
+def smallest_capacity(run: Run, make: PoolMaker, low: int, high: int, *,
+                      tolerance: float = 0.005, step_seconds: float = 0.0) -> int | None:
+    """The smallest device (bytes, within ``tolerance``) on which ``run`` completes.
+
+    Searched between ``low`` (which must not complete, or is the answer) and
+    ``high``; None when even ``high`` does not complete.
+    """
+    if not _completes(run, make, high, step_seconds):
+        return None
+    if _completes(run, make, low, step_seconds):
+        return low
+    while high - low > max(512, tolerance * low):
+        mid = (low + high) // 2
+        if _completes(run, make, mid, step_seconds):
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+def largest_scale(run: Run, make: PoolMaker, capacity: int, *, low: float = 0.25,
+                  high: float = 4.0, tolerance: float = 0.01,
+                  step_seconds: float = 0.0) -> float:
+    """The largest activation scale (batch, relative) at which ``run`` completes on ``capacity``.
+
+    0.0 when not even ``low`` completes.
+    """
+    if not _completes(run.scaled(low), make, capacity, step_seconds):
+        return 0.0
+    if _completes(run.scaled(high), make, capacity, step_seconds):
+        return high
+    while high - low > tolerance * low:
+        mid = (low + high) / 2
+        if _completes(run.scaled(mid), make, capacity, step_seconds):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def physical_scale(run: Run, capacity: int, *, low: float = 0.25, high: float = 4.0,
+                   tolerance: float = 0.001) -> float:
+    """The largest activation scale whose physical limit fits ``capacity`` (no pool does better)."""
+    if run.scaled(low).lower_bound_rounded() > capacity:
+        return 0.0
+    while high - low > tolerance * low:
+        mid = (low + high) / 2
+        if run.scaled(mid).lower_bound_rounded() <= capacity:
+            low = mid
+        else:
+            high = mid
+    return low
