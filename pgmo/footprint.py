@@ -26,7 +26,7 @@ from .host_device import HostMemory, HostStockPool
 from .runs import Run
 
 __all__ = ["Footprint", "measure", "stock_pool", "pgmo_pool", "smallest_capacity",
-           "largest_scale", "physical_scale"]
+           "largest_scale", "physical_scale", "moments_above", "profiling_candidates"]
 
 #: Makes a pool on a host device of the given capacity (None: unbounded); returns the pool.
 PoolMaker = Callable[[int | None], Any]
@@ -166,3 +166,97 @@ def physical_scale(run: Run, capacity: int, *, low: float = 0.25, high: float = 
         else:
             high = mid
     return low
+
+
+def moments_above(mine: list[int], theirs: list[int]) -> tuple[int, int]:
+    """Events at which ``mine`` held more than ``theirs`` had held by then, and the worst excess.
+
+    Both are bytes held per event of the same run (:attr:`Footprint.held`);
+    CuPy's stock pool never gives memory back, so its most held so far is
+    what it holds at that point.
+    """
+    moments = worst = high = 0
+    for held, other in zip(mine, theirs):
+        high = max(high, other)
+        if held > high:
+            moments += 1
+            worst = max(worst, held - high)
+    return moments, worst
+
+
+def profiling_candidates(run: Run, iterations: int = 2) -> dict[str, int]:
+    """Peak bytes held over the first ``iterations`` of ``run`` (warm-up and profiling),
+    served by each allocator pgmo could profile with.
+
+    ``stock``: CuPy's caching pool (pgmo before); ``exact``: an allocation per
+    request (pgmo now): the live bytes; ``growing arena``: requests placed
+    best-fit in an arena that grows by another segment of
+    :data:`~pgmo.engine.memory.GROWTH` times its size when full (segments
+    cannot merge without virtual memory mapping); ``expandable arena``: the
+    same in one address range that grows in place (what CUDA's virtual
+    memory management or cudaMallocAsync's pool allow): its high-water mark.
+    """
+    from .engine.memory import GROWTH
+    from .engine.placement import Placer
+
+    end = run.iterations[iterations - 1][1] if len(run.iterations) >= iterations else None
+    blocks = run.trace.blocks
+    events = []
+    for kind, i in run.events():
+        b = blocks[i] if kind in ("alloc", "free") else None
+        if b is not None and end is not None and (b.lower if kind == "alloc" else b.upper) >= end:
+            continue
+        if b is not None:
+            events.append((kind, i, -(-b.size // 512) * 512))
+    out = {"stock": footprint_of_stock(run, end)}
+    live = peak = 0
+    for kind, _, size in events:
+        live += size if kind == "alloc" else -size
+        peak = max(peak, live)
+    out["exact"] = peak
+    for name, expandable in (("growing arena", False), ("expandable arena", True)):
+        segments: list[Placer] = [Placer(1 << 20, [])]
+        where: dict[int, tuple[int, int]] = {}
+        high = 0
+        for kind, i, size in events:
+            if kind == "free":
+                k, lo = where.pop(i)
+                segments[k].release(lo, lo + size)
+                continue
+            for k, seg in enumerate(segments):
+                lo = seg.place(size)
+                if lo >= 0:
+                    where[i] = (k, lo)
+                    break
+            else:
+                if expandable:  # grow the one range in place: its tail becomes free
+                    seg = segments[0]
+                    grow = max(size, int(seg.size * (GROWTH - 1)))
+                    seg.release(seg.size, seg.size + grow)
+                    seg.size += grow
+                    where[i] = (0, seg.place(size))
+                else:
+                    seg = Placer(max(size, int(sum(s.size for s in segments) * (GROWTH - 1))),
+                                 [])
+                    segments.append(seg)
+                    where[i] = (len(segments) - 1, seg.place(size))
+            high = max(high, sum(s.size for s in segments))
+        out[name] = high
+    return out
+
+
+def footprint_of_stock(run: Run, end: int | None) -> int:
+    """CuPy's pool's peak over the run's events before tick ``end``."""
+    pool = stock_pool()
+    blocks, live = run.trace.blocks, {}
+    for kind, i in run.events():
+        if kind not in ("alloc", "free"):
+            continue
+        b = blocks[i]
+        if end is not None and (b.lower if kind == "alloc" else b.upper) >= end:
+            continue
+        if kind == "alloc":
+            live[i] = pool.malloc(b.size)
+        else:
+            del live[i]
+    return pool.memory.peak

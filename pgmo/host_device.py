@@ -108,12 +108,14 @@ class HostMemory:
             self.on_allocate()
         return buffer
 
-    def _give_back(self, size: int, counted: bool = True, ptr: int | None = None) -> None:
+    def _give_back(self, size: int, counted: bool = True, ptr: int | None = None,
+                   _index=bisect.bisect_left) -> None:
+        # _index bound here: buffers may die at interpreter exit, after module globals
         with self._lock:
             self.in_use -= size
             self.releases += counted
             if ptr is not None and self._ends.pop(ptr, None) is not None:
-                del self._starts[bisect.bisect_left(self._starts, ptr)]
+                del self._starts[_index(self._starts, ptr)]
 
     def holds(self, ptr: int, size: int) -> bool:
         """Whether ``[ptr, ptr + size)`` lies in one buffer held now (not given back)."""

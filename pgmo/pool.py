@@ -40,7 +40,7 @@ from .stats import PoolStats
 from .trace import Trace
 from .units import round_size
 
-__all__ = ["ProfileGuidedMemoryPool", "PlanFileError"]
+__all__ = ["ProfileGuidedMemoryPool", "PlanFileError", "cuda_context"]
 
 log = logging.getLogger("pgmo.pool")
 
@@ -50,9 +50,23 @@ _MemoryPointer = _memory.MemoryPointer
 _CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation (not exported to Python)
 
 
-def _cuda_context() -> tuple[int, int]:
-    """Device and stream of a request: the plan covers one of each."""
-    return cupy.cuda.device.get_device_id(), cupy.cuda.get_current_stream().ptr
+def cuda_context(get_device: Callable[[], int] | None = None,
+                 get_stream: Callable[[int], Any] | None = None) -> Callable[[], tuple[int, int]]:
+    """What names a request's device and stream (the plan covers one of each), per request.
+
+    One CUDA runtime call, ``cudaGetDevice``, as CuPy's own pool makes per
+    malloc; the stream is then looked up for that device, which costs no
+    call (``get_current_stream()`` without a device would ask for it
+    again).  The lookups are bound once, here; tests pass counting stand-ins.
+    """
+    get_device = get_device or cupy.cuda.runtime.getDevice
+    get_stream = get_stream or cupy.cuda.get_current_stream
+
+    def context() -> tuple[int, int]:
+        device = get_device()
+        return device, get_stream(device).ptr
+
+    return context
 
 
 def _raw_allocator(allocator: Callable[[int], Any], device_id: int) -> Callable[[int], Any]:
@@ -131,7 +145,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         backend = Backend(allocate=_raw_allocator(raw, device_id), fallback=fallback,
                           memory_type=_UnownedMemory, pointer_type=_MemoryPointer,
                           device_id=device_id,
-                          context=_cuda_context if context is _AUTO else context,
+                          context=cuda_context() if context is _AUTO else context,
                           oom_error=_memory.OutOfMemoryError)
         self._engine = engine = Engine(backend, pool_options(options, **changes))
         if raw_listener is not None:

@@ -79,14 +79,12 @@ class Run:
         return max_load(lowers, [horizon if u is None else u for u in uppers], sizes)
 
     def long_lived(self) -> list[Block]:
-        """Blocks live across at least one iteration boundary (weights, state, gradients)."""
+        """Blocks live across an iteration boundary or never freed (weights, state, gradients)."""
         marks = sorted({t for it in self.iterations for t in it})
-        horizon = self.trace.horizon
         out = []
         for b in self.trace.blocks:
-            upper = horizon if b.upper is None else b.upper
             k = bisect.bisect_right(marks, b.lower)
-            if k < len(marks) and marks[k] < upper:
+            if b.upper is None or (k < len(marks) and marks[k] < b.upper):
                 out.append(b)
         return out
 
@@ -115,8 +113,8 @@ class Run:
         """The run with its activations ``factor`` times as large (a larger batch, say).
 
         Blocks allocated inside an iteration and freed in it scale; blocks
-        that cross an iteration boundary or live outside iterations
-        (weights, optimizer state, gradients) keep their size.
+        that cross an iteration boundary, are never freed, or live outside
+        iterations (weights, optimizer state, gradients) keep their size.
         """
         keep = {b.id for b in self.long_lived()}
         where = self.iteration_of()

@@ -31,8 +31,8 @@ from .recorder import EventRecorder
 from .trace import Trace
 from .units import ALIGNMENT
 
-__all__ = ["Recorder", "cnn_training", "cnn_inference", "seq2seq_training", "random_iteration",
-           "ARCHITECTURES", "bundled_specs", "write_bundled"]
+__all__ = ["Recorder", "cnn_training", "cnn_inference", "seq2seq_training", "seq2seq_run",
+           "random_iteration", "ARCHITECTURES", "bundled_specs", "write_bundled"]
 
 FLOAT_BYTES = 4
 ROUND = ALIGNMENT  # recorded traces hold sizes rounded as CuPy rounds them
@@ -192,6 +192,59 @@ def seq2seq_training(batch: int = 64, hidden: int = 512, vocab: int = 4000, laye
     rec.free(loss)
     return rec.trace(model="seq2seq", batch_size=batch, kind="training", seed=seed,
                      src_len=src_len, tgt_len=tgt_len)
+
+
+def seq2seq_run(iterations: int = 30, batch: int = 64, hidden: int = 512, vocab: int = 4000,
+                layers: int = 3, seed: int = 0, max_len: int = 50):
+    """A whole variable-length run (:class:`~pgmo.runs.Run`): a step-by-step LSTM
+    encoder-decoder on sentences of random length 1..``max_len``.
+
+    Unlike :func:`seq2seq_training`, each time step allocates its own gates and
+    states, as Chainer's LSTM without cuDNN does, so iterations differ in
+    their number of requests, not only in sizes: request ``i`` is another
+    tensor in each.  Weights are made in the first iteration, gradients at
+    each update, and the optimizer's two states (Adam) at the first one.
+    """
+    from .runs import RunRecorder
+
+    rng = random.Random(seed)
+    rec = RunRecorder(round_to=ROUND)
+    step = batch * hidden * FLOAT_BYTES
+    weights: list[int] = []
+    for it in range(iterations):
+        rec.begin()
+        if it == 0:
+            shapes = [vocab * hidden] * 2 + [8 * hidden * hidden] * (2 * layers) + [
+                hidden * vocab, vocab]
+            weights = [rec.alloc(n * FLOAT_BYTES) for n in shapes]
+        saved = []
+        tgt = 1
+        for length in (rng.randint(1, max_len), rng.randint(1, max_len)):  # encoder, decoder
+            saved.append(rec.alloc(step * length))  # embedded words
+            for _ in range(layers * length):
+                saved += [rec.alloc(4 * step), rec.alloc(step), rec.alloc(step)]  # gates, h, c
+            tgt = length
+        logits = rec.alloc(batch * tgt * vocab * FLOAT_BYTES)
+        rec.free(rec.alloc(batch * tgt * vocab * FLOAT_BYTES))  # softmax's workspace
+        loss = rec.alloc(FLOAT_BYTES)
+        glogits = rec.alloc(batch * tgt * vocab * FLOAT_BYTES)
+        rec.free(logits)
+        for handle in reversed(saved):
+            grad = rec.alloc(rec.size(handle))
+            rec.free(handle)
+            rec.free(grad)
+        rec.free(glogits)
+        rec.free(loss)
+        grads = [rec.alloc(rec.size(w)) for w in weights]
+        if it == 0:
+            for w in weights:
+                rec.alloc(rec.size(w))
+                rec.alloc(rec.size(w))
+        for g in grads:
+            rec.free(g)
+        rec.end()
+    return rec.run(synthetic=True, recorded_by="pgmo.synth.seq2seq_run (generator, not a "
+                   "measurement)", model="seq2seq", batch_size=batch, seed=seed)
 
 
 def random_iteration(seed: int, n: int = 60) -> Trace:

@@ -234,6 +234,7 @@ def replay(traces: Trace | Iterable[Trace], pool, *, interrupted: bool = False,
         for handle in live.values():  # blocks without a free in the trace
             if check:
                 checker.free(handle)
+        handle = None  # the loop variable must not keep the last block alive
         live.clear()
     return {"corrupted": checker.corrupted, "overlaps": checker.overlaps,
             "iterations": len(modes), "requests": requests,
@@ -277,6 +278,7 @@ def replay_run(run, pool, *, write: bool = True, on_event=None) -> dict:
     finally:
         for handle in live.values():
             checker.free(handle)
+        handle = None  # the loop variable must not keep the last block alive
         live.clear()
     stats = pool.stats() if hasattr(pool, "stats") else None
     return {"corrupted": checker.corrupted, "overlaps": checker.overlaps,

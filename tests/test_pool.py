@@ -383,3 +383,41 @@ def test_taking_the_arena_releases_blocks_cached_while_profiling():
     # Only the arena is held: the fallback's cached blocks were given back.
     assert pool.total_bytes() == arena
     assert pool.used_bytes() == 0
+
+
+def test_a_request_makes_one_cuda_call_as_cupys_own_pool_does():
+    """On a GPU each request names its device and stream.  CuPy's pool makes one runtime
+    call per malloc (cudaGetDevice; the stream pointer is a thread-local read); pgmo's
+    context must make no more, on every path (counted with stand-ins for the runtime)."""
+    from pgmo.host_device import HostMemory, HostStockPool
+    from pgmo.pool import ProfileGuidedMemoryPool, cuda_context
+
+    calls = {"cudaGetDevice": 0, "stream lookups": 0}
+
+    class Null:
+        ptr = 0
+
+    def get_device():
+        calls["cudaGetDevice"] += 1
+        return 0
+
+    def get_stream(device=-1):
+        if device < 0:  # as cupy.cuda.get_current_stream() does without a device
+            calls["cudaGetDevice"] += 1
+        calls["stream lookups"] += 1
+        return Null
+
+    memory = HostMemory()
+    pool = ProfileGuidedMemoryPool(memory, fallback=HostStockPool(memory, OutOfMemoryError),
+                                   device_id=0, context=cuda_context(get_device, get_stream),
+                                   total_memory=2 ** 40, replan="sync", method="bestfit")
+    pool.host_memory = True
+    run(pool, n=3)  # warm-up, profiling, the first planned iteration
+    assert pool.mode == "optimized"
+    for key in calls:
+        calls[key] = 0
+    result = run(pool)
+    assert result["stats"].planned_requests == 2 * len(HOT)
+    # one per request, and one as the iteration starts (it notes its device and stream)
+    assert calls == {"cudaGetDevice": len(HOT) + 1, "stream lookups": len(HOT) + 1}
+    pool.close()

@@ -1,0 +1,101 @@
+"""What the pool holds from the device over whole runs, on the host model of the device.
+
+The footprint pgmo promises: on a repeating run, never more than CuPy's
+stock pool at any moment and at most 1.05x the physical limit (the most
+bytes the run has live at once); on a variable-length run, one arena near
+its largest iteration; on a device barely larger than the physical limit,
+the run completes; every block checked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import pgmo
+from pgmo import footprint
+from pgmo.runs import run_from_iteration
+
+pytest.importorskip("cupy")
+
+EVIDENCE = Path(__file__).resolve().parents[2] / "shared" / "gpu-evidence" / "2026-11-25-h100"
+
+
+def real_run(name: str, iterations: int = 6):
+    """A whole run of a trace recorded on the H100: weights and momentum the size of its
+    gradients (its open blocks), made in the first iteration."""
+    path = EVIDENCE / "traces" / f"{name}.json.gz"
+    if not path.exists():
+        pytest.skip(f"the H100 evidence is not beside this checkout ({path})")
+    trace = pgmo.read_trace(path)
+    grads = [b.size for b in trace.blocks if b.upper is None]
+    return run_from_iteration(trace, iterations, setup=grads, state=grads)
+
+
+@pytest.mark.parametrize("name, replan", [
+    ("alexnet-train-b32", "sync"), ("alexnet-train-b32", "background"),
+    ("densenet-bc100-k12-train-b64-recompute-on-stock", "sync")])
+def test_a_repeating_run_holds_the_physical_limit_and_never_more_than_cupy(name, replan):
+    run = real_run(name)
+    stock = footprint.measure(run, footprint.stock_pool())
+    pool = footprint.pgmo_pool(replan=replan, method="bestfit")(None)
+    mine = footprint.measure(run, pool, step_seconds=0.01 if replan == "background" else 0)
+    pool.close()
+    assert mine.completed and mine.corrupted == 0
+    assert mine.peak <= 1.05 * run.lower_bound_rounded()
+    assert footprint.moments_above(mine.held, stock.held) == (0, 0)
+    assert mine.peak < stock.peak
+    st = mine.stats
+    assert st.stock_bytes == 0 and st.exact_bytes == 0  # nothing but the arena and survivors
+    assert st.total_bytes == st.arena_bytes + st.kept_bytes
+
+
+def test_a_run_completes_on_a_device_of_its_physical_limit_every_byte_written():
+    run = real_run("alexnet-train-b32", iterations=4)
+    limit = run.lower_bound_rounded()
+    pool = footprint.pgmo_pool(replan="sync", method="bestfit")(limit)
+    result = footprint.measure(run, pool, timeline=False, write=True)
+    pool.close()
+    assert result.completed and result.corrupted == 0 and result.peak <= limit
+    # CuPy's pool needs more: its cached chunks cannot merge across allocations
+    assert not footprint.measure(run, footprint.stock_pool(limit), timeline=False).completed
+
+
+def test_a_device_too_small_for_the_run_is_cupys_out_of_memory_with_the_numbers():
+    from cupy.cuda.memory import OutOfMemoryError
+
+    run = real_run("alexnet-train-b32", iterations=3)
+    small = run.lower_bound_rounded() - 50 * 2 ** 20
+    pool = footprint.pgmo_pool(replan="sync", method="bestfit")(small)
+    with pytest.raises(OutOfMemoryError, match=r"Out of memory allocating [\d,]+ bytes"):
+        pgmo.testing.replay_run(run, pool, write=False)
+    assert pool.stats().used_bytes == 0  # every block handed out was checked and freed
+    pool.close()
+
+
+def test_variable_lengths_live_in_one_arena_near_the_largest_iteration():
+    run = pgmo.synth.seq2seq_run(iterations=30, batch=8, hidden=64, vocab=2000, layers=2)
+    stock = footprint.measure(run, footprint.stock_pool())
+    pool = footprint.pgmo_pool(replan="sync", method="bestfit")(None)
+    arenas = []  # the arena's size at each plan installed (the engine is held: no stats())
+    pool.engine.on_install = lambda schedule: arenas.append(pool.engine.memory.parts()["arena"])
+    mine = footprint.measure(run, pool, write=True)
+    pool.close()
+    st = mine.stats
+    assert mine.completed and mine.corrupted == 0
+    assert mine.peak <= 1.3 * run.lower_bound_rounded() and mine.peak < stock.peak
+    assert st.fallback_requests > st.planned_requests  # most requests were placed off plan...
+    assert st.stock_bytes == 0 and st.exact_bytes == 0  # ...with no cache left behind
+    assert len(set(arenas)) <= 6  # the arena grew by a factor, a few times, not every batch
+
+
+def test_moments_above_compare_each_event_with_what_cupy_held_by_then():
+    assert footprint.moments_above([5, 9, 9, 7], [6, 6, 8, 8]) == (2, 3)
+
+
+def test_profiling_with_allocations_of_their_own_holds_the_live_bytes():
+    run = real_run("densenet-bc100-k12-train-b64-recompute-on-stock", iterations=3)
+    peaks = footprint.profiling_candidates(run)
+    assert peaks["exact"] == run.lower_bound_rounded()
+    assert min(peaks.values()) == peaks["exact"] < peaks["stock"]

@@ -1,0 +1,61 @@
+"""Placing off-plan requests in the arena's gaps: best fit, merging, never over a live block."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pgmo.engine.placement import Placer
+
+
+def test_the_smallest_gap_that_holds_a_request_is_taken_at_its_start():
+    # live: [100, 200) and [300, 350) in an arena of 1000: gaps of 100, 100 and 650
+    placer = Placer(1000, [(300, 350), (100, 200)])
+    assert placer.free_bytes() == 850
+    assert placer.place(80) in (0, 200)  # a 100-byte gap, not the 650-byte one
+    assert placer.place(100) in (0, 200)
+    assert placer.place(600) == 350
+    assert placer.place(60) == -1 and placer.overflowed == 1 and placer.placed == 3
+
+
+def test_a_freed_range_merges_with_the_free_ranges_beside_it():
+    placer = Placer(1000, [])
+    a, b, c = placer.place(300), placer.place(300), placer.place(300)
+    assert (a, b, c) == (0, 300, 600)
+    placer.release(0, 300)
+    placer.release(600, 900)
+    assert placer.place(400) == 600  # 600..1000 merged with the tail
+    placer.release(300, 600)
+    assert placer.place(600) == 0  # 0..300 and 300..600 are one gap again
+
+
+def test_live_blocks_given_overlapping_are_treated_as_one():
+    placer = Placer(100, [(10, 40), (30, 60)])
+    assert placer.free_bytes() == 50
+    assert placer.place(41) == -1 and placer.place(40) == 60
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 64)), max_size=60),
+       st.lists(st.tuples(st.integers(0, 255), st.integers(1, 32)), max_size=5))
+def test_placed_blocks_never_overlap_each_other_or_the_live_ones(ops, live):
+    size = 256
+    fixed = [(lo, min(size, lo + n)) for lo, n in live]
+    placer = Placer(size, fixed)
+    taken: list[tuple[int, int]] = []
+    for allocate, n in ops:
+        if allocate or not taken:
+            lo = placer.place(n)
+            if lo < 0:
+                continue
+            span = (lo, lo + n)
+            assert span[1] <= size
+            for other in taken + fixed:
+                assert span[1] <= other[0] or other[1] <= span[0], (span, other)
+            taken.append(span)
+        else:
+            placer.release(*taken.pop(n % len(taken)))
+    covered = set()
+    for lo, hi in fixed + taken:
+        covered.update(range(lo, hi))
+    assert placer.free_bytes() == size - len(covered)
