@@ -485,6 +485,32 @@ def test_record_traces_dry_run_is_labelled(tmp_path):
 
 
 @needs_chainer
+def test_record_traces_dry_run_records_profiles_the_pool_plans_in_the_background(tmp_path):
+    """GoogLeNet training: over 256 requests, which the pool's default replan="background"
+    plans on its planner thread; the script still writes the profiled iteration."""
+    _chainer_or_skip()
+    import pgmo
+    from pgmo.engine.planner import SYNC_BLOCKS
+
+    run_script("record_traces.py", "--device", -1, "--out-dir", tmp_path, "--arch", "googlenet",
+               "--batchsize", 2, "--classes", 10)
+    trace = pgmo.read_trace(tmp_path / "googlenet-train-b2.dry-run.json.gz")
+    assert len(trace) == trace.metadata["requests"] > SYNC_BLOCKS
+
+
+@needs_chainer
+def test_the_dry_run_reaches_the_pool_through_cupys_allocator():
+    """As on a GPU: a request reaches the pool only through the allocator installed in CuPy."""
+    _chainer_or_skip()
+    record_traces = _import_script("record_traces")
+    pool = record_traces.new_pool(-1, warmup=0)
+    assert pool.stats().replan == "background"  # the pool's own default, not the tests'
+    with pool:  # installed as CuPy's allocator
+        block = record_traces.CupyAllocator.malloc(1000)
+        assert pool.stats().requests == 1 and block.mem.size == 1024 and block.ptr
+
+
+@needs_chainer
 def test_record_traces_dry_run_refuses_the_bundled_folder():
     _chainer_or_skip()
     result = subprocess.run([sys.executable, os.path.join(SCRIPTS, "record_traces.py"),
@@ -615,7 +641,7 @@ def test_gpu_report_formats_child_results():
 
 
 # ------------------------------------------------------------ DenseNet-BC and recomputation
-DENSENET_NAMES = [f"densenet-bc16-k4-train-b2-recompute-{r}-{p}.dry-run.json.gz"
+DENSENET_NAMES = [f"densenet-bc28-k4-train-b2-recompute-{r}-{p}.dry-run.json.gz"
                   for r in ("off", "on") for p in ("stock", "pgmo")]
 
 
@@ -643,7 +669,7 @@ def test_record_traces_dry_run_records_densenet_four_ways(densenet_dry_run):
         recompute, pool = name.split("-recompute-")[1].split(".")[0].split("-")
         assert (meta["recompute"], meta["pool"]) == (recompute == "on", pool)
         assert (meta["model"], meta["depth"], meta["growth_rate"], meta["batch_size"]) == \
-            ("densenet-bc-16", 16, 4, 2)
+            ("densenet-bc-28", 28, 4, 2)
         assert ("recomputed" in meta) == (recompute == "on")
         assert "forget" in meta.get("recomputed", "forget")
         assert meta["dry_run"] is True and meta["synthetic"] is True
@@ -657,6 +683,10 @@ def test_record_traces_dry_run_records_densenet_four_ways(densenet_dry_run):
         assert len(trace) == meta["requests"] > 0
         assert trace.lower_bound() == meta["lower_bound"]
         traces[recompute, pool] = trace
+    from pgmo.engine.planner import SYNC_BLOCKS
+
+    # as on the GPU, pgmo's profiles are planned in the background (over 256 requests)
+    assert min(len(traces[r, "pgmo"]) for r in ("off", "on")) > SYNC_BLOCKS
     for pool in ("stock", "pgmo"):
         off, on = traces["off", pool], traces["on", pool]
         # Recomputation runs the bottlenecks again in backward (more requests) and frees
@@ -674,7 +704,7 @@ def test_recompute_table_dry_run_prints_no_numbers(densenet_dry_run, tmp_path):
     lines = out.splitlines()
     assert lines[0] == "## DenseNet-BC: recomputation and pgmo"
     assert "CPU DRY RUN" in out
-    rows = [line.split(" | ") for line in lines if line.startswith("| DenseNet-BC-16 (k=4) | 2 |")]
+    rows = [line.split(" | ") for line in lines if line.startswith("| DenseNet-BC-28 (k=4) | 2 |")]
     assert [r[2:4] for r in rows[:4]] == [["off", "stock (CuPy)"], ["off", "pgmo"],
                                           ["on", "stock (CuPy)"], ["on", "pgmo"]]
     assert [r[2] for r in rows[4:]] == ["off", "on"]
@@ -762,7 +792,7 @@ def test_bench_memory_dry_run_ends_with_the_recomputation_table(tmp_path):
     # the traces' command names no folder of this machine
     assert "- recorded with: `record_traces.py --device -1 --out-dir . --arch --batchsize " \
            "--densenet 2`" in section
-    rows = [line for line in section.splitlines() if line.startswith("| DenseNet-BC-16 (k=4)")]
+    rows = [line for line in section.splitlines() if line.startswith("| DenseNet-BC-28 (k=4)")]
     assert len(rows) == 6 and all("n/a (CPU)" in row for row in rows)
     assert re.search(r"time per part: .*seq2seq \d+ s, recomputation \d+ s, largest batch", out)
     assert "failed" not in err and "Recording stopped early" not in out
