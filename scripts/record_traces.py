@@ -44,6 +44,7 @@ import contextlib
 import datetime
 import logging
 import platform
+import subprocess
 import sys
 import time
 import weakref
@@ -450,7 +451,7 @@ def record(workload: Workload, device_id: int, out_dir: Path, env: dict, args,
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
                     timespec="seconds"),
                 "recorded_by": RECORDED_BY[pool_name][dry],
-                "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+                "command": args.command,
                 "synthetic": dry, "dry_run": dry,
             }
             if dry:
@@ -535,7 +536,15 @@ def parse_args(argv=None):
                         "depend on it)")
     parser.add_argument("--time-limit", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--isolate", action="store_true",
+                        help="record each workload in a process of its own, so that one that "
+                             "fails or fills the device leaves nothing behind for the next")
+    parser.add_argument("--only", type=int, help=argparse.SUPPRESS)  # an isolated child's
+    parser.add_argument("--command", help=argparse.SUPPRESS)  # the command its parent ran
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     args = parser.parse_args(argv)
+    args.argv = argv
+    args.command = args.command or " ".join([Path(sys.argv[0]).name, *argv])
     if any(b < 1 for b in args.batchsize):
         parser.error("--batchsize values must be at least 1")
     if any(b < 1 for b in args.densenet):
@@ -556,19 +565,37 @@ def parse_args(argv=None):
     return args
 
 
+def isolated(args, count: int) -> tuple[list[Path], int]:
+    """Record workload ``k`` of ``count`` in a fresh process each: (files written, failures)."""
+    before = set(args.out_dir.glob("*.json.gz"))
+    failed = 0
+    for k in range(count):
+        argv = [a for a in args.argv if a != "--isolate"]
+        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv,
+                               "--only", str(k), "--command", args.command])
+        failed += done.returncode != 0
+    return sorted(set(args.out_dir.glob("*.json.gz")) - before), failed
+
+
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
     device = chainer.get_device("@numpy" if args.device < 0 else f"@cupy:{args.device}")
     device.use()
-    if args.device < 0:
+    if args.device < 0 and args.only is None:
         print("CPU DRY RUN: no GPU recording is made; files are named *.dry-run.json.gz and "
               "marked \"dry_run\": true.", flush=True)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    env = environment(args.device)
     total = time.perf_counter()
+    chosen = list(workloads(args, device))  # built lazily: listing them builds nothing
+    if args.isolate and args.only is None:
+        written, failed = isolated(args, len(chosen))
+        return summary(args, written, failed, total)
+    if args.only is not None:
+        chosen = chosen[args.only:args.only + 1]
+    env = environment(args.device)
     written, failed = [], 0
-    for build, count in workloads(args, device):
+    for build, count in chosen:
         start = time.perf_counter()
         workload = None
         try:  # one failing model (out of memory, say) must not cost the others' traces
@@ -583,8 +610,14 @@ def main(argv=None) -> int:
             import cupy
 
             cupy.get_default_memory_pool().free_all_blocks()
+    if args.only is not None:  # an isolated child: its parent sums up
+        return 1 if failed else 0
+    return summary(args, written, failed, total)
+
+
+def summary(args, written: list[Path], failed: int, start: float) -> int:
     print(f"wrote {len(written)} trace(s) to {args.out_dir} in "
-          f"{time.perf_counter() - total:.1f} s; {failed} workload(s) failed", flush=True)
+          f"{time.perf_counter() - start:.1f} s; {failed} workload(s) failed", flush=True)
     for path in written:
         print(f"  {path.name}  {path.stat().st_size} bytes")
     return 1 if failed else 0

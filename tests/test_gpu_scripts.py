@@ -149,14 +149,17 @@ def test_session_logs_each_default_step_with_its_exit_status(default_session):
     # the environment: the GPU, the versions, the sanitizer found
     assert "NVIDIA H100 80GB HBM3, 81559 MiB, 570.86" in s.log
     assert "python 3.12.3 numpy 2.5.0 cupy 14.2.0" in s.log
+    assert "pgmo commit: unknown" in s.log  # a copy of the checkout without git
     assert f"compute-sanitizer: {s.checkout.bin / 'compute-sanitizer'}" in s.log
 
 
 @needs_shell
 def test_session_gives_each_step_its_command(default_session):
     s, calls = default_session, default_session.python_calls()
-    assert list(calls) == ["pip-install", "probe", "tests", "traces", "malloc", "one-liner",
-                           "chainer", "demo", "mn"]
+    assert list(calls) == ["pip-install", "build", "probe", "tests", "traces", "malloc",
+                           "one-liner", "chainer", "demo", "mn"]
+    # pgmo runs from the checkout: its hot path is compiled there first
+    assert calls["build"]["argv"] == ["setup.py", "-q", "build_ext", "--inplace"]
     assert calls["pip-install"]["argv"] == [
         "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
         "--no-cache-dir", "--upgrade", "--target", str(s.scratch / "site"),
@@ -166,7 +169,8 @@ def test_session_gives_each_step_its_command(default_session):
     assert calls["traces"]["argv"] == [
         "scripts/record_traces.py", "--device", "0", "--out-dir", str(s.scratch / "traces"),
         "--arch", "alexnet", "googlenet", "resnet50", "inception-resnet-v2",
-        "--batchsize", "32", "64", "128", "--inference", "--seq2seq", "3", "--densenet", "64"]
+        "--batchsize", "32", "64", "128", "--inference", "--seq2seq", "3", "--densenet", "64",
+        "--isolate"]
     assert calls["malloc"]["argv"] == ["scripts/bench_malloc.py", "--gpu"]
     assert calls["demo"]["argv"] == ["-m", "pgmo", "demo", "-o",
                                      str(s.scratch / "pgmo-demo.png")]
@@ -271,9 +275,15 @@ def test_session_with_every_step_writes_at_most_eight_files(tmp_path):
                             "bench_memory.log"])
     assert len(files) <= 8  # what a results folder of 8 files can hold
     assert s.python_calls()["bench"]["argv"] == [
-        "scripts/bench_memory.py", "--device", "0", "--budget", "520", "-o",
-        str(s.out / "results.md")]  # 570 s session, 10 s kept, 40 s for the report
+        "scripts/bench_memory.py", "--device", "0", "--budget", "520", "--run-dir",
+        str(s.scratch / "runs"), "-o", str(s.out / "results.md")]  # 570 s session, 10 s
+    # kept, 40 s for the report
     assert "stub bench output" in (s.out / "bench_memory.log").read_text()
+    with tarfile.open(s.out / "traces.tar.gz") as tar:  # the whole runs join the traces
+        assert sorted(m.name for m in tar.getmembers() if m.isfile()) == [
+            "runs/resnet50-train-b32-stock.run.json.gz", "traces/alexnet-train-b32.json.gz",
+            "traces/resnet50-train-b32.json.gz"]
+    assert "runs: 1 files, " in s.log
     assert s.step_events()[-2:] == ["BEGIN bench", "END bench: exit 0"]
 
 
@@ -496,6 +506,21 @@ def test_record_traces_dry_run_records_profiles_the_pool_plans_in_the_background
                "--batchsize", 2, "--classes", 10)
     trace = pgmo.read_trace(tmp_path / "googlenet-train-b2.dry-run.json.gz")
     assert len(trace) == trace.metadata["requests"] > SYNC_BLOCKS
+
+
+@needs_chainer
+def test_record_traces_isolates_each_workload_in_a_process_of_its_own(tmp_path):
+    """--isolate, as the GPU session runs it: the same traces, each naming the user's command."""
+    _chainer_or_skip()
+    import pgmo
+
+    out, _ = run_script("record_traces.py", "--device", -1, "--out-dir", tmp_path, "--arch",
+                        "alexnet", "--batchsize", 2, "--inference", "--classes", 10, "--isolate")
+    assert f"wrote 2 trace(s) to {tmp_path} in " in out and "; 0 workload(s) failed" in out
+    for name in ("alexnet-train-b2", "alexnet-infer-b1"):
+        meta = pgmo.read_trace(tmp_path / f"{name}.dry-run.json.gz").metadata
+        assert meta["command"] == (f"record_traces.py --device -1 --out-dir {tmp_path} --arch "
+                                   "alexnet --batchsize 2 --inference --classes 10 --isolate")
 
 
 @needs_chainer
