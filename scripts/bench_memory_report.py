@@ -218,20 +218,27 @@ def header(args, env, timings, command) -> list[str]:
         ""]
 
 
+def section(title: str, prose: str, columns, rows) -> list[str]:
+    """A section of the report: its title, how its table was measured, the table."""
+    return [f"## {title}", "", prose, "", markdown(columns, rows), ""]
+
+
 def report(args, env, parts, timings, command, recompute: str = "", runs=()) -> str:
     out = header(args, env, timings, command)
     memory_runs, seq_rows, search_rows, search_log = parts
     memory_rows = [memory_row(args, cfg, result) for cfg, result in memory_runs]
     compare = comparison_rows(args, memory_runs)
     if compare:
-        out += ["## Stock pool and pgmo side by side (Figures 2 and 3)", "",
+        out += section(
+                "Stock pool and pgmo side by side (Figures 2 and 3)",
                 "From the runs of the next table: peaks of device memory in use, of the "
                 "pools' total bytes and of the process's device memory seen by NVML, the "
                 "share of pool memory pgmo saves, and the time per iteration (median of "
                 "the runs, their range; the ratio's range is the most and least any two "
-                "runs give).", "", markdown(COMPARE_COLUMNS, compare), ""]
+                "runs give).", COMPARE_COLUMNS, compare)
     if memory_rows:
-        out += ["## Memory and time per iteration, every run", "",
+        out += section(
+                "Memory and time per iteration, every run",
                 "Each row is one configuration, each run of it a fresh process whose every "
                 "allocation goes through the pool named (installed before the model is "
                 "built).  *Peak device in use*: total minus free device memory "
@@ -242,32 +249,35 @@ def report(args, env, parts, timings, command, recompute: str = "", runs=()) -> 
                 "warm-up and profiling included; CuPy's pool keeps all it took, so its "
                 "total at the end).  *NVML process peak*: the process's device memory "
                 "sampled every 10 ms through NVML over its whole life, CUDA context "
-                "included.", "", markdown(MEMORY_COLUMNS, memory_rows), ""]
+                "included.", MEMORY_COLUMNS, memory_rows)
     if search_rows:
-        out += ["## Largest training batch under a memory limit", "",
+        out += section(
+                "Largest training batch under a memory limit",
                 f"`set_limit({args.memory_limit})` on the pool under test from the start of "
                 f"each process, batch sizes 1-{args.search_max} bisected with at most "
                 f"{args.search_probes} probes, each a fresh process running "
                 f"{args.search_iterations} iterations.  The same criterion for both pools: "
                 "a batch fits when every iteration runs under the limit (pgmo's warm-up "
                 "and profiled iterations included); the probes say in which mode pgmo "
-                "ended.", "", markdown(SEARCH_COLUMNS, search_rows), ""]
+                "ended.", SEARCH_COLUMNS, search_rows)
         if search_log:
             out += ["<details><summary>probes</summary>", "",
                     *[f"- {line}" for line in search_log], "", "</details>", ""]
     if seq_rows:
-        out += ["## seq2seq: variable-length batches", "",
+        out += section(
+                "seq2seq: variable-length batches",
                 f"NStepLSTM encoder-decoder, vocabulary {args.vocab}, {args.layers} x "
                 f"{args.units} units, sentences of 1-50 words; memory after the last of the "
-                "iterations.", "", markdown(SEQ2SEQ_COLUMNS, seq_rows), ""]
+                "iterations.", SEQ2SEQ_COLUMNS, seq_rows)
     if recompute:
         out.append(recompute)
     run_rows = run_file_rows(args, runs)
     if run_rows:
-        out += ["## Whole runs recorded", "",
+        out += section(
+                "Whole runs recorded",
                 "Every malloc and free from the start of the process, with the iterations "
                 "marked, heard by a CuPy memory hook (`scripts/run_hook.py`): run files of "
                 "`pgmo.runs` (`read_run`), with each iteration's pool total, device in "
                 "use and NVML peak in their metadata, for checking the CPU models of the "
-                "footprint against the device.", "", markdown(RUNS_COLUMNS, run_rows), ""]
+                "footprint against the device.", RUNS_COLUMNS, run_rows)
     return "\n".join(out)
