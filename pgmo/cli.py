@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import __version__
+from . import __version__, bundled
 from .demo import DEMO_TIME_LIMIT
 from .errors import PlanError, TraceFormatError
 from .formats import FORMATS, ReadOptions, load
@@ -63,8 +63,17 @@ def _add_progress_option(p: argparse.ArgumentParser) -> None:
 
 
 def _read(path: str, args) -> tuple[Trace, list[int] | None]:
-    loaded = load(path, args.format, _read_options(args))
+    loaded = load(_trace_file(path), args.format, _read_options(args))
     return loaded.trace, loaded.offsets
+
+
+def _trace_file(text: str) -> str:
+    """A file, or the name of a bundled trace (``pgmo traces`` lists them)."""
+    found = bundled.resolve(text)
+    if not os.path.exists(found):
+        raise TraceFormatError("no such file, and no bundled trace of that name "
+                               "(`pgmo traces` lists them)", path=text)
+    return found
 
 
 def _options(args) -> solver_options.SolverOptions:
@@ -107,15 +116,19 @@ def _same_blocks(trace: Trace, plan_trace: Trace) -> str | None:
 
 
 def _plan_for(trace: Trace, args) -> tuple[Trace, list[int]]:
-    """Read ``args.plan``; its blocks must be the trace's closed blocks."""
+    """Read ``args.plan``: it places the trace's closed blocks (a pool's saved plan) or all
+    of them, open ones live to the end (what ``pgmo solve -o`` writes)."""
     plan_trace, offsets = _read(args.plan, args)
     if offsets is None:
         raise CliError(f"{args.plan}: no offsets: not a plan")
-    planned = trace.without_open()
-    mismatch = _same_blocks(planned, plan_trace.without_open())
-    if mismatch:
-        raise CliError(f"{args.plan} does not belong to {args.file}: {mismatch}")
-    return planned, offsets
+    placed = plan_trace.without_open()
+    candidates = (trace.without_open(), trace.closed())
+    for planned in candidates:
+        if _same_blocks(planned, placed) is None:
+            return planned, offsets
+    nearest = next((c for c in candidates if len(c) == len(placed)), candidates[0])
+    raise CliError(f"{args.plan} does not belong to {args.file}: "
+                   f"{_same_blocks(nearest, placed)}")
 
 
 def cmd_check(args) -> int:
@@ -148,7 +161,7 @@ def cmd_plot(args) -> int:
 def cmd_analyze(args) -> int:
     from .analysis import analyze
 
-    result = analyze(args.file, format=args.format, device=args.device, stream=args.stream,
+    result = analyze(_trace_file(args.file), format=args.format, device=args.device, stream=args.stream,
                      inclusive=args.inclusive, reserved=args.reserved,
                      granularity=args.granularity, options=_options(args))
     if args.json:
@@ -167,6 +180,12 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def cmd_traces(args) -> int:
+    from .demo import list_traces
+
+    return list_traces()
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -176,7 +195,10 @@ def cmd_demo(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="pgmo", description="Profile-guided memory optimization: plan GPU memory offline.")
+        prog="pgmo", description="Profile-guided memory optimization: plan GPU memory offline.",
+        epilog="Bundled traces: `pgmo traces` lists them, real (recorded on a GPU) and "
+               "synthetic; every command takes a bundled trace's name in place of a file, "
+               "e.g. `pgmo solve h100-alexnet-train-b32`.")
     parser.add_argument("--version", action="version", version=f"pgmo {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log what the solvers do and print their report")
@@ -187,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="log what the solvers do and print their report (search "
                               "steps, restarts, proven bound, gap)")
     trace_help = ("trace: MiniMalloc CSV, pgmo JSON, a pool's saved plan, a PyTorch memory "
-                  "snapshot or an RMM log (format recognised from the content)")
+                  "snapshot or an RMM log (format recognised from the content), or the name "
+                  "of a bundled trace (see `pgmo traces`)")
 
     p = sub.add_parser("solve", parents=[verbose],
                        help="pack a trace and print the plan against the lower bound")
@@ -233,11 +256,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_options(p)
     p.set_defaults(func=cmd_analyze)
 
+    p = sub.add_parser("traces", parents=[verbose],
+                       help="list the bundled traces: real (recorded on a GPU) or synthetic, "
+                            "and where each comes from")
+    p.set_defaults(func=cmd_traces)
+
     p = sub.add_parser("demo", parents=[verbose],
                        help="solve a bundled trace, compare with the paper's method, "
                             "draw it, and replay it through the pool")
     p.add_argument("--trace", default=None, help="bundled trace name (see --list)")
-    p.add_argument("--list", action="store_true", help="list the bundled traces")
+    p.add_argument("--list", action="store_true",
+                   help="list the bundled traces (as `pgmo traces`)")
     p.add_argument("-o", "--output", default="pgmo-demo.png", help="picture to write")
     p.add_argument("--time-limit", type=float, default=DEMO_TIME_LIMIT, metavar="S",
                    help=f"seconds for the 'best' method (default: {DEMO_TIME_LIMIT:g})")

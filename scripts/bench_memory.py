@@ -5,29 +5,35 @@ For each model and batch size, and for each pool, a fresh subprocess trains
 (or infers) for ``--iterations`` steps with every allocation going through
 that pool (it is installed before the model is built) and reports: peak
 device memory in use (``cupy.cuda.runtime.memGetInfo``, CUDA context
-included), peak pool total bytes, pgmo's planned peak against the profile's
-lower bound, and the median time per iteration after ``--skip`` warm-up
-iterations.  Then, per ``--search-arch``, a bounded binary search finds the
-largest training batch that runs under ``--memory-limit`` (``set_limit``) with
-each pool, and seq2seq trains ``--seq2seq-iterations`` variable-length
-batches, reporting memory after them, time and pgmo's re-optimizations.
-Last, ``scripts/record_traces.py --densenet`` records DenseNet-BC at
-``--densenet-batchsize`` with and without recomputation, under each pool, and
-``scripts/recompute_table.py`` tabulates the traces (lower bound, best-fit and
-best plans, stock pool reserved).
+included), peak pool total bytes (once pgmo has its plan, and over the whole
+process), the process's peak device memory seen from outside through NVML
+(``nvidia-ml-py``, sampled every 10 ms; optional), pgmo's planned peak
+against the profile's lower bound, and the median time per iteration after
+``--skip`` warm-up iterations.  Each configuration runs up to ``--repeats``
+times, each a fresh process: time is the median of the runs' medians with
+their range.  Then, per ``--search-arch``, a bounded binary search finds the
+largest training batch that runs under ``--memory-limit`` (``set_limit`` on
+either pool from the start: the same criterion for both), and seq2seq trains
+``--seq2seq-iterations`` variable-length batches, reporting memory after
+them, time and pgmo's re-optimizations.  ``scripts/record_traces.py
+--densenet`` records DenseNet-BC at ``--densenet-batchsize`` with and
+without recomputation, under each pool, and ``scripts/recompute_table.py``
+tabulates the traces.  With ``--run-dir``, whole runs (every malloc and
+free from process start, iterations marked; ``scripts/run_hook.py``) of
+``--run-arch`` and seq2seq are recorded under each pool as run files.
 Markdown tables go to stdout and, with ``-o``, to a file with the command,
-device, versions and date::
+device, versions and date (``scripts/bench_memory_report.py``)::
 
-    python scripts/bench_memory.py --device 0 -o docs/results.md
+    python scripts/bench_memory.py --device 0 -o results.md --run-dir runs
     python scripts/bench_memory.py --device 0 --arch resnet50 --batchsize 32 \\
         --search-arch resnet50 --seq2seq-iterations 0        # a quick look
     python scripts/bench_memory.py --device -1               # CPU dry run, tiny sizes
 
 ``--device -1`` runs the same subprocesses at tiny sizes on the CPU, where
-Chainer's NumPy arrays reach the pools only through the stand-in hook of
-``record_traces.NumpyMirror``; every number that needs a GPU reads
-``n/a (CPU)``.  ``--budget`` bounds the whole run: configurations not started
-in time are listed as skipped.
+Chainer's NumPy arrays reach the pools through CuPy's allocator by the
+stand-in hook of ``record_traces.NumpyMirror``; every number that needs a
+GPU reads ``n/a (CPU)``.  ``--budget`` bounds the whole run: configurations
+not started in time are listed as skipped.
 """
 
 from __future__ import annotations
@@ -50,10 +56,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-NA = "n/a (CPU)"
+sys.path.insert(0, str(HERE))
+from bench_memory_report import (  # noqa: E402  (the report's tables, tested apart)
+    ARCHS, NA, POOLS, combine, gpu_cell, mib, report, run_order, seq2seq_row)
+
 RESULT_TAG = "BENCH-RESULT "
-ARCHS = ("alexnet", "googlenet", "resnet50", "inception-resnet-v2")
-POOLS = ("stock", "pgmo")
 SIZE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3,
               "mb": 10**6, "gb": 10**9}
 
@@ -82,25 +89,34 @@ def _is_out_of_memory(error: BaseException) -> bool:
     return "ALLOC_FAILED" in str(error)  # cuBLAS, cuSOLVER, cuDNN: no room for a workspace
 
 
-def _child_pool(cfg: dict):
-    """(pgmo pool or None, stand-in allocator for the dry run's mirror or None)."""
-    dry = cfg["device"] < 0
+def _child_pool(cfg: dict, record_traces):
+    """(pgmo's pool or None, the pool a dry run installs as CuPy's allocator or None).
+
+    Both pools get the limit from the start: the same criterion for both.  On
+    a GPU the stock pool is CuPy's default pool.  In a dry run every request
+    reaches its pool through CuPy's allocator (``record_traces.mirror_for``):
+    pgmo's host pool with its own defaults, or, standing in for CuPy's pool,
+    one kept interrupted (its fallback is a caching host pool).
+    """
+    device, limit = cfg["device"], cfg.get("limit") or 0
     if cfg["pool"] == "pgmo":
-        options = {"warmup": 1, "method": cfg["method"], "time_limit": cfg["time_limit"]}
-        if dry:
-            from pgmo.testing import host_pool
+        pool = record_traces.new_pool(device, warmup=1, method=cfg["method"],
+                                      time_limit=cfg["time_limit"])
+        installed = pool
+    elif device < 0:
+        pool, installed = None, record_traces.new_pool(device, warmup=0)
+        installed.interrupt()
+    else:
+        import cupy
 
-            pool = host_pool(**options)
-        else:
-            import pgmo
-
-            pool = pgmo.ProfileGuidedMemoryPool(**options)
-        return pool, pool
-    if dry:  # a caching host pool stands in for CuPy's stock pool
-        from pgmo.testing import HostFallback, HostMemory
-
-        return None, HostFallback(HostMemory())
-    return None, None
+        pool = installed = None
+        if limit:
+            cupy.get_default_memory_pool().set_limit(size=limit)
+    if installed is not None:
+        if limit:
+            installed.set_limit(size=limit)
+        installed.install()  # before the model: weights and optimizer state go through it
+    return pool, installed
 
 
 def _build(cfg: dict, record_traces, device):
@@ -123,47 +139,49 @@ def _build(cfg: dict, record_traces, device):
 
 
 def run_child(cfg: dict) -> dict:
-    """One configuration in this (fresh) process; returns the measurements."""
+    """One configuration in this (fresh) process; returns the measurements.
+
+    The NVML probe starts first, before CUDA does, so its idle reading is the
+    device without this process; with ``cfg["run_path"]`` a :class:`RunHook`
+    hears every request from then on and the whole run is written there.
+    """
+    sys.path.insert(0, str(HERE))
+    import nvml_probe
+
+    nvml, why = nvml_probe.load_nvml() if cfg["device"] >= 0 else (None, "CPU dry run")
+    probe = nvml_probe.NvmlPeak(nvml, max(cfg["device"], 0)).start()
     record_traces, measure = _child_imports()
     import chainer
-    import cupy
 
     device_id = cfg["device"]
+    hook = _run_hook(cfg)
     device = chainer.get_device("@numpy" if device_id < 0 else f"@cupy:{device_id}")
     device.use()
-    limit = cfg.get("limit") or 0
-    pool, stand_in = _child_pool(cfg)
-    if pool is not None:
-        pool.install()  # before the model: weights and optimizer state go through it too
-    elif limit and stand_in is None:
-        cupy.get_default_memory_pool().set_limit(size=limit)
-    if stand_in is not None and pool is None and limit:
-        stand_in.set_limit(size=limit)
     result = {"config": cfg, "ok": False, "oom": False, "iterations": 0}
-    mirror = record_traces.NumpyMirror(stand_in) if device_id < 0 else contextlib.nullcontext()
+    per_iteration = {"pool_total_bytes": [], "device_in_use_bytes": [], "nvml_peak_bytes": [],
+                     "ms": []}
     baseline = measure.device_bytes_in_use(device_id)
-    recorder = None
-    limited = pool is None  # pgmo's limit starts with its plan (see --memory-limit)
-    limited_iterations = 0
-    limited_max_total = 0  # pgmo's total bytes in the iterations run under the limit
+    recorder = pool = installed = None
     try:
-        with mirror:
+        with hook if hook is not None else contextlib.nullcontext(), \
+                record_traces.mirror_for(device_id):
+            pool, installed = _child_pool(cfg, record_traces)
             workload = _build(cfg, record_traces, device)
             recorder = measure.Recorder(device_id, pool)
             recorder.start()
             for i in range(cfg["iterations"]):
-                if not limited and pool.mode == "optimized":
-                    if limit:
-                        pool.set_limit(size=limit)
-                    limited = True
+                if hook is not None:
+                    hook.begin()
                 with pool.iteration() if pool is not None else contextlib.nullcontext():
                     workload.step()
-                recorder.record()
+                if hook is not None:
+                    hook.end()
+                seconds, held, used = recorder.record()
+                for key, value in (("pool_total_bytes", held), ("device_in_use_bytes", used),
+                                   ("nvml_peak_bytes", probe.interval_peak()),
+                                   ("ms", round(1e3 * seconds, 3))):
+                    per_iteration[key].append(value)
                 result["iterations"] = i + 1
-                if limited:
-                    limited_iterations += 1
-                    if pool is not None:
-                        limited_max_total = max(limited_max_total, pool.total_bytes())
         result["ok"] = True
     except Exception as error:  # noqa: BLE001 - an out-of-memory is a result, not a crash
         if not _is_out_of_memory(error):
@@ -171,15 +189,26 @@ def run_child(cfg: dict) -> dict:
         result["oom"] = True
         result["error"] = f"{type(error).__name__}: {error}"[:300]
     finally:
-        if pool is not None:
-            pool.uninstall()
+        if installed is not None:
+            installed.uninstall()
+    nvml_summary = probe.stop()
     laps = recorder.watch.laps if recorder is not None else []
     timed = laps[cfg["skip"]:]
+    whole_run = None
+    if pool is not None and device_id >= 0:  # every byte pgmo held, warm-up and profiling too
+        import cupy
+
+        whole_run = pool.stats().peak_total_bytes + cupy.get_default_memory_pool().total_bytes()
+    elif device_id >= 0:  # CuPy's pool keeps what it took: its total now is its most
+        whole_run = measure.pool_bytes(device_id)
     result.update({
         "ms_per_iter": 1e3 * statistics.median(timed) if timed else None,
         "timed_iterations": len(timed),
+        "laps_ms": [round(1e3 * t, 3) for t in laps],
         "peak_pool_bytes": recorder.peak_pool.value if recorder else None,
         "peak_device_bytes": recorder.peak_device.value if recorder else None,
+        "whole_run_pool_bytes": whole_run,
+        "nvml": nvml_summary or {"unavailable": why},
         "baseline_device_bytes": baseline,
         "final_pool_bytes": measure.pool_bytes(device_id, pool),
         "final_device_bytes": measure.device_bytes_in_use(device_id),
@@ -189,14 +218,45 @@ def run_child(cfg: dict) -> dict:
         result["pgmo"] = {k: stats[k] for k in (
             "mode", "planned_peak", "lower_bound", "arena_bytes", "fallback_requests",
             "reoptimizations", "departures", "planned_requests", "arena_failures",
-            "total_bytes")}
-        result["limited_max_total_bytes"] = limited_max_total
-    # A batch fits when iterations ran under the limit (for pgmo: once it had a
-    # plan; served from the arena or, if the arena was refused, its fallback).
-    result["fits"] = bool(result["ok"] and limited_iterations > 0
-                          and (pool is None or not limit or limited_max_total <= limit))
-    result["limited_iterations"] = limited_iterations
+            "total_bytes", "peak_total_bytes")}
+    # The same criterion for both pools: every iteration ran with the limit set
+    # on the pool from the start (the pool keeps under it or runs out of memory).
+    result["fits"] = bool(result["ok"])
+    if hook is not None:
+        _save_run(hook, cfg, result, per_iteration, record_traces)
     return result
+
+
+def _run_hook(cfg: dict):
+    """A RunHook installed now (process start) when the configuration records its run."""
+    if not cfg.get("run_path"):
+        return None
+    sys.path.insert(0, str(HERE))
+    from run_hook import RunHook
+
+    return RunHook(max(cfg["device"], 0))
+
+
+def _save_run(hook, cfg: dict, result: dict, per_iteration: dict, record_traces) -> None:
+    """The whole run, with where, when, how and what the pool and the device held."""
+    env = record_traces.environment(cfg["device"])
+    dry = cfg["device"] < 0
+    metadata = {
+        **env, "model": cfg.get("arch") or "seq2seq", "workload": cfg["workload"],
+        "kind": "inference" if cfg["workload"] == "cnn-infer" else "training",
+        "batch_size": cfg["batch"], "pool": cfg["pool"], "iterations_run": result["iterations"],
+        "out_of_memory": result["oom"], "command": cfg.get("command", ""),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "per_iteration": per_iteration, "nvml": result["nvml"],
+        "pgmo_stats": result.get("pgmo"), "synthetic": dry, "dry_run": dry,
+    }
+    if dry:
+        metadata["note"] = record_traces.DRY_RUN_NOTE
+    path = Path(cfg["run_path"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    run = hook.save(path, **metadata)
+    result["run_file"] = {"path": str(path), "requests": len(run),
+                          "iterations": len(run.iterations)}
 
 
 def child_main(cfg_json: str) -> int:
@@ -295,70 +355,6 @@ def insize_of(args, arch: str) -> int | None:
 TINY_INSIZE = {"alexnet": 39, "googlenet": 32, "resnet50": 32, "inception-resnet-v2": 75}
 
 
-# ------------------------------------------------------------------ formatting
-def mib(value) -> str:
-    return "-" if value is None else f"{value / 2**20:,.1f}"
-
-
-def gpu_cell(args, text: str) -> str:
-    """Numbers measured in a dry run are stand-ins: never print them as results."""
-    return NA if args.device < 0 else text
-
-
-def markdown(columns, rows) -> str:
-    lines = ["| " + " | ".join(columns) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|"]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-MEMORY_COLUMNS = ("model", "task", "batch", "pool", "peak device in use (MiB)",
-                  "peak pool total (MiB)", "planned peak (MiB)", "lower bound (MiB)",
-                  "planned / bound", "ms/iter", "pgmo mode", "fallback reqs")
-
-
-def memory_row(args, cfg, result) -> tuple:
-    head = (cfg["arch"], "train" if cfg["workload"] == "cnn-train" else "inference",
-            cfg["batch"], cfg["pool"])
-    if "skipped" in result:
-        return head + (f"skipped: {result['skipped']}",) + ("",) * 7
-    if not result["ok"]:
-        return head + (f"out of memory at iteration {result['iterations'] + 1}",) + ("",) * 7
-    stats = result.get("pgmo")
-    planned = lower = ratio = mode = fallbacks = "-"
-    if stats:
-        planned, lower = mib(stats["planned_peak"]), mib(stats["lower_bound"])
-        ratio = (f"{stats['planned_peak'] / stats['lower_bound']:.3f}"
-                 if stats["lower_bound"] else "-")
-        mode, fallbacks = stats["mode"], stats["fallback_requests"]
-    ms = "-" if result["ms_per_iter"] is None else f"{result['ms_per_iter']:.1f}"
-    return head + tuple(gpu_cell(args, str(v)) for v in (
-        mib(result["peak_device_bytes"]), mib(result["peak_pool_bytes"]), planned, lower,
-        ratio, ms, mode, fallbacks))
-
-
-SEQ2SEQ_COLUMNS = ("pool", "batch", "iterations", "pool total after (MiB)",
-                   "device in use after (MiB)", "ms/iter", "re-optimizations",
-                   "fallback reqs", "departures")
-
-
-def seq2seq_row(args, cfg, result) -> tuple:
-    head = (cfg["pool"], cfg["batch"])
-    if "skipped" in result:
-        return head + (f"skipped: {result['skipped']}",) + ("",) * 6
-    if not result["ok"]:
-        return head + (f"out of memory at iteration {result['iterations'] + 1}",) + ("",) * 6
-    stats = result.get("pgmo") or {}
-    ms = "-" if result["ms_per_iter"] is None else f"{result['ms_per_iter']:.1f}"
-    return head + (result["iterations"],) + tuple(gpu_cell(args, str(v)) for v in (
-        mib(result["final_pool_bytes"]), mib(result["final_device_bytes"]), ms,
-        stats.get("reoptimizations", "-"), stats.get("fallback_requests", "-"),
-        stats.get("departures", "-")))
-
-
-SEARCH_COLUMNS = ("model", "memory limit (MiB)", "pool", "largest batch that fits", "probes")
-
-
 # ------------------------------------------------------------------ the parts
 def part_memory(args, runner, batches, inference: bool) -> list:
     """Figure 2 (memory) and 3 (speed): models at ``batches`` (and batch-1 inference), each pool.
@@ -377,44 +373,23 @@ def part_memory(args, runner, batches, inference: bool) -> list:
     return runs
 
 
-def run_order(run) -> tuple:
-    cfg = run[0]
-    return (ARCHS.index(cfg["arch"]), cfg["workload"] != "cnn-train", cfg["batch"],
-            POOLS.index(cfg["pool"]))
+def part_repeats(args, runner, runs: list) -> list:
+    """More runs of the configurations that ran to the end, up to ``--repeats`` each.
 
-
-COMPARE_COLUMNS = ("model", "task", "batch", "device peak stock / pgmo (MiB)",
-                   "pool total stock / pgmo (MiB)", "pool memory saved",
-                   "ms/iter stock / pgmo", "time pgmo / stock")
-
-
-def comparison_rows(args, runs) -> list:
-    """Figures 2 and 3 side by side: one row per configuration run with both pools."""
-    by_config: dict = {}
-    for cfg, result in runs:
-        key = (cfg["arch"], cfg["workload"], cfg["batch"])
-        by_config.setdefault(key, {})[cfg["pool"]] = result
-    rows = []
-    for (arch, workload, batch), results in by_config.items():
-        stock, ours = results.get("stock"), results.get("pgmo")
-        if not (stock and ours and stock.get("ok") and ours.get("ok")):
-            continue
-        head = (arch, "train" if workload == "cnn-train" else "inference", batch)
-        if args.device < 0:
-            rows.append(head + (NA,) * 5)
-            continue
-        saved = time_ratio = "-"
-        if stock["peak_pool_bytes"] and ours["peak_pool_bytes"] is not None:
-            saved = f"{100 * (1 - ours['peak_pool_bytes'] / stock['peak_pool_bytes']):.1f} %"
-        if stock["ms_per_iter"] and ours["ms_per_iter"] is not None:
-            time_ratio = f"{ours['ms_per_iter'] / stock['ms_per_iter']:.3f}"
-        ms = ["-" if r["ms_per_iter"] is None else f"{r['ms_per_iter']:.1f}"
-              for r in (stock, ours)]
-        rows.append(head + (
-            f"{mib(stock['peak_device_bytes'])} / {mib(ours['peak_device_bytes'])}",
-            f"{mib(stock['peak_pool_bytes'])} / {mib(ours['peak_pool_bytes'])}",
-            saved, f"{ms[0]} / {ms[1]}", time_ratio))
-    return rows
+    Last of all and shortest first, so that the budget buys as many as it
+    can and a cut loses repeats, never a configuration.  Returns the runs
+    with each configuration's results combined (:func:`combine`).
+    """
+    more: dict[int, list] = {k: [] for k in range(len(runs))}
+    order = sorted((k for k, (_, result) in enumerate(runs) if result.get("ok")),
+                   key=lambda k: runs[k][1].get("seconds", 0))
+    for _ in range(args.repeats - 1):
+        for k in order:
+            result = runner.run(runs[k][0])
+            if "skipped" in result and result["skipped"] == "budget":
+                break
+            more[k].append(result)
+    return [(cfg, combine([result, *more[k]])) for k, (cfg, result) in enumerate(runs)]
 
 
 def part_seq2seq(args, runner) -> list:
@@ -426,6 +401,25 @@ def part_seq2seq(args, runner) -> list:
                "iterations": args.seq2seq_iterations}
         rows.append(seq2seq_row(args, cfg, runner.run(cfg)))
     return rows
+
+
+def part_runs(args, runner, command: str) -> list:
+    """Whole runs, every request from process start, of one CNN and seq2seq, each pool."""
+    recorded = []
+    workloads = [{"workload": "cnn-train", "arch": arch, "batch": args.batchsize[0],
+                  "insize": insize_of(args, arch)} for arch in args.run_arch]
+    if args.seq2seq_iterations:
+        workloads.append({"workload": "seq2seq-train", "arch": None,
+                          "batch": args.seq2seq_batchsize})
+    dry = ".dry-run" if args.device < 0 else ""
+    for workload in workloads:
+        for pool in args.pools:
+            name = f"{workload['arch'] or 'seq2seq'}-train-b{workload['batch']}-{pool}"
+            cfg = {**base_config(args), **workload, "pool": pool,
+                   "iterations": args.run_iterations, "command": command,
+                   "run_path": str((args.run_dir / f"{name}{dry}.run.json.gz").resolve())}
+            recorded.append((cfg, runner.run(cfg)))
+    return recorded
 
 
 def part_recompute(args, runner) -> str:
@@ -492,8 +486,10 @@ def part_search(args, runner) -> tuple[list, list]:
                        "iterations": args.search_iterations, "limit": args.memory_limit}
                 result = runner.run(cfg)
                 answer = None if "skipped" in result else bool(result["fits"])
-                log_lines.append(f"{arch} {pool} batch {batch}: "
-                                 f"{'fits' if answer else result.get('skipped', 'does not fit')}")
+                said = "fits" if answer else result.get("skipped", "does not fit")
+                if "pgmo" in result and args.device >= 0:
+                    said += f" (pgmo ended {result['pgmo']['mode']})"
+                log_lines.append(f"{arch} {pool} batch {batch}: {said}")
                 log.info("search %s", log_lines[-1])
                 return answer
 
@@ -521,69 +517,14 @@ def environment(args) -> dict:
     env = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
     if args.device < 0:
         env["device"] = f"CPU ({platform.machine()}), DRY RUN: no GPU numbers"
+        env["nvml"] = "not used in a CPU dry run"
+    else:
+        import nvml_probe
+
+        nvml, why = nvml_probe.load_nvml()
+        env["nvml"] = f"process peaks sampled every {nvml_probe.INTERVAL * 1e3:.0f} ms" \
+            if nvml else f"unavailable ({why}): the NVML columns read -"
     return env
-
-
-def report(args, env, parts, timings, command, recompute: str = "") -> str:
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    out = ["# pgmo against CuPy's stock memory pool", ""]
-    if args.device < 0:
-        out += ["**CPU DRY RUN**: the subprocesses ran at tiny sizes on NumPy; "
-                f"every number that needs a GPU reads `{NA}`.", ""]
-    out += [f"- command: `{command}`",
-            f"- device: {env.get('device', 'unknown')}"
-            + (f" ({env['device memory']}, CUDA runtime {env['CUDA runtime']})"
-               if "device memory" in env else ""),
-            "- versions: " + ", ".join(f"{k} {env[k]}" for k in
-                                       ("pgmo", "cupy", "chainer", "numpy", "python")
-                                       if k in env),
-            f"- date: {date}",
-            f"- pgmo solver: `{args.method}`, time limit {args.time_limit} s; "
-            f"{args.iterations} iterations per run; ms/iter = median of the last "
-            f"{args.iterations - args.skip}, leaving out the first {args.skip} "
-            "(pgmo's warm-up and profiled iterations, and the same for the stock pool)",
-            "- time per part: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()),
-            ""]
-    memory_runs, seq_rows, search_rows, search_log = parts
-    memory_rows = [memory_row(args, cfg, result) for cfg, result in memory_runs]
-    compare = comparison_rows(args, memory_runs)
-    if compare:
-        out += ["## Stock pool and pgmo side by side (Figures 2 and 3)", "",
-                "From the runs of the next table: peaks of device memory in use and of the "
-                "pools' total bytes, the share of pool memory pgmo saves, and the median "
-                "time per iteration.", "", markdown(COMPARE_COLUMNS, compare), ""]
-    if memory_rows:
-        out += ["## Memory and time per iteration, every run", "",
-                "Each row is a fresh process whose every allocation goes through the pool "
-                "named (installed before the model is built).  *Peak device in use*: "
-                "total minus free device memory (`memGetInfo`) at iteration ends, CUDA "
-                "context and libraries included.  *Peak pool total*: bytes the pools hold "
-                "from `cudaMalloc`; for pgmo both are taken once it answers from its plan "
-                "(after releasing the cache its profiled iteration left in its fallback).",
-                "", markdown(MEMORY_COLUMNS, memory_rows), ""]
-    if search_rows:
-        out += ["## Largest training batch under a memory limit", "",
-                f"`set_limit({args.memory_limit})` on the pool under test, batch sizes "
-                f"1-{args.search_max} bisected with at most {args.search_probes} probes, "
-                f"each a fresh process running {args.search_iterations} iterations.  pgmo "
-                "profiles its first iterations on its fallback (a stock pool), so its limit "
-                "is set once it has a plan, and a batch fits when the iterations after that "
-                "run and its total bytes stay under the limit (an arena the limit refuses "
-                "leaves pgmo serving from its fallback): profiling once needs the memory "
-                "the stock pool needs.", "",
-                markdown(SEARCH_COLUMNS, search_rows), ""]
-        if search_log:
-            out += ["<details><summary>probes</summary>", "", *[f"- {line}" for line in
-                                                                search_log],
-                    "", "</details>", ""]
-    if seq_rows:
-        out += ["## seq2seq: variable-length batches", "",
-                f"NStepLSTM encoder-decoder, vocabulary {args.vocab}, {args.layers} x "
-                f"{args.units} units, sentences of 1-50 words; memory after the last of the "
-                "iterations.", "", markdown(SEQ2SEQ_COLUMNS, seq_rows), ""]
-    if recompute:
-        out.append(recompute)
-    return "\n".join(out)
 
 
 # ------------------------------------------------------------------ arguments
@@ -605,6 +546,10 @@ def parse_args(argv=None):
                         help="leave out the batch-1 inference rows")
     parser.add_argument("--pools", nargs="+", choices=POOLS, default=list(POOLS))
     parser.add_argument("--iterations", "-i", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs per configuration of the memory and time tables, each a "
+                             "fresh process (the repeats come last, shortest first, as the "
+                             "budget allows)")
     parser.add_argument("--skip", type=int, default=2,
                         help="iterations left out of the time (pgmo: warm-up, profiling)")
     parser.add_argument("--memory-limit", type=parse_size, default=parse_size("4GiB"))
@@ -624,6 +569,14 @@ def parse_args(argv=None):
                         help="DenseNet-BC batch of the recomputation table (0: no table)")
     parser.add_argument("--trace-dir", type=Path,
                         help="keep the DenseNet-BC traces here (default: a temporary folder)")
+    parser.add_argument("--run-dir", type=Path,
+                        help="also record whole runs (every malloc and free from process "
+                             "start, iterations marked) of --run-arch and seq2seq training "
+                             "under each pool, as run files in this folder")
+    parser.add_argument("--run-arch", nargs="*", choices=ARCHS, default=["resnet50"],
+                        help="CNNs whose whole run is recorded (at the first --batchsize)")
+    parser.add_argument("--run-iterations", type=int, default=10,
+                        help="iterations of each whole run recorded")
     parser.add_argument("--insize", type=int, help="image size (default: the model's)")
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--method", default="best")
@@ -639,6 +592,10 @@ def parse_args(argv=None):
             parser.error("--iterations must exceed --skip")
         if args.densenet_batchsize < 0:
             parser.error(f"--densenet-batchsize must be 0 or more, got {args.densenet_batchsize}")
+        for name in ("repeats", "run_iterations"):
+            if getattr(args, name) < 1:
+                parser.error(f"--{name.replace('_', '-')} must be at least 1, "
+                             f"got {getattr(args, name)}")
         if args.device < 0:
             tiny(args, parser)
     return args
@@ -651,8 +608,8 @@ def tiny(args, parser) -> None:
              "sentences": 40, "seq2seq_batchsize": 4, "seq2seq_iterations": 4,
              "iterations": 3, "skip": 1, "search_max": 8, "search_probes": 3,
              "search_iterations": 3, "memory_limit": 96 * 2**20, "time_limit": 1.0,
-             "densenet_batchsize": 2,
-             "arch": ["alexnet"], "search_arch": ["alexnet"]}
+             "densenet_batchsize": 2, "repeats": 2, "run_iterations": 3,
+             "arch": ["alexnet"], "search_arch": ["alexnet"], "run_arch": ["alexnet"]}
     for key, value in small.items():
         if getattr(args, key) == defaults[key]:
             setattr(args, key, value)
@@ -685,13 +642,24 @@ def main(argv=None) -> int:
     start = time.monotonic()
     search_rows, search_log = part_search(args, runner)
     timings["largest batch"] = time.monotonic() - start
+    recorded = []
+    if args.run_dir is not None:
+        start = time.monotonic()
+        recorded = part_runs(args, runner, command)
+        timings["whole runs"] = time.monotonic() - start
     start = time.monotonic()
     memory_runs += part_memory(args, runner, args.batchsize[1:], False)
     timings["memory and time, other batch sizes"] = time.monotonic() - start
+    if args.repeats > 1:
+        start = time.monotonic()
+        memory_runs = part_repeats(args, runner, memory_runs)
+        timings["repeats"] = time.monotonic() - start
+    else:
+        memory_runs = [(cfg, combine([result])) for cfg, result in memory_runs]
     timings["total"] = time.monotonic() - runner.started
     memory_runs.sort(key=run_order)
     text = report(args, env, (memory_runs, seq_rows, search_rows, search_log), timings,
-                  command, recompute)
+                  command, recompute, recorded)
     print(text)
     for part, seconds in timings.items():
         log.info("%s: %.1f s", part, seconds)

@@ -4,9 +4,9 @@
 #
 #   bash scripts/gpu_session.sh [STEP...]     steps: tests traces malloc sanitizer demo mn bench
 #
-# With no STEP it runs: tests traces malloc sanitizer demo mn (about 9 minutes
-# at most).  "bench", the memory and speed tables, takes as long again: run it on
-# its own (bash scripts/gpu_session.sh bench).  Every step runs under
+# With no STEP it runs: tests traces malloc sanitizer demo mn (2.5 minutes on an
+# H100 on 2026-11-25; 9.5 at most).  "bench", the memory and speed tables, took
+# 7.5 minutes there: run it on its own (bash scripts/gpu_session.sh bench).  Every step runs under
 # `timeout`, a step that fails or times out does not stop the next, and the
 # whole run stays within SESSION_SECONDS.
 #
@@ -16,7 +16,8 @@
 #   pytest-gpu.log   pytest -m gpu (pass/fail counts on its last line)
 #   traces.tar.gz    traces/*.json.gz from scripts/record_traces.py (what was
 #                    written, also when the step timed out), DenseNet-BC with and
-#                    without recomputation among them
+#                    without recomputation among them; after step bench also
+#                    runs/*.run.json.gz, whole runs recorded from process start
 #   bench_malloc.txt scripts/bench_malloc.py --gpu
 #   sanitizer.log    compute-sanitizer --tool memcheck runs (ERROR SUMMARY lines
 #                    are copied into session.log)
@@ -41,7 +42,10 @@
 #   MPIEXEC          mpiexec to use (default: the one installed from .whl/, else the
 #                    one beside $PY, else on PATH)
 #
-# pgmo is taken from this checkout (its root goes first on PYTHONPATH).  Wheels
+# Then: python scripts/results_table.py "$OUT" -o docs/results.md
+#
+# pgmo is taken from this checkout (its root goes first on PYTHONPATH; setup compiles its
+# hot path in place: python setup.py build_ext --inplace, which needs Cython).  Wheels
 # in .whl/ (scripts/fetch_gpu_wheels.sh builds Chainer's) are installed into
 # $SCRATCH/site, ahead of what the Python already has, except MPICH's, which
 # goes to $SCRATCH/mpi (its library and mpiexec; LD_LIBRARY_PATH points there);
@@ -127,7 +131,11 @@ setup() {
         export LD_LIBRARY_PATH="$SCRATCH/mpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     fi
     export PYTHONPATH="$SCRATCH/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    # pgmo runs from this checkout: compile its hot path here (Cython and a C compiler; a
+    # no-op without Cython, and pgmo then runs as plain Python: the probe below says which).
+    $PY setup.py -q build_ext --inplace >>"$LOG" 2>&1 || say "WARNING: compiling the hot path failed"
     {
+        echo "pgmo commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
         nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
         $PY - <<'EOF' 2>&1
 import platform, numpy, cupy
@@ -146,6 +154,12 @@ link.to_device("@cupy:0")
 loss = F.sum(F.relu(link(link.xp.ones((2, 4), "f"))))
 loss.backward()
 print("chainer forward/backward on the GPU ok:", float(loss.array), type(link.W.grad))
+try:  # the process peaks of step bench (nvidia-ml-py); without it those columns read -
+    import pynvml
+    pynvml.nvmlInit()
+    print("nvml: ok, driver", pynvml.nvmlSystemGetDriverVersion())
+except Exception as error:
+    print("nvml: not usable:", error)
 try:  # step mn needs it; the other steps do not
     import mpi4py
     from mpi4py import MPI
@@ -164,17 +178,28 @@ run_tests() {
     say "pytest: $(grep -E '(passed|failed|error|skipped|deselected)' "$OUT/pytest-gpu.log" | tail -n 1)"
 }
 
+# traces.tar.gz: the recorded traces (traces/) and whole runs (runs/, step bench), whatever
+# was written before a timeout or a failure.
+archive() {
+    local parts=() d
+    for d in traces runs; do
+        compgen -G "$SCRATCH/$d/*.json.gz" >/dev/null && parts+=("$d")
+    done
+    (( ${#parts[@]} )) || return 0
+    tar -czf "$OUT/traces.tar.gz" -C "$SCRATCH" "${parts[@]}"
+    for d in "${parts[@]}"; do
+        say "$d: $(ls "$SCRATCH/$d" | wc -l) files, $(du -sh "$SCRATCH/$d" | cut -f1)"
+    done
+}
+
 run_traces() {
-    local dir="$SCRATCH/traces"
-    rm -rf "$dir"
-    step traces "$TIMEOUT_TRACES" $PY scripts/record_traces.py --device 0 --out-dir "$dir" \
-        --arch alexnet googlenet resnet50 inception-resnet-v2 --batchsize 32 64 128 \
-        --inference --seq2seq 3 --densenet 64 >>"$LOG" 2>&1
-    # Whatever was written before a timeout or a failure is kept.
-    if compgen -G "$dir/*.json.gz" >/dev/null; then
-        tar -czf "$OUT/traces.tar.gz" -C "$SCRATCH" traces
-        say "traces: $(ls "$dir" | wc -l) files, $(du -sh "$dir" | cut -f1)"
-    fi
+    rm -rf "$SCRATCH/traces"
+    # One process per workload (--isolate): a model that fails or fills the device leaves
+    # nothing behind for the next.
+    step traces "$TIMEOUT_TRACES" $PY scripts/record_traces.py --device 0 --out-dir \
+        "$SCRATCH/traces" --arch alexnet googlenet resnet50 inception-resnet-v2 \
+        --batchsize 32 64 128 --inference --seq2seq 3 --densenet 64 --isolate >>"$LOG" 2>&1
+    archive
 }
 
 run_malloc() {
@@ -218,10 +243,12 @@ run_mn() {
 
 run_bench() {
     local cap; cap=$(budget "$TIMEOUT_BENCH")
+    rm -rf "$SCRATCH/runs"
     # bench_memory.py stops starting configurations in time to write its report.
     step bench "$cap" $PY scripts/bench_memory.py --device 0 \
-        --budget $(( cap > 80 ? cap - 40 : cap / 2 )) \
+        --budget $(( cap > 80 ? cap - 40 : cap / 2 )) --run-dir "$SCRATCH/runs" \
         -o "$OUT/results.md" >"$OUT/bench_memory.log" 2>&1
+    archive
 }
 
 steps=("$@")

@@ -28,10 +28,13 @@ says what the stock pool reserved (``reserved_peak``).
 
 ``--device -1`` is a CPU dry run of the same code path at tiny sizes.  Chainer
 on NumPy never calls CuPy's allocator, so there a Chainer function hook
-(:class:`NumpyMirror`) sends one stand-in request per NumPy array to
-``pgmo.testing.host_pool()``.  Those files are named ``*.dry-run.json.gz`` and
-say ``"dry_run": true`` and ``"synthetic": true``: they test the plumbing and
-are no recording of anything.
+(:class:`NumpyMirror`) asks CuPy's allocator (``cupy.cuda.alloc``) for one
+stand-in block per NumPy array; the pool installed there is
+``pgmo.testing.host_pool()`` with the pool's own defaults (planning in the
+background), so the requests reach it, and it plans them, as on a GPU.  Those
+files are named ``*.dry-run.json.gz`` and say ``"dry_run": true`` and
+``"synthetic": true``: they test the plumbing and are no recording of
+anything.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import contextlib
 import datetime
 import logging
 import platform
+import subprocess
 import sys
 import time
 import weakref
@@ -66,8 +70,9 @@ BUNDLED_DIR = ROOT / "pgmo" / "traces"
 #: Smallest image sizes the models accept: the CPU dry run's defaults.
 TINY_INSIZE = {"alexnet": 39, "googlenet": 32, "resnet50": 32, "inception-resnet-v2": 75}
 #: DenseNet-BC on CIFAR-sized images: (depth, growth rate, image size, classes);
-#: the published DenseNet-BC-100 (k=12) on a GPU, a tiny one in a CPU dry run.
-DENSENET = {"gpu": (100, 12, 32, 10), "dry-run": (16, 4, 8, 10)}
+#: the published DenseNet-BC-100 (k=12) on a GPU; in a CPU dry run a tiny one whose
+#: profiles still exceed the 256 requests that the pool plans in the background.
+DENSENET = {"gpu": (100, 12, 32, 10), "dry-run": (28, 4, 8, 10)}
 DRY_RUN_NOTE = ("CPU dry run: NumPy never calls CuPy's allocator, so each block stands in "
                 "for one NumPy array Chainer passed to a function; no GPU recording")
 
@@ -248,13 +253,66 @@ class NumpyMirror(chainer.FunctionHook):
 
 
 # ------------------------------------------------------------------ recording
+class CupyAllocator:
+    """Where the CPU dry run's :class:`NumpyMirror` asks for memory: CuPy's allocator.
+
+    ``cupy.cuda.alloc`` calls whichever allocator is installed (``with pool:``,
+    ``cupy.cuda.set_allocator``), as every CuPy array does on a GPU; so in a
+    dry run the requests reach the pool the way Chainer's reach it there, and
+    only if the pool really is installed.
+    """
+
+    @staticmethod
+    def malloc(nbytes: int):
+        import cupy
+
+        return cupy.cuda.alloc(nbytes)
+
+
+def pool_defaults() -> dict:
+    """The pool's own defaults for the options ``pgmo.testing``'s host pools set otherwise.
+
+    The host pools plan at the boundary (``replan="sync"``) for reproducible
+    tests; a dry run must behave as the pool does on a GPU (``"background"``).
+    """
+    from pgmo.engine import PoolOptions
+    from pgmo.testing import TEST_DEFAULTS
+
+    defaults = PoolOptions()
+    return {key: getattr(defaults, key) if hasattr(defaults, key) else
+            getattr(defaults.solver, key) for key in TEST_DEFAULTS}
+
+
 def new_pool(device_id: int, **options):
-    """A pool for the profiled iteration: CuPy's on a GPU, host memory on the CPU."""
+    """A pgmo pool with its own defaults: CuPy's on a GPU, on host memory in a CPU dry run."""
     if device_id < 0:
         from pgmo.testing import host_pool
 
-        return host_pool(**options)
+        return host_pool(**{**pool_defaults(), **options})
     return pgmo.ProfileGuidedMemoryPool(**options)
+
+
+def mirror_for(device_id: int):
+    """CPU dry run: NumPy arrays mirrored into CuPy's allocator; on a GPU, nothing to do."""
+    return NumpyMirror(CupyAllocator()) if device_id < 0 else contextlib.nullcontext()
+
+
+def profiled_trace(pool, name: str):
+    """The profile of the iteration the pool has just profiled.
+
+    ``pool.profile`` is the profile of the plan in use or waiting to be
+    installed.  In the pool's default ``replan="background"``, a profile of
+    more than ``pgmo.engine.planner.SYNC_BLOCKS`` (256) requests is planned
+    on a planner thread and installed at a later iteration boundary, so right
+    after the iteration there is none yet: ``pool.optimize()`` plans it now.
+    """
+    if pool.profile is None and pool.stats().profiled_requests:
+        pool.optimize()
+    profile = pool.profile
+    if profile is None:
+        raise RuntimeError(f"{name}: the pool received no request in its profiled "
+                           "iteration (is CuPy the array backend?)")
+    return profile
 
 
 def profile_step(workload: Workload, device_id: int, *, method: str = "bestfit",
@@ -265,9 +323,8 @@ def profile_step(workload: Workload, device_id: int, *, method: str = "bestfit",
     iteration (gradients, say), open in the trace.
     """
     pool = new_pool(device_id, warmup=0, method=method, time_limit=time_limit)
-    mirror = NumpyMirror(pool) if device_id < 0 else contextlib.nullcontext()
     start = time.perf_counter()
-    with pool, mirror:
+    with pool, mirror_for(device_id):
         with pool.iteration():
             facts = workload.step()
         if device_id >= 0:
@@ -275,11 +332,8 @@ def profile_step(workload: Workload, device_id: int, *, method: str = "bestfit",
 
             cupy.cuda.Device(device_id).synchronize()
     seconds = time.perf_counter() - start
-    profile = pool.profile
+    profile = profiled_trace(pool, workload.name)
     pool.free_all_blocks()
-    if profile is None:
-        raise RuntimeError(f"{workload.name}: the pool received no request in its profiled "
-                           "iteration (is CuPy the array backend?)")
     survivors = list(profile.metadata.get("survivors", ()))
     return pgmo.Trace(profile.blocks, {"survivors": survivors}), facts, seconds
 
@@ -305,16 +359,14 @@ def stock_pool(device_id: int):
             cupy.cuda.Device(device_id).synchronize()
             pool.free_all_blocks()
         return
-    from pgmo.testing import host_pool
-
-    pool = host_pool(warmup=0)
+    pool = new_pool(device_id, warmup=0)
 
     @contextlib.contextmanager
     def iteration():
         with pool.iteration(), pool.interrupted():
             yield
 
-    with pool, NumpyMirror(pool):
+    with pool, mirror_for(device_id):
         yield pool, iteration
 
 
@@ -399,7 +451,7 @@ def record(workload: Workload, device_id: int, out_dir: Path, env: dict, args,
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
                     timespec="seconds"),
                 "recorded_by": RECORDED_BY[pool_name][dry],
-                "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+                "command": args.command,
                 "synthetic": dry, "dry_run": dry,
             }
             if dry:
@@ -476,7 +528,7 @@ def parse_args(argv=None):
                         help="record examples/densenet.py's DenseNet-BC at these batch sizes, "
                         "with and without recomputation, under pgmo and the stock pool")
     parser.add_argument("--densenet-depth", type=int,
-                        help="DenseNet-BC depth, 6 n + 4 (default: 100; CPU dry run: 16)")
+                        help="DenseNet-BC depth, 6 n + 4 (default: 100; CPU dry run: 28)")
     parser.add_argument("--growth-rate", type=int,
                         help="DenseNet-BC growth rate (default: 12; CPU dry run: 4)")
     parser.add_argument("--method", default="bestfit",
@@ -484,7 +536,15 @@ def parse_args(argv=None):
                         "depend on it)")
     parser.add_argument("--time-limit", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--isolate", action="store_true",
+                        help="record each workload in a process of its own, so that one that "
+                             "fails or fills the device leaves nothing behind for the next")
+    parser.add_argument("--only", type=int, help=argparse.SUPPRESS)  # an isolated child's
+    parser.add_argument("--command", help=argparse.SUPPRESS)  # the command its parent ran
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     args = parser.parse_args(argv)
+    args.argv = argv
+    args.command = args.command or " ".join([Path(sys.argv[0]).name, *argv])
     if any(b < 1 for b in args.batchsize):
         parser.error("--batchsize values must be at least 1")
     if any(b < 1 for b in args.densenet):
@@ -505,19 +565,37 @@ def parse_args(argv=None):
     return args
 
 
+def isolated(args, count: int) -> tuple[list[Path], int]:
+    """Record workload ``k`` of ``count`` in a fresh process each: (files written, failures)."""
+    before = set(args.out_dir.glob("*.json.gz"))
+    failed = 0
+    for k in range(count):
+        argv = [a for a in args.argv if a != "--isolate"]
+        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv,
+                               "--only", str(k), "--command", args.command])
+        failed += done.returncode != 0
+    return sorted(set(args.out_dir.glob("*.json.gz")) - before), failed
+
+
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
     device = chainer.get_device("@numpy" if args.device < 0 else f"@cupy:{args.device}")
     device.use()
-    if args.device < 0:
+    if args.device < 0 and args.only is None:
         print("CPU DRY RUN: no GPU recording is made; files are named *.dry-run.json.gz and "
               "marked \"dry_run\": true.", flush=True)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    env = environment(args.device)
     total = time.perf_counter()
+    chosen = list(workloads(args, device))  # built lazily: listing them builds nothing
+    if args.isolate and args.only is None:
+        written, failed = isolated(args, len(chosen))
+        return summary(args, written, failed, total)
+    if args.only is not None:
+        chosen = chosen[args.only:args.only + 1]
+    env = environment(args.device)
     written, failed = [], 0
-    for build, count in workloads(args, device):
+    for build, count in chosen:
         start = time.perf_counter()
         workload = None
         try:  # one failing model (out of memory, say) must not cost the others' traces
@@ -532,8 +610,14 @@ def main(argv=None) -> int:
             import cupy
 
             cupy.get_default_memory_pool().free_all_blocks()
+    if args.only is not None:  # an isolated child: its parent sums up
+        return 1 if failed else 0
+    return summary(args, written, failed, total)
+
+
+def summary(args, written: list[Path], failed: int, start: float) -> int:
     print(f"wrote {len(written)} trace(s) to {args.out_dir} in "
-          f"{time.perf_counter() - total:.1f} s; {failed} workload(s) failed", flush=True)
+          f"{time.perf_counter() - start:.1f} s; {failed} workload(s) failed", flush=True)
     for path in written:
         print(f"  {path.name}  {path.stat().st_size} bytes")
     return 1 if failed else 0

@@ -334,7 +334,23 @@ def test_pool_and_pool_options_are_exclusive():
         ProfileGuidedMemory(host_pool(), warmup=2)
 
 
+def check_default_pool(ext, warmup):
+    """What a user of ``ProfileGuidedMemory(warmup=...)`` relies on: its own pool is pgmo's,
+    a CuPy pool, that serves the first ``warmup`` iterations as warm-up, then profiles."""
+    from pgmo.pool import ProfileGuidedMemoryPool
+
+    pool = ext.pool
+    assert isinstance(pool, ProfileGuidedMemoryPool) and isinstance(pool, cupy.cuda.MemoryPool)
+    modes = []
+    for _ in range(warmup + 1):
+        modes.append(pool.mode)
+        with pool.iteration():
+            pass
+    assert modes == ["warmup"] * warmup + ["profiling"]
+
+
 def test_default_pool_gets_the_options(monkeypatch):
+    """The extension's default pool, made on host memory: the same checks as on the GPU."""
     import pgmo.pool
     import pgmo.testing
 
@@ -352,17 +368,14 @@ def test_default_pool_gets_the_options(monkeypatch):
     assert made == []  # nothing is made before it is needed
     assert ext.pool is ext.pool
     assert made == [{"warmup": 3, "method": "bestfit"}]
-    assert ext.pool.engine.options.warmup == 3
+    monkeypatch.undo()  # the class again, for the checks
+    check_default_pool(ext, warmup=3)
 
 
 @pytest.mark.gpu
 def test_default_pool_is_a_cupy_pool_on_the_gpu():
-    from pgmo import ProfileGuidedMemoryPool
-
-    ext = ProfileGuidedMemory(warmup=2)
-    assert isinstance(ext.pool, ProfileGuidedMemoryPool)
-    assert isinstance(ext.pool, cupy.cuda.MemoryPool)
-    assert ext.pool.engine.warmup == 2
+    """The same checks, with the pool made on the device."""
+    check_default_pool(ProfileGuidedMemory(warmup=2), warmup=2)
 
 
 def _run_python(code):

@@ -149,14 +149,17 @@ def test_session_logs_each_default_step_with_its_exit_status(default_session):
     # the environment: the GPU, the versions, the sanitizer found
     assert "NVIDIA H100 80GB HBM3, 81559 MiB, 570.86" in s.log
     assert "python 3.12.3 numpy 2.5.0 cupy 14.2.0" in s.log
+    assert "pgmo commit: unknown" in s.log  # a copy of the checkout without git
     assert f"compute-sanitizer: {s.checkout.bin / 'compute-sanitizer'}" in s.log
 
 
 @needs_shell
 def test_session_gives_each_step_its_command(default_session):
     s, calls = default_session, default_session.python_calls()
-    assert list(calls) == ["pip-install", "probe", "tests", "traces", "malloc", "one-liner",
-                           "chainer", "demo", "mn"]
+    assert list(calls) == ["pip-install", "build", "probe", "tests", "traces", "malloc",
+                           "one-liner", "chainer", "demo", "mn"]
+    # pgmo runs from the checkout: its hot path is compiled there first
+    assert calls["build"]["argv"] == ["setup.py", "-q", "build_ext", "--inplace"]
     assert calls["pip-install"]["argv"] == [
         "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
         "--no-cache-dir", "--upgrade", "--target", str(s.scratch / "site"),
@@ -166,7 +169,8 @@ def test_session_gives_each_step_its_command(default_session):
     assert calls["traces"]["argv"] == [
         "scripts/record_traces.py", "--device", "0", "--out-dir", str(s.scratch / "traces"),
         "--arch", "alexnet", "googlenet", "resnet50", "inception-resnet-v2",
-        "--batchsize", "32", "64", "128", "--inference", "--seq2seq", "3", "--densenet", "64"]
+        "--batchsize", "32", "64", "128", "--inference", "--seq2seq", "3", "--densenet", "64",
+        "--isolate"]
     assert calls["malloc"]["argv"] == ["scripts/bench_malloc.py", "--gpu"]
     assert calls["demo"]["argv"] == ["-m", "pgmo", "demo", "-o",
                                      str(s.scratch / "pgmo-demo.png")]
@@ -271,9 +275,15 @@ def test_session_with_every_step_writes_at_most_eight_files(tmp_path):
                             "bench_memory.log"])
     assert len(files) <= 8  # what a results folder of 8 files can hold
     assert s.python_calls()["bench"]["argv"] == [
-        "scripts/bench_memory.py", "--device", "0", "--budget", "520", "-o",
-        str(s.out / "results.md")]  # 570 s session, 10 s kept, 40 s for the report
+        "scripts/bench_memory.py", "--device", "0", "--budget", "520", "--run-dir",
+        str(s.scratch / "runs"), "-o", str(s.out / "results.md")]  # 570 s session, 10 s
+    # kept, 40 s for the report
     assert "stub bench output" in (s.out / "bench_memory.log").read_text()
+    with tarfile.open(s.out / "traces.tar.gz") as tar:  # the whole runs join the traces
+        assert sorted(m.name for m in tar.getmembers() if m.isfile()) == [
+            "runs/resnet50-train-b32-stock.run.json.gz", "traces/alexnet-train-b32.json.gz",
+            "traces/resnet50-train-b32.json.gz"]
+    assert "runs: 1 files, " in s.log
     assert s.step_events()[-2:] == ["BEGIN bench", "END bench: exit 0"]
 
 
@@ -485,6 +495,47 @@ def test_record_traces_dry_run_is_labelled(tmp_path):
 
 
 @needs_chainer
+def test_record_traces_dry_run_records_profiles_the_pool_plans_in_the_background(tmp_path):
+    """GoogLeNet training: over 256 requests, which the pool's default replan="background"
+    plans on its planner thread; the script still writes the profiled iteration."""
+    _chainer_or_skip()
+    import pgmo
+    from pgmo.engine.planner import SYNC_BLOCKS
+
+    run_script("record_traces.py", "--device", -1, "--out-dir", tmp_path, "--arch", "googlenet",
+               "--batchsize", 2, "--classes", 10)
+    trace = pgmo.read_trace(tmp_path / "googlenet-train-b2.dry-run.json.gz")
+    assert len(trace) == trace.metadata["requests"] > SYNC_BLOCKS
+
+
+@needs_chainer
+def test_record_traces_isolates_each_workload_in_a_process_of_its_own(tmp_path):
+    """--isolate, as the GPU session runs it: the same traces, each naming the user's command."""
+    _chainer_or_skip()
+    import pgmo
+
+    out, _ = run_script("record_traces.py", "--device", -1, "--out-dir", tmp_path, "--arch",
+                        "alexnet", "--batchsize", 2, "--inference", "--classes", 10, "--isolate")
+    assert f"wrote 2 trace(s) to {tmp_path} in " in out and "; 0 workload(s) failed" in out
+    for name in ("alexnet-train-b2", "alexnet-infer-b1"):
+        meta = pgmo.read_trace(tmp_path / f"{name}.dry-run.json.gz").metadata
+        assert meta["command"] == (f"record_traces.py --device -1 --out-dir {tmp_path} --arch "
+                                   "alexnet --batchsize 2 --inference --classes 10 --isolate")
+
+
+@needs_chainer
+def test_the_dry_run_reaches_the_pool_through_cupys_allocator():
+    """As on a GPU: a request reaches the pool only through the allocator installed in CuPy."""
+    _chainer_or_skip()
+    record_traces = _import_script("record_traces")
+    pool = record_traces.new_pool(-1, warmup=0)
+    assert pool.stats().replan == "background"  # the pool's own default, not the tests'
+    with pool:  # installed as CuPy's allocator
+        block = record_traces.CupyAllocator.malloc(1000)
+        assert pool.stats().requests == 1 and block.mem.size == 1024 and block.ptr
+
+
+@needs_chainer
 def test_record_traces_dry_run_refuses_the_bundled_folder():
     _chainer_or_skip()
     result = subprocess.run([sys.executable, os.path.join(SCRIPTS, "record_traces.py"),
@@ -495,8 +546,9 @@ def test_record_traces_dry_run_refuses_the_bundled_folder():
 
 
 MEMORY_HEADER = ("| model | task | batch | pool | peak device in use (MiB) "
-                 "| peak pool total (MiB) | planned peak (MiB) | lower bound (MiB) "
-                 "| planned / bound | ms/iter | pgmo mode | fallback reqs |")
+                 "| peak pool total (MiB) | whole-run pool peak (MiB) | NVML process peak (MiB) "
+                 "| planned peak (MiB) | lower bound (MiB) | planned / bound | ms/iter "
+                 "| pgmo mode | fallback reqs |")
 
 
 @needs_chainer
@@ -505,29 +557,66 @@ def test_bench_memory_dry_run_prints_labelled_tables(tmp_path):
     report = tmp_path / "results.md"
     out, err = run_script("bench_memory.py", "--device", -1, "--arch", "alexnet",
                           "--no-inference", "--search-arch", "alexnet", "--search-probes", 1,
-                          "--seq2seq-iterations", 2, "--densenet-batchsize", 0, "-o", report)
+                          "--seq2seq-iterations", 2, "--densenet-batchsize", 0,
+                          "--repeats", 2, "--run-dir", tmp_path / "runs", "-o", report)
     assert report.read_text().strip() == out.strip()
     assert "CPU DRY RUN" in out and "- command: `python scripts/bench_memory.py --device -1" in out
     lines = out.splitlines()
     assert MEMORY_HEADER in lines
     rows = [line.split(" | ") for line in lines if line.startswith("| alexnet | train | 2 | ")]
     assert [r[3] for r in rows] == ["n/a (CPU)", "stock", "pgmo"]  # side by side, then each
-    assert rows[0][3:] == ["n/a (CPU)"] * 4 + ["n/a (CPU) |"]
+    assert rows[0][3:] == ["n/a (CPU)"] * 5 + ["n/a (CPU) |"]
     rows = rows[1:]
     for row in rows:  # every measured cell is n/a on the CPU: no stand-in number leaks out
         cells = [c.strip(" |") for c in row[4:]]
-        assert cells == ["n/a (CPU)"] * 8, row
+        assert cells == ["n/a (CPU)"] * 10, row
     search = [line for line in lines if line.startswith("| alexnet | 96.0 |")]
     assert [line.split(" | ")[2] for line in search] == ["stock", "pgmo"]
     assert all(line.endswith("| n/a (CPU) | 1 |") for line in search)
     assert sum(1 for line in lines if re.match(r"- alexnet (stock|pgmo) batch \d+: "
                                                r"(fits|does not fit)$", line)) == 2
     seq = [line for line in lines if re.match(r"\| (stock|pgmo) \| 4 \| 2 \|", line)]
-    assert len(seq) == 2 and all(line.count("n/a (CPU)") == 6 for line in seq)
-    assert "skipped" not in out and "failed" not in err
+    assert len(seq) == 2 and all(line.count("n/a (CPU)") == 8 for line in seq)
+    assert "- runs per configuration: up to 2 " in out
     assert re.search(r"time per part: memory and time, first batch size and inference \d+ s, "
-                     r"seq2seq \d+ s, largest batch \d+ s, memory and time, other batch "
-                     r"sizes \d+ s, total \d+ s", out)
+                     r"seq2seq \d+ s, largest batch \d+ s, whole runs \d+ s, memory and time, "
+                     r"other batch sizes \d+ s, repeats \d+ s, total \d+ s", out)
+    assert "skipped" not in out and "failed" not in err
+    # the whole runs: run files of pgmo.runs, every request heard, labelled dry runs
+    from pgmo.runs import read_run
+
+    names = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert names == sorted(f"{m}-train-b{b}-{pool}.dry-run.run.json.gz"
+                           for m, b in (("alexnet", 2), ("seq2seq", 4))
+                           for pool in ("stock", "pgmo"))
+    for name in names:
+        run = read_run(tmp_path / "runs" / name)
+        meta = run.metadata
+        assert len(run.iterations) == 3 == meta["iterations_run"]  # the dry run's default
+        assert len(run) > 0 and meta["heard"]["frees_not_heard"] == 0
+        assert meta["pool"] == name.split(".")[0].split("-")[-1]
+        assert meta["dry_run"] is True and meta["synthetic"] is True
+        assert meta["command"].startswith("python scripts/bench_memory.py --device -1")
+        assert bundled.provenance_problems(meta) == [
+            "a CPU dry run (dry_run: true), not a recording"], name
+        assert len(meta["per_iteration"]["ms"]) == 3
+        assert f"| {name} |" in out
+
+
+@needs_chainer
+@pytest.mark.parametrize("pool", ["stock", "pgmo"])
+def test_bench_memory_holds_both_pools_to_the_limit_from_the_start(pool):
+    """The same criterion for both pools: pgmo's warm-up and profiling run under the limit too."""
+    _chainer_or_skip()
+    bm = _import_bench_memory()
+    cfg = {**bm.base_config(bm.parse_args(["--device", "-1"])), "workload": "cnn-train",
+           "arch": "alexnet", "batch": 2, "insize": 39, "pool": pool, "limit": 2**20}
+    done = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_memory.py"), "--child",
+                           json.dumps(cfg)], capture_output=True, text=True, timeout=240,
+                          env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    [line] = [x for x in done.stdout.splitlines() if x.startswith(bm.RESULT_TAG)]
+    result = json.loads(line[len(bm.RESULT_TAG):])
+    assert result["oom"] and not result["fits"] and result["iterations"] == 0
 
 
 def test_largest_fitting_batch_bisects_within_the_probe_budget():
@@ -566,11 +655,15 @@ def _import_bench_memory():
     return bench_memory
 
 
-def _child_result(pool, pool_mib, ms, oom=False):
+def _child_result(pool, pool_mib, ms, oom=False, nvml_mib=None):
     """The dict a GPU child prints (shape of ``bench_memory.run_child``), with chosen values."""
     result = {"ok": not oom, "oom": oom, "iterations": 3 if oom else 7, "fits": not oom,
               "ms_per_iter": ms, "timed_iterations": 5, "peak_pool_bytes": pool_mib * 2**20,
               "peak_device_bytes": (pool_mib + 600) * 2**20,
+              "whole_run_pool_bytes": 2 * pool_mib * 2**20,
+              "nvml": {"peak_bytes": None if nvml_mib is None else nvml_mib * 2**20,
+                       "source": "process", "idle_bytes": 0, "samples": 500,
+                       "interval_ms": 10.0},
               "baseline_device_bytes": 500 * 2**20, "final_pool_bytes": pool_mib * 2**20,
               "final_device_bytes": (pool_mib + 600) * 2**20}
     if pool == "pgmo":
@@ -578,8 +671,28 @@ def _child_result(pool, pool_mib, ms, oom=False):
                           "lower_bound": 250 * 2**20, "arena_bytes": 300 * 2**20,
                           "fallback_requests": 0, "reoptimizations": 2, "departures": 3,
                           "planned_requests": 5000, "arena_failures": 0,
-                          "total_bytes": pool_mib * 2**20}
+                          "total_bytes": pool_mib * 2**20, "peak_total_bytes": pool_mib * 2**20}
     return result
+
+
+def test_several_runs_of_a_configuration_give_the_median_time_and_its_range():
+    bm = _import_bench_memory()
+    runs = [_child_result("stock", 800, 104.0, nvml_mib=1500),
+            _child_result("stock", 820, 98.0, nvml_mib=1400),
+            {"skipped": "timeout 150 s"}, _child_result("stock", 810, 100.0)]
+    merged = bm.combine(runs)
+    assert (merged["runs"], merged["failed_runs"]) == (3, 1)
+    assert merged["ms_per_iter"] == 100.0 and merged["ms_runs"] == [104.0, 98.0, 100.0]
+    assert merged["peak_pool_bytes"] == 820 * 2**20  # memory: the worst run
+    assert merged["nvml"]["peak_bytes"] == 1500 * 2**20
+    text = _import_script("bench_memory_report")
+    assert text.time_text(merged) == "100.0 (98.0-104.0, 3 runs)"
+    assert text.time_text(bm.combine([_child_result("stock", 1, 43.5)])) == "43.5 (1 run)"
+    ours = bm.combine([_child_result("pgmo", 400, 110.0), _child_result("pgmo", 400, 120.0)])
+    # the medians' ratio, and the least and most any two runs give: here it cannot tell
+    assert text.ratio_text(merged, ours) == "1.150 (1.06-1.22)"
+    assert bm.combine([{"skipped": "budget"}]) == {"skipped": "budget", "runs": 0,
+                                                   "ms_runs": []}
 
 
 def test_gpu_report_formats_child_results():
@@ -587,35 +700,140 @@ def test_gpu_report_formats_child_results():
     bm = _import_bench_memory()
     args = bm.parse_args(["--device", "0", "--arch", "resnet50", "--batchsize", "32", "64"])
     base = {"arch": "resnet50", "workload": "cnn-train"}
-    runs = [({**base, "batch": 64, "pool": "pgmo"}, _child_result("pgmo", 400, 110.0)),
-            ({**base, "batch": 32, "pool": "stock"}, _child_result("stock", 800, 100.0)),
-            ({**base, "batch": 32, "pool": "pgmo"}, _child_result("pgmo", 400, 110.0)),
-            ({**base, "batch": 64, "pool": "stock"}, _child_result("stock", 0, None, oom=True))]
+    stock_runs = [_child_result("stock", 800, ms, nvml_mib=1500) for ms in (100.0, 96.0, 103.0)]
+    runs = [({**base, "batch": 64, "pool": "pgmo"}, bm.combine([_child_result("pgmo", 400,
+                                                                              110.0)])),
+            ({**base, "batch": 32, "pool": "stock"}, bm.combine(stock_runs)),
+            ({**base, "batch": 32, "pool": "pgmo"},
+             bm.combine([_child_result("pgmo", 400, 110.0, nvml_mib=1200)])),
+            ({**base, "batch": 64, "pool": "stock"},
+             bm.combine([_child_result("stock", 0, None, oom=True)]))]
     runs.sort(key=bm.run_order)
     assert [(c["batch"], c["pool"]) for c, _ in runs] == [
         (32, "stock"), (32, "pgmo"), (64, "stock"), (64, "pgmo")]
     seq = [bm.seq2seq_row(args, {"pool": "pgmo", "batch": 64}, _child_result("pgmo", 900, 50.0))]
     search = [("resnet50", bm.mib(args.memory_limit), "pgmo", bm.fit_text(90, 91, 1024), 6)]
+    run_file = _child_result("stock", 800, 100.0, nvml_mib=1500)
+    run_file["run_file"] = {"path": "/x/resnet50-train-b32-stock.run.json.gz", "requests": 9000,
+                            "iterations": 10}
+    recorded = [({**base, "batch": 32, "pool": "stock",
+                  "run_path": "/x/resnet50-train-b32-stock.run.json.gz"}, run_file)]
     text = bm.report(args, {"device": "NVIDIA H100 80GB HBM3", "device memory": "79.1 GiB",
-                            "CUDA runtime": 13000, "cupy": "14.2.0"},
+                            "CUDA runtime": 13000, "cupy": "14.2.0",
+                            "nvml": "process peaks sampled every 10 ms"},
                      (runs, seq, search, ["resnet50 pgmo batch 90: fits"]),
-                     {"total": 12.0}, "python scripts/bench_memory.py --device 0")
+                     {"total": 12.0}, "python scripts/bench_memory.py --device 0", "", recorded)
     lines = text.splitlines()
     assert "n/a (CPU)" not in text and "DRY RUN" not in text
     assert "- device: NVIDIA H100 80GB HBM3 (79.1 GiB, CUDA runtime 13000)" in lines
+    assert "- NVML: process peaks sampled every 10 ms" in lines
     # side by side: only batch 32 ran to the end with both pools
-    assert "| resnet50 | train | 32 | 1,400.0 / 1,000.0 | 800.0 / 400.0 | 50.0 % | " \
-           "100.0 / 110.0 | 1.100 |" in lines
-    assert "| resnet50 | train | 32 | pgmo | 1,000.0 | 400.0 | 300.0 | 250.0 | 1.200 | 110.0 " \
-           "| optimized | 0 |" in lines
+    assert "| resnet50 | train | 32 | 1,400.0 / 1,000.0 | 800.0 / 400.0 | 1,500.0 / 1,200.0 " \
+           "| 50.0 % | 100.0 (96.0-103.0, 3 runs) / 110.0 (1 run) | 1.100 (1.07-1.15) |" in lines
+    assert "| resnet50 | train | 32 | pgmo | 1,000.0 | 400.0 | 800.0 | 1,200.0 | 300.0 | 250.0 " \
+           "| 1.200 | 110.0 (1 run) | optimized | 0 |" in lines
     assert any(line.startswith("| resnet50 | train | 64 | stock | out of memory at iteration 4")
                for line in lines)
     assert "| resnet50 | 4,096.0 | pgmo | 90 | 6 |" in lines
-    assert "| pgmo | 64 | 7 | 900.0 | 1,500.0 | 50.0 | 2 | 0 | 3 |" in lines
+    assert "| pgmo | 64 | 7 | 900.0 | 1,500.0 | 1,800.0 | - | 50.0 | 2 | 0 | 3 |" in lines
+    assert "| resnet50-train-b32-stock.run.json.gz | resnet50 | stock | 32 | 10 | 9000 " \
+           "| 1,500.0 |" in lines
+
+
+# ------------------------------------------------------------ NVML, from outside the pool
+class FakeNvml:
+    """Stands in for ``pynvml``: device memory in use and the processes' shares, as set."""
+
+    class Process:
+        def __init__(self, pid, used):
+            self.pid, self.usedGpuMemory = pid, used
+
+    def __init__(self, used=1000, processes=()):
+        self.used, self.processes = used, dict(processes)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return ("device", index)
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return type("Memory", (), {"used": self.used})()
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [self.Process(pid, used) for pid, used in self.processes.items()]
+
+
+def test_the_nvml_probe_keeps_this_process_peak_and_each_interval_peak():
+    probe_module = _import_script("nvml_probe")
+    nvml = FakeNvml(used=1000, processes={99: 5})
+    probe = probe_module.NvmlPeak(nvml, pid=4242, interval=3600).start()  # samples by hand
+    assert probe.idle == 1000
+    nvml.processes[4242] = 300
+    probe.sample()
+    nvml.processes[4242] = 700
+    assert probe.interval_peak() == 700  # the first iteration
+    nvml.processes[4242] = 200
+    assert probe.interval_peak() == 200  # the next one: its own peak
+    summary = probe.stop()
+    assert (summary["peak_bytes"], summary["source"], summary["idle_bytes"]) == (
+        700, "process", 1000)
+
+
+def test_the_nvml_probe_falls_back_to_the_device_less_its_idle_memory():
+    """A container may hide process ids: then the device's used memory over its idle use."""
+    probe_module = _import_script("nvml_probe")
+    nvml = FakeNvml(used=1000, processes={99: 5})
+    probe = probe_module.NvmlPeak(nvml, pid=4242, interval=3600).start()
+    nvml.used = 1800
+    probe.sample()
+    nvml.used = 1300
+    assert probe.stop() == {"peak_bytes": 800, "source": "device minus idle",
+                            "idle_bytes": 1000, "samples": 2, "interval_ms": 3600000.0}
+
+
+def test_without_nvidia_ml_py_the_probe_says_why_and_measures_nothing(monkeypatch):
+    probe_module = _import_script("nvml_probe")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # as if nvidia-ml-py were not installed
+    nvml, why = probe_module.load_nvml()
+    assert nvml is None and "nvidia-ml-py is not installed" in why
+    probe = probe_module.NvmlPeak(nvml).start()
+    assert probe.interval_peak() is None and probe.stop() is None
+
+
+# ------------------------------------------------------------ whole runs from process start
+def test_a_run_hook_hears_every_request_with_its_iterations():
+    """On host memory, the hook hears pgmo's pool as it hears CuPy's on a GPU."""
+    cupy = pytest.importorskip("cupy")
+    from pgmo.runs import read_run
+    from pgmo.testing import host_pool
+
+    RunHook = _import_script("run_hook").RunHook
+    hook = RunHook(0)
+    with hook:  # installed first: the weights are heard too
+        pool = host_pool(warmup=1)
+        with pool:
+            weights = cupy.cuda.alloc(4096)
+            for _ in range(3):
+                hook.begin()
+                with pool.iteration():
+                    a = cupy.cuda.alloc(1000)
+                    b = cupy.cuda.alloc(3000)
+                    del a
+                    grads = cupy.cuda.alloc(2000)  # kept until the next iteration
+                    del b
+                hook.end()
+            del grads, weights
+    run = hook.run(model="toy", pool="pgmo")
+    # a tick per alloc and per free: the weights at 0; then 5 events in the first iteration,
+    # 6 in the next (the new gradients' alloc, then the old ones' free)
+    assert run.iterations == ((1, 6), (6, 12), (12, 18))
+    assert [b.size for b in run.trace.blocks] == [4096] + [1000, 3000, 2000] * 3
+    assert run.metadata["heard"]["frees_not_heard"] == 0
+    assert run.long_lived_bytes() == 4096 + 2000  # weights, and gradients across a boundary
+    assert (run.metadata["model"], run.metadata["pool"]) == ("toy", "pgmo")
+    assert "memory hook installed at process start" in run.metadata["recorded_by"]
 
 
 # ------------------------------------------------------------ DenseNet-BC and recomputation
-DENSENET_NAMES = [f"densenet-bc16-k4-train-b2-recompute-{r}-{p}.dry-run.json.gz"
+DENSENET_NAMES = [f"densenet-bc28-k4-train-b2-recompute-{r}-{p}.dry-run.json.gz"
                   for r in ("off", "on") for p in ("stock", "pgmo")]
 
 
@@ -643,7 +861,7 @@ def test_record_traces_dry_run_records_densenet_four_ways(densenet_dry_run):
         recompute, pool = name.split("-recompute-")[1].split(".")[0].split("-")
         assert (meta["recompute"], meta["pool"]) == (recompute == "on", pool)
         assert (meta["model"], meta["depth"], meta["growth_rate"], meta["batch_size"]) == \
-            ("densenet-bc-16", 16, 4, 2)
+            ("densenet-bc-28", 28, 4, 2)
         assert ("recomputed" in meta) == (recompute == "on")
         assert "forget" in meta.get("recomputed", "forget")
         assert meta["dry_run"] is True and meta["synthetic"] is True
@@ -657,6 +875,10 @@ def test_record_traces_dry_run_records_densenet_four_ways(densenet_dry_run):
         assert len(trace) == meta["requests"] > 0
         assert trace.lower_bound() == meta["lower_bound"]
         traces[recompute, pool] = trace
+    from pgmo.engine.planner import SYNC_BLOCKS
+
+    # as on the GPU, pgmo's profiles are planned in the background (over 256 requests)
+    assert min(len(traces[r, "pgmo"]) for r in ("off", "on")) > SYNC_BLOCKS
     for pool in ("stock", "pgmo"):
         off, on = traces["off", pool], traces["on", pool]
         # Recomputation runs the bottlenecks again in backward (more requests) and frees
@@ -674,7 +896,7 @@ def test_recompute_table_dry_run_prints_no_numbers(densenet_dry_run, tmp_path):
     lines = out.splitlines()
     assert lines[0] == "## DenseNet-BC: recomputation and pgmo"
     assert "CPU DRY RUN" in out
-    rows = [line.split(" | ") for line in lines if line.startswith("| DenseNet-BC-16 (k=4) | 2 |")]
+    rows = [line.split(" | ") for line in lines if line.startswith("| DenseNet-BC-28 (k=4) | 2 |")]
     assert [r[2:4] for r in rows[:4]] == [["off", "stock (CuPy)"], ["off", "pgmo"],
                                           ["on", "stock (CuPy)"], ["on", "pgmo"]]
     assert [r[2] for r in rows[4:]] == ["off", "on"]
@@ -762,7 +984,7 @@ def test_bench_memory_dry_run_ends_with_the_recomputation_table(tmp_path):
     # the traces' command names no folder of this machine
     assert "- recorded with: `record_traces.py --device -1 --out-dir . --arch --batchsize " \
            "--densenet 2`" in section
-    rows = [line for line in section.splitlines() if line.startswith("| DenseNet-BC-16 (k=4)")]
+    rows = [line for line in section.splitlines() if line.startswith("| DenseNet-BC-28 (k=4)")]
     assert len(rows) == 6 and all("n/a (CPU)" in row for row in rows)
     assert re.search(r"time per part: .*seq2seq \d+ s, recomputation \d+ s, largest batch", out)
     assert "failed" not in err and "Recording stopped early" not in out

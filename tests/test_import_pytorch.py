@@ -7,6 +7,7 @@ torch is never imported.
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import os
@@ -459,3 +460,68 @@ def test_a_stream_is_chosen_by_its_number_as_text_too(tmp_path):
     for chosen in (0x7F00, "0x7f00", str(0x7F00)):
         assert [b.size for b in pgmo.read_trace(path, stream=chosen).blocks] == [7]
 
+
+
+# -- the H100 snapshot against PyTorch's own counters ------------------------------------
+H100_SNAPSHOT = DATA / "pytorch-snapshot-small-cnn-h100.pickle"
+#: What PyTorch itself reported for the run that snapshot recorded (tests/data/README.rst).
+PYTORCH_MAX_RESERVED, PYTORCH_MAX_ALLOCATED = 578_813_952, 221_594_624
+SMALL_REQUEST = 1 << 20  # PyTorch's kSmallSize: larger requests go to the large pool
+
+
+def pytorch_allocated_peak(snapshot: dict, device: int = 0, rounded: bool = False) -> int:
+    """The most bytes PyTorch counts as allocated at once, rebuilt from a snapshot's addresses.
+
+    PyTorch's ``allocated_bytes`` adds each *block's* size.  A request is
+    rounded up to 512 B and cut from the start of a free block, which is split
+    only when the rest is at least 512 B (small pool) or more than 1 MiB
+    (large pool); else the whole free block is handed out.  Free neighbours
+    merge, so a free block runs to the next allocated block or its segment's
+    end.  ``rounded``: every block at its rounded request size instead, as
+    pgmo's pool hands memory out.
+    """
+    def round512(n):
+        return max(512, -(-n // 512) * 512)
+
+    segments = {s["address"]: (s["total_size"], s["segment_type"])
+                for s in snapshot["segments"] if s["device"] == device}
+    starts = sorted(segments)
+    events = snapshot["device_traces"][device]
+    recorded = {e["addr"] for e in events if e["action"] == "alloc"}
+    live = {}  # address -> (block size, rounded request)
+    for s in snapshot["segments"]:  # blocks allocated before recording: live throughout
+        addr = s["address"]
+        for b in s["blocks"]:
+            if b["state"].startswith("active") and addr not in recorded:
+                live[addr] = (b["size"], round512(b["requested_size"]))
+            addr += b["size"]
+    at = 1 if rounded else 0
+    now = peak = sum(v[at] for v in live.values())
+    for e in events:
+        if e["action"] == "alloc":
+            start = starts[bisect.bisect_right(starts, e["addr"]) - 1]
+            size, kind = segments[start]
+            end = min([a for a in live if e["addr"] < a < start + size], default=start + size)
+            free, need = end - e["addr"], round512(e["size"])
+            split = free - need >= 512 if kind == "small" else free - need > SMALL_REQUEST
+            live[e["addr"]] = (need if split else free, need)
+            now += live[e["addr"]][at]
+            peak = max(peak, now)
+        elif e["action"] == "free_requested":  # PyTorch counts a block freed when asked
+            now -= live.pop(e["addr"])[at]
+    return peak
+
+
+def test_the_h100_snapshot_against_pytorchs_own_counters():
+    """pgmo reads the real snapshot as PyTorch counted it; its lower bound sits 104,960 B
+    below max_memory_allocated, which counts the large pool's unsplit block remainders."""
+    from pgmo.formats.safe_pickle import loads_plain_data
+
+    result = pgmo.analyze(H100_SNAPSHOT, method="bestfit")
+    assert result.requests == 166  # 160 alloc events and 6 blocks allocated before recording
+    assert result.reserved == PYTORCH_MAX_RESERVED
+    snapshot = loads_plain_data(H100_SNAPSHOT.read_bytes())
+    assert pytorch_allocated_peak(snapshot) == PYTORCH_MAX_ALLOCATED  # the model is PyTorch's
+    assert result.lower_bound == pytorch_allocated_peak(snapshot, rounded=True)
+    assert PYTORCH_MAX_ALLOCATED - result.lower_bound == 104_960
+    assert result.plans["bestfit"]["peak"] == result.lower_bound  # pgmo's plan needs no more

@@ -50,12 +50,12 @@ RECORDED = {"model": "resnet50", "kind": "training", "batch_size": 32, "input_si
             "device": "NVIDIA H100 80GB HBM3", "cupy": "14.2.0", "numpy": "2.5.0",
             "python": "3.12.3", "chainer": "7.8.1", "pgmo": "0.1.0",
             "date": "2025-06-01T12:00:00+00:00", "recorded_by": "pgmo profiling mode",
-            "synthetic": False, "dry_run": False}
+            "pool": "pgmo", "synthetic": False, "dry_run": False}
 
 
 #: What a recording must name: the workload, how it was recorded, where, with what, when.
 MUST_RECORD = ("model", "batch_size", "kind", "command", "device", "cupy", "numpy", "python",
-               "chainer", "pgmo", "date")
+               "chainer", "pgmo", "date", "pool", "recorded_by")
 #: What a generated trace must name: how it was made, and what pgmo.synth needs to redo it.
 MUST_SAY_SYNTHETIC = ("recorded_by", "model", "batch_size", "kind")
 
