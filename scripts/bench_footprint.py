@@ -35,11 +35,10 @@ import time
 from pathlib import Path
 
 import pgmo
-from pgmo import footprint
+from pgmo import bundled, footprint
 from pgmo.runs import Run, read_run, run_from_iteration
 
 ROOT = Path(__file__).resolve().parent.parent
-EVIDENCE_TRACES = ROOT.parent / "shared" / "gpu-evidence" / "2026-11-25-h100" / "traces"
 RECORDED_RUNS = ROOT / "pgmo" / "traces" / "runs"
 MIB = 2 ** 20
 
@@ -64,10 +63,15 @@ def _model_weights(arch: str) -> list[int]:
     return [p.array.nbytes for p in model.params()]
 
 
-def trace_runs(folder: Path, iterations: int) -> list[tuple[str, Run, str]]:
-    """(name, run, how) for each real trace: weights and state from its own gradients."""
-    traces = {p.name.split(".json")[0]: pgmo.read_trace(p)
-              for p in sorted(folder.glob("*.json.gz"))}
+def trace_runs(folder: Path | None, iterations: int) -> list[tuple[str, Run, str]]:
+    """(name, run, how) for each real trace (the bundled ones recorded on the H100, or those
+    in ``folder``): weights and state from its own gradients."""
+    if folder is None:
+        traces = {name: bundled.load(name) for name in bundled.names()
+                  if bundled.is_real(bundled.load(name).metadata)}
+    else:
+        traces = {p.name.split(".json")[0]: pgmo.read_trace(p)
+                  for p in sorted(folder.glob("*.json.gz"))}
     out = []
     for name, trace in traces.items():
         meta = trace.metadata
@@ -92,7 +96,7 @@ def trace_runs(folder: Path, iterations: int) -> list[tuple[str, Run, str]]:
             state = []
         run = run_from_iteration(trace, iterations, setup=weights, state=state,
                                  recorded=str(meta.get("device", "?")))
-        out.append((f"h100-{name}", run, how))
+        out.append((name, run, how))
     return out
 
 
@@ -201,9 +205,9 @@ def verdicts(rows: list[dict]) -> list[str]:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--traces", type=Path, default=EVIDENCE_TRACES,
+    parser.add_argument("--traces", type=Path, default=None,
                         help="folder of single-iteration traces made into runs (default: the "
-                             "H100 evidence)")
+                             "bundled traces recorded on the H100)")
     parser.add_argument("--runs", type=Path, default=RECORDED_RUNS,
                         help="folder of recorded whole runs (*.run.json.gz)")
     parser.add_argument("--only", nargs="+", default=(), help="workloads whose name has these")
@@ -224,8 +228,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     workloads = []
-    if args.traces.is_dir():
-        workloads += trace_runs(args.traces, args.iterations)
+    workloads += trace_runs(args.traces, args.iterations)
     if args.runs.is_dir():
         workloads += recorded_runs(args.runs)
     if args.only:

@@ -9,26 +9,18 @@ the run completes; every block checked.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import pgmo
-from pgmo import footprint
+from pgmo import bundled, footprint
 from pgmo.runs import run_from_iteration
 
 pytest.importorskip("cupy")
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "shared" / "gpu-evidence" / "2026-11-25-h100"
-
-
 def real_run(name: str, iterations: int = 6):
-    """A whole run of a trace recorded on the H100: weights and momentum the size of its
-    gradients (its open blocks), made in the first iteration."""
-    path = EVIDENCE / "traces" / f"{name}.json.gz"
-    if not path.exists():
-        pytest.skip(f"the H100 evidence is not beside this checkout ({path})")
-    trace = pgmo.read_trace(path)
+    """A whole run of a trace recorded on the H100 (bundled): weights and momentum the size
+    of its gradients (its open blocks), made in the first iteration."""
+    trace = bundled.load(f"h100-{name}")
     grads = [b.size for b in trace.blocks if b.upper is None]
     return run_from_iteration(trace, iterations, setup=grads, state=grads)
 

@@ -9,17 +9,15 @@ must reproduce the ``reserved_peak`` it reported there.
 from __future__ import annotations
 
 import gc
-from pathlib import Path
 
 import pytest
 
-import pgmo
+from pgmo import bundled
 from pgmo.host_device import HostMemory, HostStockPool
 from pgmo.runs import run_from_iteration
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "shared" / "gpu-evidence" / "2026-11-25-h100"
-DENSENET = ["densenet-bc100-k12-train-b64-recompute-off-stock",
-            "densenet-bc100-k12-train-b64-recompute-on-stock"]
+DENSENET = ["h100-densenet-bc100-k12-train-b64-recompute-off-stock",
+            "h100-densenet-bc100-k12-train-b64-recompute-on-stock"]
 
 
 def drive(pool, run):
@@ -36,10 +34,8 @@ def drive(pool, run):
 @pytest.mark.parametrize("name", DENSENET)
 def test_reproduces_what_cupys_pool_reserved_on_the_h100(name):
     """One step on a fresh pool, then the recorded one (as record_traces.py did): within 3%."""
-    path = EVIDENCE / "traces" / f"{name}.json.gz"
-    if not path.exists():
-        pytest.skip(f"the H100 evidence is not beside this checkout ({path})")
-    trace = pgmo.read_trace(path)
+    trace = bundled.load(name)
+    assert trace.metadata["pool"] == "stock" and trace.metadata["reserved_by"] == "the CuPy pool"
     memory = HostMemory()
     pool = HostStockPool(memory)
     drive(pool, run_from_iteration(trace, 2))

@@ -55,14 +55,6 @@ def assert_clean(res, fresh: bool = True):
         assert st.peak_used_bytes >= res["peak_bytes"]
 
 
-def replayed(traces, pool, **options):
-    """:func:`replay`, with the pool's stats read after it returned: the stats it returns
-    count the last open block as live (test_replay_stats_count_no_block_of_the_last_...)."""
-    res = replay(traces, pool, **options)
-    res["stats"] = pool.stats()
-    return res
-
-
 def bundled_names():
     try:
         from pgmo import bundled
@@ -80,7 +72,7 @@ def test_bundled_traces_in_all_modes(name, make_pool):
     trace = scaled(bundled.load(name))
     survivors = sum(b.upper is None for b in trace.blocks)  # real traces: gradients, say
     pool = make_pool(warmup=1)
-    res = replayed([trace] * 4, pool)
+    res = replay([trace] * 4, pool)
     assert_clean(res)
     assert res["modes"] == ["warmup", "profiling", "optimized", "optimized"]
     st = res["stats"]
@@ -88,16 +80,14 @@ def test_bundled_traces_in_all_modes(name, make_pool):
     assert st.pinned_requests == 2 * survivors  # blocks that outlive their iteration
     assert st.fallback_requests == 0 and st.reoptimizations == 0
     assert st.planned_peak >= st.lower_bound > 0
-    fb = replayed([trace], pool, interrupted=True)
+    fb = replay([trace], pool, interrupted=True)
     assert_clean(fb, fresh=False)
     assert fb["modes"] == ["fallback"]
     assert fb["stats"].interrupted_requests == len(trace)
 
 
-@pytest.mark.xfail(strict=True, reason="pgmo.testing.replay frees a trace's open blocks after "
-                   "each iteration, but its loop variable keeps the last one alive while it "
-                   "reads stats(): one block too many is live (pgmo/testing.py)")
 def test_replay_stats_count_no_block_of_the_last_iteration_as_live():
+    """replay() frees a trace's open blocks after each iteration; nothing may keep one alive."""
     trace = pgmo.Trace.from_rows([(0, 0, 2, 1024), (1, 1, None, 512)])  # block 1 stays open
     assert replay([trace], host_engine(warmup=0))["stats"].live_bytes == 0
 
@@ -136,7 +126,7 @@ def test_dsa_benchmark_traces_in_all_modes(rel, make_pool):
     assert res["modes"][-1] == "optimized"
     assert res["stats"].planned_requests == len(trace)
     assert res["stats"].fallback_requests == 0
-    fb = replayed([trace], pool, interrupted=True)
+    fb = replay([trace], pool, interrupted=True)
     assert_clean(fb, fresh=False)
 
 
