@@ -9,8 +9,9 @@ Usage::
                 train_step(batch)
 
 The first ``warmup`` iterations (weights and optimizer state are created
-there) and the profiled one are served by CuPy's stock pool; from then on
-request ``i`` gets its own memory object at ``arena + offset[i]``.  Without
+there) and the profiled one give each request memory of its own (so the
+pool holds the live bytes, no cache); from then on request ``i`` gets its
+own memory object at ``arena + offset[i]``.  Without
 ``pool.iteration()`` the pool looks for a repeating loop itself.  All the
 logic lives in :mod:`pgmo.engine`, which imports no CuPy; this module adds
 CuPy's conventions: memory hooks, limits, byte counters,
@@ -105,10 +106,12 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
     """A CuPy memory pool that answers a hot loop's requests from a solved plan.
 
     Args:
-        allocator: raw allocator (``size -> MemoryPointer``) for the arena and,
-            when ``fallback`` is None, for the stock pool; CuPy's cudaMalloc
-            by default.
-        fallback: the pool serving everything outside the plan; a
+        allocator: raw allocator (``size -> MemoryPointer``) for the arena,
+            blocks of their own and survivors' buffers, and, when
+            ``fallback`` is None, for the stock pool; CuPy's cudaMalloc by
+            default.
+        fallback: the pool serving what lies outside every plan (interrupted,
+            between iterations, other threads or streams); a
             ``cupy.cuda.MemoryPool(allocator)`` by default.  Anything with
             ``malloc``, ``used_bytes``, ``free_bytes``, ``total_bytes``,
             ``n_free_blocks``, ``free_all_blocks`` and ``set_limit(size=)``.
@@ -210,7 +213,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         self._engine.end_iteration()
 
     def interrupt(self) -> None:
-        """Serve from the fallback, outside the plan, until :meth:`resume`."""
+        """Serve from the stock pool, outside the plan, until :meth:`resume`."""
         self._engine.interrupt()
 
     def resume(self) -> None:
@@ -272,14 +275,15 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         return self._engine.n_free_blocks()
 
     def free_all_blocks(self, stream=None) -> None:
-        """Release cached fallback blocks (and an idle arena between iterations)."""
+        """Give back every idle byte: the stock pool's cache, survivors' idle buffers (and
+        the arena, between iterations; the plan stays)."""
         self._engine.free_all_blocks()
 
     def free_all_free(self) -> None:
         self.free_all_blocks()
 
     def set_limit(self, size=None, fraction=None) -> None:
-        """Cap ``total_bytes`` (arenas + fallback), with CuPy's arguments and errors."""
+        """Cap ``total_bytes`` (every source), with CuPy's arguments and errors."""
         if size is None:
             if fraction is None:
                 size = 0

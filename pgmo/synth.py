@@ -180,18 +180,27 @@ def seq2seq_training(batch: int = 64, hidden: int = 512, vocab: int = 4000, laye
             xs = rec.alloc(step * length)
             hx, cx = rec.alloc(step), rec.alloc(step)
             saved += [xs, hx, cx, rec.alloc(4 * step * length)]  # gates kept for backward
-    logits = rec.alloc(batch * tgt_len * vocab * FLOAT_BYTES)
-    loss = rec.alloc(FLOAT_BYTES)
-    glogits = rec.alloc(batch * tgt_len * vocab * FLOAT_BYTES)
-    rec.free(logits)
-    for handle in reversed(saved):
-        g = rec.alloc(rec.size(handle))
-        rec.free(handle)
-        rec.free(g)
-    rec.free(glogits)
-    rec.free(loss)
+    _softmax_and_backward(rec, saved, batch * tgt_len * vocab * FLOAT_BYTES, workspace=False)
     return rec.trace(model="seq2seq", batch_size=batch, kind="training", seed=seed,
                      src_len=src_len, tgt_len=tgt_len)
+
+
+def _softmax_and_backward(rec: EventRecorder, saved: list[int], logits_bytes: int,
+                          workspace: bool) -> None:
+    """The output layer's logits and loss, then backward through ``saved`` in reverse:
+    each kept array's gradient is made, then both are freed."""
+    logits = rec.alloc(logits_bytes)
+    if workspace:
+        rec.free(rec.alloc(logits_bytes))  # softmax's workspace
+    loss = rec.alloc(FLOAT_BYTES)
+    glogits = rec.alloc(logits_bytes)
+    rec.free(logits)
+    for handle in reversed(saved):
+        grad = rec.alloc(rec.size(handle))
+        rec.free(handle)
+        rec.free(grad)
+    rec.free(glogits)
+    rec.free(loss)
 
 
 def seq2seq_run(iterations: int = 30, batch: int = 64, hidden: int = 512, vocab: int = 4000,
@@ -224,17 +233,7 @@ def seq2seq_run(iterations: int = 30, batch: int = 64, hidden: int = 512, vocab:
             for _ in range(layers * length):
                 saved += [rec.alloc(4 * step), rec.alloc(step), rec.alloc(step)]  # gates, h, c
             tgt = length
-        logits = rec.alloc(batch * tgt * vocab * FLOAT_BYTES)
-        rec.free(rec.alloc(batch * tgt * vocab * FLOAT_BYTES))  # softmax's workspace
-        loss = rec.alloc(FLOAT_BYTES)
-        glogits = rec.alloc(batch * tgt * vocab * FLOAT_BYTES)
-        rec.free(logits)
-        for handle in reversed(saved):
-            grad = rec.alloc(rec.size(handle))
-            rec.free(handle)
-            rec.free(grad)
-        rec.free(glogits)
-        rec.free(loss)
+        _softmax_and_backward(rec, saved, batch * tgt * vocab * FLOAT_BYTES, workspace=True)
         grads = [rec.alloc(rec.size(w)) for w in weights]
         if it == 0:
             for w in weights:

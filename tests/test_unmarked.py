@@ -46,3 +46,16 @@ def test_marking_makes_a_found_period_give_way_and_stops_watching():
         (True, None, "marked", False)
     assert not watch.request(1024, 0) and watch.index == -1
     assert LoopWatch(detect=True, warn_after=1).mark() is False  # nothing found: no plan to drop
+
+
+def test_building_a_model_is_no_loop_though_its_layers_repeat_their_sizes():
+    """Parameters repeat their sizes layer after layer but are never freed: the live
+    blocks keep growing, so no steady iteration is found (a false one would plan the
+    model's construction and hold an arena beside CuPy's cache)."""
+    watch = LoopWatch(detect=True, warn_after=10 ** 9)
+    for k in range(4000):  # W and b of 2000 identical layers, all kept
+        assert not watch.request((65536, 512)[k % 2], watched_frees=0)
+        watch.unmarked()
+    assert watch.period is None and watch.source == "none"
+    found_loop(watch)  # the training loop after it is found
+    assert watch.period == 4

@@ -108,8 +108,8 @@ class Engine(PoolQueries):
         self.planner = Planner(options.solver, options.replan)
         self.memory = memory = DeviceMemory(hot, backend.allocate, backend.fallback,
                                             backend.oom_error)
-        hot.connect(backend.fallback, _weak(memory.exact), _weak(memory.kept), backend.context,
-                    _weak(memory.released))
+        hot.connect(backend.fallback, _weak(memory.exact), _weak(memory.kept),
+                    _weak(memory.reuse), backend.context, _weak(memory.released))
         weakref.finalize(self, _shut_down, hot.inbox, self.planner)
         #: The allocation entry point (what ``set_allocator`` gets).
         self.malloc = hot.malloc

@@ -4,10 +4,12 @@ With only ``cupy.cuda.set_allocator(pool.malloc)`` and no ``pool.iteration()``,
 the pool still sees a training loop as a request sequence that repeats.
 :class:`IterationDetector` watches the rounded sizes of the requests made
 outside any iteration and looks for the smallest period ``P`` that the last
-three repetitions share exactly.  It then picks the phase where the fewest of
-the watched blocks are live (a real iteration boundary frees almost
-everything), so that the engine can open an iteration every ``P`` requests
-from there.
+three repetitions share exactly, with as many of the watched blocks live at
+the same point of each (a training loop frees what it allocates; building a
+model, whose layers repeat their parameters' sizes, keeps every block and is
+no loop).  It then picks the phase where the fewest of the watched blocks
+are live (a real iteration boundary frees almost everything), so that the
+engine can open an iteration every ``P`` requests from there.
 
 This is safe whatever it finds: the engine never trusts a plan blindly (a
 request larger than planned, an extra request, or a block still in use all
@@ -93,10 +95,12 @@ class IterationDetector:
             ok = n - 1 - back - p >= 0
             p = p[ok]
             p = p[s[n - 1 - back - p] == s[n - 1 - back]]
+        live = np.asarray(self.live[-self.window:], dtype=np.int64)
         for period in p[:MAX_CANDIDATES].tolist():
             span = REPEATS * period
-            tail = s[n - span:]
-            if np.array_equal(tail[period:], tail[:-period]):
+            tail, held = s[n - span:], live[n - span:]
+            if np.array_equal(tail[period:], tail[:-period]) \
+                    and np.array_equal(held[period:], held[:-period]):  # a steady state
                 return Found(period, self._phase(period, n))
         return None
 

@@ -36,6 +36,7 @@ cdef class HotPath:
     cdef public object stock
     cdef public object exact
     cdef public object kept
+    cdef public object reuse
     cdef public object placer
     cdef public bint limited
     cdef public object context
@@ -69,7 +70,7 @@ cdef class HotPath:
     cdef public long long peak_used
     cdef public Counts counts
 
-    cpdef connect(self, object stock, object exact, object kept, object context,
+    cpdef connect(self, object stock, object exact, object kept, object reuse, object context,
                   object on_arena_idle)
 
     cpdef share(self)
@@ -114,7 +115,7 @@ cdef class HotPath:
                    t=cython.longlong, pointer=object)
     cpdef object serve_planned(self, Arena arena, object size, long long rs)
 
-    @cython.locals(placer=object, lo=cython.longlong)
+    @cython.locals(placer=object, lo=cython.longlong, block=object)
     cpdef object serve_unplanned(self, long long rs)
 
     @cython.locals(i=Py_ssize_t, it=cython.longlong, owner=Release, used=cython.longlong,

@@ -123,6 +123,7 @@ class HotPath:
         self.stock = None
         self.exact = None
         self.kept = None
+        self.reuse = None
         self.placer = None  # places off-plan requests in the arena's gaps (see .placement)
         self.limited = False
         self.context = None  # callable naming the device/stream, or None
@@ -158,11 +159,12 @@ class HotPath:
         self.counts = Counts()
 
     # ------------------------------------------------------- the engine's calls
-    def connect(self, stock, exact, kept, context, on_arena_idle):
+    def connect(self, stock, exact, kept, reuse, context, on_arena_idle):
         """The memory sources, the request's device/stream, who hears an old arena go idle."""
         self.stock = stock
         self.exact = exact
         self.kept = kept
+        self.reuse = reuse
         self.context = context
         self.on_arena_idle = on_arena_idle
 
@@ -364,6 +366,9 @@ class HotPath:
             lo = placer.place(rs)
             if lo >= 0:
                 return self.serve_placed(self.arena, lo, rs)
+        block = self.reuse(rs)  # the stock pool's idle memory first
+        if block is not None:
+            return self.serve_recorded(block, rs, _STOCK)
         return self.serve_recorded(self.exact(rs), rs, _EXACT)
 
     def serve_placed(self, arena, lo, rs):

@@ -29,9 +29,9 @@ The footprint policy, and why:
    live bytes; the measurements of the alternatives are in
    ``docs/footprint.md``.
 2. **Release before taking.**  At a boundary an idle arena is given back
-   before the next one is taken; survivors' buffers idle for a whole
-   iteration and the stock pool's cache, when nothing used it during the
-   last iteration, are given back at the next boundary.
+   before the next one is taken; as an iteration begins, survivors' buffers
+   idle for a whole iteration and the stock pool's free blocks (what was
+   used between iterations: it would sit beside the arena) are given back.
 3. **One arena, grown by a factor.**  A replaced arena lives only while
    blocks live in it; it is given back when its last block is freed.  When
    the workload varies (iterations of other shapes, placed in the arena's
@@ -97,7 +97,6 @@ class DeviceMemory:
         self._idle_kept: dict[int, list[tuple[Any, int]]] = {}  # size -> (buffer, stamp)
         self._idle_kept_bytes = 0
         self._returned: collections.deque = collections.deque()  # kept buffers freed
-        self._stock_use = 0  # stock requests seen at the last boundary
 
     # ------------------------------------------------------------ raw memory
     def raw(self, size: int) -> Any:
@@ -121,6 +120,25 @@ class DeviceMemory:
     def exact(self, rs: int) -> Any:
         """A block's own memory, given back at its free (the block's owner keeps it)."""
         return self.raw(rs)
+
+    def reuse(self, rs: int) -> Any:
+        """A block of the stock pool's idle memory, if it holds ``rs`` bytes without growing.
+
+        Idle memory is used before new memory is taken (policy 1): a chunk the
+        stock pool could not give back (split by a block still alive there)
+        serves a request of its own instead of sitting beside it.
+        """
+        stock = self.stock
+        if not stock.n_free_blocks() or stock.free_bytes() < rs:
+            return None
+        limit = stock.get_limit()
+        stock.set_limit(size=max(1, stock.total_bytes()))  # no growth: cached memory only
+        try:
+            return stock.malloc(rs)
+        except MemoryError:
+            return None
+        finally:
+            stock.set_limit(size=limit)
 
     def kept(self, rs: int) -> _KeptBlock:
         """A survivor's buffer: an idle one of this size, else a new one."""
@@ -256,13 +274,14 @@ class DeviceMemory:
 
     # ------------------------------------------------------------ boundaries
     def at_boundary(self) -> None:
-        """Between iterations: give back what the last iteration left idle (policy 2)."""
+        """An iteration begins: give back what is idle (policy 2).
+
+        The stock pool serves nothing inside an iteration but interruptions
+        and other threads, so its free blocks would only sit beside the arena.
+        """
         self._release_kept(before=self.hot.iteration)
-        counts = self.hot.counts
-        use = counts.interrupted + counts.outside + counts.foreign
-        if use == self._stock_use and self.stock.n_free_blocks():
-            self.stock.free_all_blocks()  # its cache served nothing since the last boundary
-        self._stock_use = use
+        if self.stock.n_free_blocks():
+            self.stock.free_all_blocks()
 
     def release_idle(self, arena_too: bool) -> None:
         """``free_all_blocks``: every idle byte goes back; the current arena too if idle."""

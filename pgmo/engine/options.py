@@ -41,13 +41,15 @@ def default_oom(size: int, total: int, limit: int) -> MemoryError:
 
 @dataclass(frozen=True)
 class Backend:
-    """Where memory comes from.
+    """Where memory comes from (:mod:`.memory` decides what is taken from which).
 
-    ``allocate(nbytes)`` returns an object with ``.ptr`` owning raw memory
-    until dropped, or raises MemoryError.  ``fallback`` is a caching pool:
-    ``malloc(size)`` returns an object with ``.ptr`` owning the block until
-    dropped, plus ``used_bytes``, ``free_bytes``, ``total_bytes``,
-    ``n_free_blocks``, ``free_all_blocks`` and ``set_limit(size=)``.
+    ``allocate(nbytes)`` (cudaMalloc in the pool) returns an object with
+    ``.ptr`` owning raw memory until dropped, or raises MemoryError: arenas,
+    blocks of their own and survivors' buffers come from it.  ``fallback`` is
+    CuPy's stock pool (for what lies outside every plan): ``malloc(size)``
+    returns an object with ``.ptr`` owning the block until dropped, plus
+    ``used_bytes``, ``free_bytes``, ``total_bytes``, ``n_free_blocks``,
+    ``free_all_blocks`` and ``set_limit(size=)``.
     ``memory_type(ptr, size, owner, device_id)`` builds a handed-out memory
     object (CuPy's ``UnownedMemory``) and ``pointer_type(memory, 0)`` what the
     user gets (CuPy's ``MemoryPointer``).  ``context()`` names the
