@@ -265,7 +265,7 @@ class Engine(PoolQueries):
                   why)
         self.departures += 1
         self.state.depart()
-        self.memory.start_placing()
+        self.memory.start_placing(self.schedule.pinned_sizes)
         self._refresh_kind()
 
     # -------------------------------------------------------------- iterations

@@ -5,13 +5,10 @@ Plain Python, or compiled by Cython when pgmo was installed with a C compiler
 
 A handed-out block is a memory object ``memory_type(ptr, size, owner,
 device_id)`` (CuPy's ``UnownedMemory``, each at offset 0, as Chainer's
-``F.as_strided`` needs) whose *owner* is a :class:`Release`: CuPy drops the
-owner when the memory object dies, so its destructor is the block's free,
-from any thread, the garbage collector, or after the pool is gone.  The
-destructor only queues the free in the :class:`Inbox` (and lets a block's own
-memory go at once); the engine applies queued frees in order at its next call
-(:meth:`HotPath.drain`).  A block's *source* says where its memory comes from
-(:mod:`.memory` obtains and releases all of it).
+``F.as_strided`` needs) whose *owner* is a :class:`~.frees.Release`, whose
+death is the block's free (see :mod:`.frees`); the engine applies queued
+frees in order at its next call (:meth:`HotPath.drain`).  A block's *source*
+says where its memory comes from (:mod:`.memory` obtains and releases all).
 
 :meth:`HotPath.serve_inline` answers the owner thread's usual requests;
 the rare ones go to the engine's slow path (``HotPath.slow``, see
@@ -366,6 +363,8 @@ class HotPath:
             lo = placer.place(rs)
             if lo >= 0:
                 return self.serve_placed(self.arena, lo, rs)
+            if lo == -2:  # placement.APART: the size of a survivor
+                return self.serve_recorded(self.kept(rs), rs, _KEPT)
         block = self.reuse(rs)  # the stock pool's idle memory first
         if block is not None:
             return self.serve_recorded(block, rs, _STOCK)

@@ -64,7 +64,7 @@ __all__ = ["DeviceMemory", "RawListener", "GROWTH"]
 log = logging.getLogger("pgmo.pool")
 
 #: How much an arena grows, at least, when a varying workload outgrows it.
-GROWTH = 1.25
+GROWTH = 1.1
 
 
 class _KeptBlock:
@@ -252,8 +252,9 @@ class DeviceMemory:
         self.arenas.add(arena)
         return arena
 
-    def start_placing(self) -> None:
-        """The iteration left its plan: place the rest of it in the arena's gaps."""
+    def start_placing(self, apart: frozenset = frozenset()) -> None:
+        """The iteration left its plan: place the rest of it in the arena's gaps, but for
+        requests of the sizes ``apart`` (survivors'), which get kept buffers."""
         hot = self.hot
         arena = hot.arena
         if arena is None:
@@ -262,7 +263,7 @@ class DeviceMemory:
         live = [(lo, hi) for lo, hi, _ in arena.overdue.values()]
         live += [(rows[j][1], rows[j][1] + rows[j][0])
                  for j, it in enumerate(hot.slot) if it != NO_SLOT]
-        self.placer = Placer(arena.size, live)
+        self.placer = Placer(arena.size, live, apart)
         hot.set_placer(self.placer)
 
     def stop_placing(self) -> None:

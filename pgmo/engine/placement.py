@@ -21,14 +21,27 @@ from typing import Iterable
 
 from sortedcontainers import SortedList
 
-__all__ = ["Placer"]
+__all__ = ["Placer", "APART"]
+
+
+#: What :meth:`Placer.place` answers for a request to keep apart.
+APART = -2
 
 
 class Placer:
-    """The free ranges of one arena of ``size`` bytes, around the ``live`` ones ``(lo, hi)``."""
+    """The free ranges of one arena of ``size`` bytes, around the ``live`` ones ``(lo, hi)``.
 
-    def __init__(self, size: int, live: Iterable[tuple[int, int]]):
+    ``apart``: sizes to keep out of the arena (:data:`APART`): those of the
+    blocks the profile saw outlive their iteration.  Off plan, request ``i``
+    is another tensor each time, but a gradient still has its parameter's
+    size; placed in the arena it would outlive the iteration there and keep
+    the arena from being replaced when it must grow.
+    """
+
+    def __init__(self, size: int, live: Iterable[tuple[int, int]],
+                 apart: frozenset = frozenset()):
         self.size = size
+        self.apart = apart
         self._gaps = SortedList()  # (length, start): the best fit is a bisection away
         self._ends: dict[int, int] = {}  # start -> end of each gap
         self._starts: dict[int, int] = {}  # end -> start of each gap
@@ -42,7 +55,10 @@ class Placer:
             self._add(pos, size)
 
     def place(self, nbytes: int) -> int:
-        """The offset of the smallest gap holding ``nbytes`` (now taken); -1 when none does."""
+        """The offset of the smallest gap holding ``nbytes`` (now taken); -1 when none does,
+        :data:`APART` for a size to keep apart."""
+        if nbytes in self.apart:
+            return APART
         gaps = self._gaps
         k = gaps.bisect_left((nbytes, -1))
         if k == len(gaps):

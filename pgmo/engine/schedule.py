@@ -31,7 +31,7 @@ PINNED_CAP = 1 << 62
 class Schedule:
     """Rows for :class:`~.handout.HotPath` and the facts the engine reports."""
 
-    profile: Trace  # block i is request i; open blocks are pinned to the fallback
+    profile: Trace  # block i is request i; open blocks are pinned (kept apart)
     plan: Plan  # places the profile's closed blocks
     rows: list  # (cap, offset, due) per request, then the sentinel (-1, -1, ())
     pinned: frozenset  # requests that outlived their iteration
@@ -40,6 +40,12 @@ class Schedule:
     @property
     def n(self) -> int:
         return len(self.rows) - 1
+
+    @property
+    def pinned_sizes(self) -> frozenset:
+        """The sizes of the requests that outlived their iteration (gradients, a kept loss)."""
+        blocks = self.profile.blocks
+        return frozenset(round_size(blocks[i].size) for i in self.pinned)
 
     @property
     def arena_size(self) -> int:
