@@ -115,17 +115,6 @@ def varying(run: Run) -> bool:
     return len({tuple(v) for v in shapes.values()}) > 1
 
 
-def above(pgmo_held: list[int], stock_held: list[int]) -> tuple[int, int]:
-    """Events at which pgmo held more than CuPy's pool had by then, and the largest excess."""
-    n, worst, high = 0, 0, 0
-    for mine, theirs in zip(pgmo_held, stock_held):
-        high = max(high, theirs)  # CuPy's pool never gives memory back: its held so far
-        if mine > high:
-            n += 1
-            worst = max(worst, mine - high)
-    return n, worst
-
-
 def mib(n: int | None) -> str:
     return "-" if n is None else f"{n / MIB:,.1f}"
 
@@ -141,13 +130,14 @@ def bench(name: str, run: Run, how: str, args) -> dict:
     pool.close()
     del pool
     gc.collect()
-    moments, excess = above(mine.held, stock.held)
+    moments, excess = footprint.moments_above(mine.held, stock.held)
     row = {"name": name, "how": how, "requests": len(run), "iterations": len(run.iterations),
            "limit": limit, "long_lived": run.long_lived_bytes(),
            "stock": stock.peak, "pgmo": mine.peak, "moments": moments, "excess": excess,
            "ok": mine.completed and stock.completed, "varying": varying(run),
            "replans": stats.reoptimizations if stats else 0,
-           "mode": stats.mode if stats else "-", "seconds": mine.seconds}
+           "mode": stats.mode if stats else "-", "seconds": mine.seconds,
+           "candidates": footprint.profiling_candidates(run)}
     if not args.no_limits:
         high = int(stock.peak * 1.2) + MIB
         row["cap_pgmo"] = footprint.smallest_capacity(run, make, limit, high, step_seconds=step)
@@ -195,6 +185,9 @@ def verdicts(rows: list[dict]) -> list[str]:
         line = (f"- {r['name']}: peak {ratio:.3f} x limit, {vs:.3f} x CuPy, "
                 f"{r['moments']} moments above CuPy (goal {goal}): "
                 f"{'met' if ok and r['ok'] else 'NOT met'}")
+        if r["varying"] and r["limit"] > VARYING_MAX_STOCK * r["stock"]:
+            line += (f" (no pool can: the physical limit is {r['limit'] / r['stock']:.3f} x "
+                     f"CuPy's peak)")
         if "scale_pgmo" in r and r["scale_physical"]:
             within = r["scale_pgmo"] / r["scale_physical"]
             line += (f"; largest scale {within:.3f} of the physical largest "
@@ -245,14 +238,23 @@ def main(argv=None) -> int:
         print(parts[-1] + "\n", flush=True)
     command = "python scripts/bench_footprint.py " + " ".join(sys.argv[1:] if argv is None
                                                                else argv)
+    names = list(rows[0]["candidates"])
+    candidates = ["## Serving the warm-up and profiled iterations: peak held by each candidate", "",
+                  "The first two iterations of each run (the warm-up and the profiled one), "
+                  "served by each allocator pgmo could profile with (see "
+                  "`pgmo.footprint.profiling_candidates`; MiB):", "",
+                  "| workload | " + " | ".join(names) + " |",
+                  "|---|" + "---:|" * len(names)]
+    candidates += [f"| {r['name']} | " + " | ".join(mib(r["candidates"][n]) for n in names)
+                   + " |" for r in rows]
     report = ["# Device footprint over whole runs (CPU model)", "",
               f"- command: `{command.strip()}`",
               f"- pgmo: replan={args.replan}, method best, time limit {args.time_limit} s, "
               f"{args.step_ms:g} ms of compute per iteration; "
               f"{time.perf_counter() - started:.0f} s in all",
               "- devices are host stand-ins (pgmo.host_device): figures of the CPU model, "
-              "not GPU measurements", "", *parts, "", "## Against the targets", "",
-              *verdicts(rows)]
+              "not GPU measurements", "", *parts, "", *candidates, "",
+              "## Against the targets", "", *verdicts(rows)]
     text = "\n".join(report) + "\n"
     print("\n".join(verdicts(rows)))
     if args.output:

@@ -240,7 +240,7 @@ class Engine(PoolQueries):
                 hot.check_due(due)
             if o >= 0:
                 arena = hot.arena
-                if not arena.overdue or self._clear(arena, o, o + rs):
+                if not arena.overdue or self._clear(arena, o, o + cap):  # its planned range
                     return hot.serve_planned(arena, rs, rs)
             else:  # a survivor: its kept buffer (the inline path ran out of memory)
                 return hot.serve_off_plan(memory.kept(rs), rs, True, KEPT)
@@ -295,8 +295,8 @@ class Engine(PoolQueries):
         hot, state = self.hot, self.state
         hot.drain()
         hot.retire()  # blocks of the last iteration, still alive
+        self.memory.at_boundary()  # what is idle goes back before an arena is taken
         self._at_boundary()
-        self.memory.at_boundary()
         on_plan = self._plan_ready() and self.completed >= self.options.warmup
         state.begin(self._next_mode(), on_plan)
         # Planned iterations log into arrays sized for the plan (+1 for the

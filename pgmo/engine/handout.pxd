@@ -98,6 +98,8 @@ cdef class HotPath:
 
     cpdef reset_peak(self)
 
+    cpdef long long arena_used(self)
+
     cpdef bint arena_idle(self, Arena arena)
 
     @cython.locals(rs=cython.longlong, i=Py_ssize_t, cap=cython.longlong, o=cython.longlong,

@@ -53,11 +53,8 @@ except ImportError:  # Cython is a build dependency only
 
 # frees.py's constants and the allocation unit, as C integers when compiled (handout.pxd).
 _ARENA, _STOCK, _EXACT, _KEPT = ARENA, STOCK, EXACT, KEPT
-_SOURCE_BITS = SOURCE_BITS
-_KEY_BIAS = KEY_BIAS
-_KEY_LOW = KEY_LOW
-_ROUND_UP = ALIGNMENT - 1
-_ROUND_MASK = -ALIGNMENT
+_SOURCE_BITS, _KEY_BIAS, _KEY_LOW = SOURCE_BITS, KEY_BIAS, KEY_LOW
+_ROUND_UP, _ROUND_MASK = ALIGNMENT - 1, -ALIGNMENT
 
 #: Larger requests always take the slow path (they cannot fit a C integer, or a device).
 INLINE_MAX = 1 << 62
@@ -151,7 +148,7 @@ class HotPath:
         self.live_slots = 0  # entries of slot that are not NO_SLOT
         self.watched_frees = 0  # frees of blocks watched for a repeating loop
         self.used = 0  # bytes of live blocks, every source
-        self.source_used = array.array("q", [0, 0, 0, 0])  # per source (frees.ARENA...)
+        self.source_used = array.array("q", [0, 0, 0, 0])  # per source, but arena_used()
         self.peak_used = 0
         self.counts = Counts()
 
@@ -181,8 +178,7 @@ class HotPath:
         self.owner_hooks = owner_hooks
 
     def set_kind(self, kind, in_iter):
-        self.kind = kind
-        self.in_iter = in_iter
+        self.kind, self.in_iter = kind, in_iter
 
     def begin(self, owner, owner_hooks, ctx, planned, max_n, log_size):
         """Start the next iteration: numbering and the clock restart, a fresh log."""
@@ -230,6 +226,10 @@ class HotPath:
 
     def reset_peak(self):
         self.peak_used = self.used
+
+    def arena_used(self):  # the only source not counted block by block
+        used = self.source_used
+        return self.used - used[_STOCK] - used[_EXACT] - used[_KEPT]
 
     def arena_idle(self, arena):
         """Whether no block lives in ``arena``."""
@@ -344,7 +344,6 @@ class HotPath:
         self.live_slots += 1
         used = self.used + rs
         self.used = used
-        self.source_used[_ARENA] += rs
         if used > self.peak_used:
             self.peak_used = used
         self.counts.planned += 1
@@ -378,7 +377,6 @@ class HotPath:
         arena.overdue[(it << 32) | i] = (lo, lo + rs, it)
         used = self.used + rs
         self.used = used
-        self.source_used[_ARENA] += rs
         if used > self.peak_used:
             self.peak_used = used
         pointer = self.pointer_type(self.memory_type(arena.ptr + lo, rs, owner, self.device_id),
@@ -479,7 +477,6 @@ class HotPath:
     def apply_free(self, index, it, rs, arena, source):
         """One free, in its turn: the bytes, the slot or overdue entry, the clock."""
         self.used -= rs
-        self.source_used[source] -= rs
         if arena is not None:
             if arena is self.arena and index < len(self.slot) and self.slot[index] == it:
                 self.slot[index] = NO_SLOT
@@ -494,6 +491,8 @@ class HotPath:
                     self.placer.release(span[0], span[1])
                 if not overdue and arena is not self.arena:
                     self.on_arena_idle(arena)
+        else:  # arena bytes are the rest: used - the other sources (see arena_used)
+            self.source_used[source] -= rs
         if it == self.iteration and self.logging_frees:
             self.obs_uppers[index] = self.tick
             self.tick += 1

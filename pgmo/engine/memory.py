@@ -55,7 +55,7 @@ import weakref
 from typing import Any, Callable
 
 from ..units import round_size
-from .frees import ARENA, EXACT, KEPT, Arena
+from .frees import EXACT, KEPT, Arena
 from .handout import NO_SLOT, HotPath
 from .placement import Placer
 
@@ -205,7 +205,8 @@ class DeviceMemory:
         headroom while later plans fit in it.
         """
         hot = self.hot
-        size = max(size, self.wanted) if size > 0 else 0
+        if varying and size > 0:  # what placing a varying iteration needed, at least
+            size = max(size, self.wanted)
         arena = hot.arena
         old = arena.size if arena is not None else 0
         if arena is not None:
@@ -239,7 +240,7 @@ class DeviceMemory:
         self.arenas.discard(arena)
 
     def _take(self, size: int) -> Arena | None:
-        self._release_kept(before=self.hot.iteration)  # idle survivors' buffers go first
+        self.release_cached()  # what is idle goes first (policy 2)
         try:
             buffer = self.raw(size)
         except MemoryError as e:
@@ -267,7 +268,8 @@ class DeviceMemory:
         hot.set_placer(self.placer)
 
     def stop_placing(self) -> None:
-        """The iteration ended: an arena whose gaps it overflowed grows at the next boundary."""
+        """The iteration ended: an arena whose gaps it overflowed grows at the next boundary
+        (when the workload varies; otherwise its next plan covers it)."""
         placer, self.placer = self.placer, None
         arena = self.hot.arena
         if placer is not None and placer.overflowed and arena is not None:
@@ -280,6 +282,11 @@ class DeviceMemory:
         The stock pool serves nothing inside an iteration but interruptions
         and other threads, so its free blocks would only sit beside the arena.
         """
+        self.release_cached()
+
+    def release_cached(self) -> None:
+        """Give back survivors' buffers idle for a whole iteration and the stock pool's free
+        blocks (those of a whole allocation)."""
         self._release_kept(before=self.hot.iteration)
         if self.stock.n_free_blocks():
             self.stock.free_all_blocks()
@@ -323,7 +330,7 @@ class DeviceMemory:
     def own_free_bytes(self) -> int:
         """pgmo's idle bytes: arena room no live block uses, idle kept buffers."""
         self._collect_kept()
-        return self.arena_total() - self.hot.source_used[ARENA] + self._idle_kept_bytes
+        return self.arena_total() - self.hot.arena_used() + self._idle_kept_bytes
 
     def total_bytes(self) -> int:
         hot = self.hot
