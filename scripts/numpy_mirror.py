@@ -93,6 +93,18 @@ def _softmax_cross_entropy(function, inputs, outputs):
     return [("x - max", x.nbytes), ("row sums", rows)], [("row maxima", rows), ("log_y", x.nbytes)]
 
 
+def _lrn_grad(function, inputs, outputs):
+    """LocalResponseNormalizationGrad: the summand ``y * gy / scale``, beside gx."""
+    return [], [("summand", inputs[0].nbytes)]
+
+
+def _batch_normalization_grad(function, inputs, outputs):
+    """BatchNormalizationGrad (no cuDNN): ``gy * x_hat`` for gamma's gradient dies before gx
+    is made; ``x_hat`` lives beside it.  (Forward reduces without a temporary.)"""
+    x = inputs[0]
+    return [("gy * x_hat", x.nbytes)], [("x_hat", x.nbytes)]
+
+
 #: Temporaries a function's GPU path allocates besides its outputs, by class name:
 #: ``f(function, inputs, outputs) -> (before, beside)``, lists of (what, bytes).
 #: ``before`` are made, then freed, before the outputs are made; ``beside`` live
@@ -103,6 +115,8 @@ TEMPORARIES: dict[str, Callable] = {
     "Deconvolution2DFunction": _deconvolution,
     "Dropout": _dropout,
     "SoftmaxCrossEntropy": _softmax_cross_entropy,
+    "LocalResponseNormalizationGrad": _lrn_grad,
+    "BatchNormalizationGrad": _batch_normalization_grad,
 }
 
 #: Arrays a function keeps whose dtype differs on the GPU: (class, attribute) -> itemsize.
@@ -112,9 +126,12 @@ GPU_ITEMSIZE: dict[tuple[str, str], int] = {
     ("MaxPooling2D", "indexes"): 4,
 }
 
-#: Arrays a function keeps on the CPU only (its GPU path keeps no such array).
-CPU_ONLY: set[tuple[str, str]] = {
+#: Arrays a function keeps that a GPU run holds in no device memory: its GPU path keeps
+#: no such array (LRN's ``unit_scale``), or keeps it in host memory (split indices).
+NOT_ON_DEVICE: set[tuple[str, str]] = {
     ("LocalResponseNormalization", "unit_scale"),
+    ("LocalResponseNormalizationGrad", "unit_scale"),
+    ("SplitAxis", "indices"),
 }
 
 
@@ -223,7 +240,7 @@ class NumpyMirror(chainer.FunctionHook):
                 continue
             kind = type(owner).__name__
             for attribute, value in list(vars(owner).items()):
-                if (kind, attribute) in CPU_ONLY or attribute.startswith("_retained"):
+                if (kind, attribute) in NOT_ON_DEVICE or attribute.startswith("_retained"):
                     continue
                 values = value if isinstance(value, (tuple, list)) else (value,)
                 self.see(values, "kept by a function", GPU_ITEMSIZE.get((kind, attribute)))

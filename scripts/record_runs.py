@@ -43,6 +43,7 @@ import itertools
 import json
 import logging
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -292,6 +293,19 @@ def record(setup, iterations: int, capture: str = "mirror",
     return run, captured.facts()
 
 
+def commit() -> str | None:
+    """The checkout's git commit (a '+' when it has changes), or None outside git."""
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--",
+                                "scripts", "examples", "pgmo", ":(exclude)pgmo/traces"],
+                               capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+" if dirty else "")
+
+
 def provenance(facts: dict, capture: str, fidelity: dict | None) -> dict:
     meta = {
         **facts,
@@ -301,8 +315,8 @@ def provenance(facts: dict, capture: str, fidelity: dict | None) -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": f"CPU (NumPy {np.__version__}, {platform.machine()}); sizes as CuPy would "
                   f"allocate them on a GPU",
-        "pgmo": pgmo.__version__, "chainer": chainer.__version__, "numpy": np.__version__,
-        "python": platform.python_version(),
+        "pgmo": pgmo.__version__, "pgmo_commit": commit(), "chainer": chainer.__version__,
+        "numpy": np.__version__, "python": platform.python_version(),
         "synthetic": False, "measured_on_gpu": False,
         "note": "A CPU recording of the real example's array allocations (Chainer on NumPy), "
                 "not a GPU measurement: each block is the bytes of an array the GPU run would "
