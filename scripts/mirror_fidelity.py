@@ -70,15 +70,18 @@ def summary(trace: pgmo.Trace) -> dict:
             "largest": sizes[:LARGEST]}
 
 
-def compare(name: str, capture: str) -> dict:
-    """Record ``name`` with ``capture`` and compare its second iteration with the H100's."""
+def compare(name: str, capture: str, extra: list[str] = ()) -> dict:
+    """Record ``name`` with ``capture`` and compare its second iteration with the H100's.
+
+    ``extra``: more record_runs arguments (smaller sizes, for a quick check).
+    """
     reference, cut, argv = WORKLOADS[name]
-    args = record_runs.parse_args([*argv, "--iterations", "2", "--capture", capture])
+    args = record_runs.parse_args([*argv, "--iterations", "2", "--capture", capture, *extra])
     setup, _, _, _ = record_runs.workload(args, args.workload[0])
     started = time.perf_counter()
-    rec, _ = record_runs.record(setup, 2, capture)
+    run, _ = record_runs.record(setup, 2, capture)
     seconds = time.perf_counter() - started
-    cpu = summary(iteration_trace(rec.run(), 1, cut))
+    cpu = summary(iteration_trace(run, 1, cut))
     gpu = summary(bundled.load(reference))
     row = {"workload": name, "capture": capture, "reference": reference, "cut": cut,
            "gpu": gpu, "cpu": cpu,

@@ -235,6 +235,16 @@ def test_an_iteration_is_cut_as_the_gpu_trace_was_taken():
     assert sorted(x.size for x in stock.blocks) == [10, 100, 513]
 
 
+def test_a_recording_is_compared_with_the_h100_trace_it_stands_for():
+    fidelity = _script("mirror_fidelity")
+    row = fidelity.compare("alexnet", "mirror", ["--insize", "67", "--batchsize", "2",
+                                                 "--classes", "10"])
+    assert row["gpu"]["requests"] == 131 and row["gpu"]["lower_bound"] == 1013874176
+    assert 0 < row["cpu"]["lower_bound"] < row["gpu"]["lower_bound"]  # a far smaller batch
+    assert row["cpu"]["largest"] == sorted(row["cpu"]["largest"], reverse=True)
+    assert "| alexnet | mirror |" in fidelity.table([row])
+
+
 @pytest.mark.parametrize("name, iterations", sorted(BUNDLED.items()))
 def test_the_bundled_runs_carry_their_provenance(name, iterations):
     run = read_run(RUNS / f"{name}.run.json.gz")
