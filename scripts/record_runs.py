@@ -221,20 +221,21 @@ def imagenet_workload(arch: str, batch: int, insize: int | None, classes: int, s
 
 
 def densenet_workload(batch: int, seed: int, depth: int = 100, growth: int = 12,
-                      insize: int = 32):
-    """(setup, facts) for ``examples/densenet.py``'s DenseNet-BC, without recomputation."""
+                      insize: int = 32, recompute: bool = False):
+    """(setup, facts) for ``examples/densenet.py``'s DenseNet-BC (``recompute``: its
+    bottlenecks under ``F.forget``)."""
     import densenet
 
     data = densenet.synthetic_cifar(batch, insize, 10, seed)
 
     def setup():
         np.random.seed(seed)
-        return _updater(densenet.DenseNetBC(depth, growth, 10, False),
+        return _updater(densenet.DenseNetBC(depth, growth, 10, recompute),
                         chainer.optimizers.MomentumSGD(lr=0.1, momentum=0.9), data, batch,
                         shuffle=False)
 
     facts = {"model": f"densenet-bc-{depth}", "growth_rate": growth, "kind": "training",
-             "batch_size": batch, "input_size": insize, "classes": 10,
+             "batch_size": batch, "input_size": insize, "classes": 10, "recompute": recompute,
              "optimizer": "MomentumSGD(lr=0.1, momentum=0.9)"}
     return setup, facts
 
@@ -306,7 +307,8 @@ def commit() -> str | None:
     return head + ("+" if dirty else "")
 
 
-def provenance(facts: dict, capture: str, fidelity: dict | None) -> dict:
+def provenance(facts: dict, capture: str, fidelity: dict | None, code: str | None) -> dict:
+    """What the run file says about itself; ``code``: :func:`commit` when recording began."""
     meta = {
         **facts,
         "capture": capture,
@@ -315,7 +317,7 @@ def provenance(facts: dict, capture: str, fidelity: dict | None) -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": f"CPU (NumPy {np.__version__}, {platform.machine()}); sizes as CuPy would "
                   f"allocate them on a GPU",
-        "pgmo": pgmo.__version__, "pgmo_commit": commit(), "chainer": chainer.__version__,
+        "pgmo": pgmo.__version__, "pgmo_commit": code, "chainer": chainer.__version__,
         "numpy": np.__version__, "python": platform.python_version(),
         "synthetic": False, "measured_on_gpu": False,
         "note": "A CPU recording of the real example's array allocations (Chainer on NumPy), "
@@ -345,6 +347,8 @@ def parse_args(argv=None):
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--depth", type=int, default=100, help="DenseNet-BC depth")
     parser.add_argument("--growth-rate", type=int, default=12, help="DenseNet-BC growth rate")
+    parser.add_argument("--recompute", action="store_true",
+                        help="DenseNet-BC: recompute each bottleneck in backward (F.forget)")
     parser.add_argument("--vocab", type=int, default=40000)
     parser.add_argument("--units", type=int, default=512)
     parser.add_argument("--layers", type=int, default=3)
@@ -376,8 +380,9 @@ def workload(args, name: str):
     if name == "densenet":
         batch = args.batchsize or 64
         setup, facts = densenet_workload(batch, args.seed, args.depth, args.growth_rate,
-                                         args.insize or 32)
-        stem = f"densenet-bc{args.depth}-k{args.growth_rate}-train-b{batch}"
+                                         args.insize or 32, args.recompute)
+        stem = f"densenet-bc{args.depth}-k{args.growth_rate}-train-b{batch}" \
+            f"{'-recompute' if args.recompute else ''}"
     else:
         batch = args.batchsize or 32
         setup, facts = imagenet_workload(name, batch, args.insize, args.classes, args.seed)
@@ -391,6 +396,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     fidelity = json.loads(args.fidelity.read_text()) if args.fidelity else None
+    code = commit()
     for name in args.workload:
         setup, facts, stem, iterations = workload(args, name)
         stem = args.name or stem
@@ -398,7 +404,8 @@ def main(argv=None) -> int:
         run, captured = record(setup, iterations, args.capture,
                                lambda k, s: log.info("%s: iteration %d in %.1f s", stem, k + 1, s))
         seconds = round(time.perf_counter() - started, 1)
-        meta = {**provenance(facts, args.capture, fidelity), **captured, "seconds": seconds}
+        meta = {**provenance(facts, args.capture, fidelity, code), **captured,
+                "seconds": seconds}
         run = Run(run.trace.with_metadata(**meta), run.iterations)
         path = args.out_dir / f"{stem}.run.json.gz"
         write_run(run, path)
