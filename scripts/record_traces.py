@@ -47,7 +47,6 @@ import platform
 import subprocess
 import sys
 import time
-import weakref
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +59,7 @@ import chainer  # noqa: E402
 import numpy as np  # noqa: E402
 
 import densenet as densenet_example  # noqa: E402
+from numpy_mirror import NumpyMirror  # noqa: E402,F401  (CPU dry runs' stand-in)
 import seq2seq as seq2seq_example  # noqa: E402
 import train_imagenet  # noqa: E402
 from models import ARCHS  # noqa: E402
@@ -213,43 +213,6 @@ def densenet_training(batch: int, device, recompute: bool, sizes, seed: int = 0)
     name = f"densenet-bc{depth}-k{growth_rate}-train-b{batch}-recompute-" \
            f"{'on' if recompute else 'off'}"
     return Workload(name, metadata, step, pools=("stock", "pgmo"))
-
-
-# ------------------------------------------------------ CPU dry-run stand-in
-class NumpyMirror(chainer.FunctionHook):
-    """CPU dry runs only: one pool request per NumPy array, freed when the array dies.
-
-    On NumPy, Chainer never calls CuPy's allocator, so a pool installed with
-    ``cupy.cuda.set_allocator`` sees nothing.  This hook asks ``pool`` for the
-    bytes of every array (its base, for views) that a function receives in
-    forward or backward, the first time it is seen, and drops the block when
-    the array is garbage; the pool then profiles and plans as it would on a GPU.
-    """
-
-    name = "pgmo_numpy_mirror"
-
-    def __init__(self, pool):
-        self.pool = pool
-        self._blocks: dict[int, object] = {}
-
-    def _see(self, arrays) -> None:
-        for array in arrays:
-            if not isinstance(array, np.ndarray):
-                continue
-            while isinstance(array.base, np.ndarray):
-                array = array.base
-            key = id(array)
-            if key in self._blocks or array.nbytes == 0:
-                continue
-            self._blocks[key] = self.pool.malloc(array.nbytes)
-            weakref.finalize(array, self._blocks.pop, key, None)
-
-    def forward_preprocess(self, function, in_data):
-        self._see(in_data)
-
-    def backward_preprocess(self, function, in_data, out_grad):
-        self._see(in_data)
-        self._see(out_grad)
 
 
 # ------------------------------------------------------------------ recording
