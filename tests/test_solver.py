@@ -320,10 +320,16 @@ def test_best_reports_its_search():
                                (4, 1, 7, 2), (5, 3, 5, 1)])
     plan = pgmo.solve(trace, time_limit=None, budget=1000)
     for key in ("strategy", "nodes", "restarts", "proved_optimal", "gap", "gap_bytes",
-                "proven_bound", "stopped_by", "peaks"):
+                "proven_bound", "stopped_by", "peaks", "phases"):
         assert key in plan.info
     assert plan.info["gap_bytes"] == plan.peak - plan.lower_bound
     assert plan.info["proven_bound"] <= plan.peak
+    phases = plan.info["phases"]
+    assert phases[0]["name"] == "greedy"  # the plan of last resort comes first
+    assert sum(p["nodes"] for p in phases) == plan.info["nodes"]
+    assert sum(p["restarts"] for p in phases) == plan.info["restarts"]
+    ends = [p["started"] + p["seconds"] for p in phases]
+    assert all(end <= later["started"] for end, later in zip(ends, phases[1:]))
 
 
 def test_best_without_limit_or_budget_is_refused():
