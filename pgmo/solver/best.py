@@ -1,247 +1,190 @@
 """The default method: greedy packings first, then searches, keeping the lowest peak.
 
-No single rule wins everywhere, so ``best`` runs, while its budget lasts and
-until a packing reaches the lower bound (then it is optimal):
+No single rule wins everywhere, so ``best`` runs phases (:mod:`.phases`)
+while its budget lasts and until a packing reaches the proven lower bound
+(then it is optimal).  :func:`plan_for` chooses them by the trace's size:
 
-1. greedy candidates: the skyline best-fit with several priorities and
-   gap-fit placement in several orders (:mod:`.greedy`), each skipped when
-   one run would not end before the deadline;
-2. on traces of :data:`CORE_MIN_N` blocks or more, the peak core
-   (:mod:`.peak_core`): the blocks around the max-load instant packed exactly,
-   the rest fitted around them (real traces: exact on pangu, BERT);
-3. briefly, the skyline backtracking search under capacity
-   (:func:`.skyline_dfs.capacity_search`): cheap, and on some instances it
-   reaches the lower bound where the canonical search takes long;
-4. on traces small enough for it, anytime tightening with the canonical
-   search (:mod:`.tightening`): restarts at the lower bound and between the
-   bounds, which also proves lower bounds;
-5. with what is left: on traces of up to :data:`NEIGHBOURHOOD_MAX_N` blocks,
-   the large neighbourhood search (:class:`.neighbourhood.NeighbourhoodSearch`),
-   which re-packs slabs of the best packing with the canonical search; on
-   larger ones, local search over skyline priorities
-   (:class:`.local_search.SkylineSearch`).
+- small traces: every greedy candidate (:mod:`.greedy`, :mod:`.bestfit`),
+  then the canonical search under the lower bound and probes above it
+  (:mod:`.tightening`), and with what is left the large neighbourhood search
+  (:mod:`.neighbourhood`);
+- traces of :data:`CORE_MIN_N` blocks or more: the skyline candidates (the
+  paper's best-fit first), then the peak core (:mod:`.peak_core`: the blocks
+  around the max-load instant packed exactly, the rest fitted around them;
+  exact on pangu and BERT), then the gap-fit candidates (seconds each on
+  20 000 blocks), then the canonical search where the
+  trace is small enough for it (:func:`.canonical_search.searchable`), else
+  briefly the skyline backtracking search under capacity
+  (:mod:`.skyline_dfs`), and with what is left the neighbourhood search or,
+  on the largest traces, local search over skyline priorities
+  (:mod:`.local_search`).
 
-The budget (:class:`.budget.Budget`) counts search steps and keeps the
-deadline: with a step budget and no time limit the plan is the same on every
-machine.  ``info`` reports the winning strategy, the peak of every candidate,
-the steps (``nodes``) and ``restarts`` spent, the proven lower bound and the
-gap to it, and whether optimality was proven.
+Each phase gets a share of the budget left when it starts.  The budget
+(:class:`.budget.Budget`) counts search steps and keeps the deadline on one
+clock: with a step budget and no time limit the plan is the same on every
+machine.  :class:`BestInfo` reports the winning strategy, every strategy's
+peak, every phase (when it started, how long it took, its steps), the proven
+lower bound and why the search stopped.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Callable
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
 
-from ..trace import Trace, packing_peak
-from .bestfit import paper_priority, skyline_offsets
-from .budget import Budget
-from .canonical_search import MAX_CELLS, sections_of
-from .greedy import ORDERS, gap_fit_offsets
-from .local_search import SkylineSearch
-from .neighbourhood import NeighbourhoodSearch
+from ..trace import Trace
+from .budget import WALL_CLOCK, Budget, Clock
+from .canonical_search import MAX_BLOCKS, searchable, sections_of
 from .options import SolverOptions
 from .packing import Packing
-from .peak_core import core_packings
-from .skyline_dfs import capacity_search
-from .tightening import tighten
+from .phases import (Incumbent, Phase, PhaseReport, capacity_search, gap_greedies, greedy,
+                     peak_core, priority_moves, skyline_greedies, slab_moves, tightening)
 
-__all__ = ["solve", "best_offsets", "CORE_MIN_N", "TIGHTEN_MAX_N", "NEIGHBOURHOOD_MAX_N",
-           "SHARES"]
+__all__ = ["solve", "best_offsets", "plan_for", "BestInfo", "Step", "CORE_MIN_N",
+           "NEIGHBOURHOOD_MAX_N", "SHARES"]
+
+log = logging.getLogger(__name__)
 
 #: Smallest trace given the peak-core strategy (smaller ones get the whole
 #: canonical search instead).
 CORE_MIN_N = 1000
-#: Largest trace given the canonical search (its blocks x sections matrix
-#: must also stay under :data:`.canonical_search.MAX_CELLS`).
-TIGHTEN_MAX_N = 20_000
 #: Largest trace given the large neighbourhood search (a move re-reads the
 #: trace and builds a search over the slab and its pinned neighbours).
 NEIGHBOURHOOD_MAX_N = 2000
-#: Share of the budget left when each search phase starts (tightening 0.85:
-#: MiniMalloc's E needs 600 000 nodes of it to reach its lower bound).
-SHARES = {"peak-core": 0.3, "capacity-search": 0.06, "tightening": 0.85}
-
-# Rough cost model of one gap-fit run, in seconds, before one has been timed.
-_GAP_COST_PER_BLOCK = 2e-5
-_GAP_COST_PER_PAIR_OF_BLOCKS = 1.5e-9
-# And of one skyline run.
-_SKYLINE_COST_PER_BLOCK = 3e-5
+#: Share of the budget left when each search phase starts (the last phase
+#: gets all that is left).
+SHARES = {"peak-core": 0.5, "capacity-search": 0.06, "tightening": 0.9}
 
 
-def _strategies(lowers, uppers, sizes) -> list[tuple[str, str, Callable[[], list[int]]]]:
-    """(name, kind, run) for every greedy candidate, cheapest kind first.
+@dataclass(frozen=True)
+class Step:
+    """One phase of the plan and its share of the budget left when it starts."""
 
-    Skyline runs return (offsets, priority) so the search can start from the
-    best priority; gap runs return offsets.
-    """
-    cols = (lowers, uppers, sizes)
-
-    def skyline(priority_of):
-        priority = priority_of(*cols)
-        return skyline_offsets(*cols, priority), priority
-
-    out = [("bestfit", "skyline", lambda: skyline(paper_priority))]
-    for name in ("size-lifetime", "area"):
-        out.append((f"skyline/{name}", "skyline", lambda name=name: skyline(ORDERS[name])))
-    for name in ("size", "size-lifetime", "lifetime-size", "area"):
-        out.append((f"gap-best/{name}", "gap",
-                    lambda name=name: gap_fit_offsets(*cols, ORDERS[name](*cols), "best")))
-    out.append(("gap-first/size", "gap",
-                lambda: gap_fit_offsets(*cols, ORDERS["size"](*cols), "first")))
-    return out
+    name: str
+    phase: Phase
+    share: float = 1.0
 
 
-def _stop_reason(optimal: bool, budget: Budget, n: int, started: float) -> str:
-    """Why the search ended, for the report."""
-    if optimal:
-        return "optimum"
-    # The last phases stop a little early rather than late.
-    if budget.deadline is not None and budget.time_left() <= 0.05 + 0.02 * (
-            budget.deadline - started):
-        return "time limit"
-    left = budget.steps_left
-    if left is not None and left < max(16, n):  # too few for another probe or move
-        return "budget"
-    return "search finished"
+def plan_for(lowers: list[int], uppers: list[int]) -> list[Step]:
+    """The phases ``best`` runs on a trace with these lifetimes, in order."""
+    n = len(lowers)
+    canonical = 1 < n <= MAX_BLOCKS and searchable(n, sections_of(lowers, uppers)[2])
+    steps = []
+    if n >= CORE_MIN_N:
+        steps += [Step("skyline", skyline_greedies),
+                  Step("peak-core", peak_core, SHARES["peak-core"]), Step("gap", gap_greedies)]
+    else:
+        steps.append(Step("greedy", greedy))
+    if n > 1 and not canonical:
+        steps.append(Step("capacity-search", capacity_search, SHARES["capacity-search"]))
+    if canonical:
+        steps.append(Step("tightening", tightening, SHARES["tightening"]))
+    if canonical and n <= NEIGHBOURHOOD_MAX_N:
+        steps.append(Step("neighbourhood", slab_moves))
+    elif n > 1:
+        steps.append(Step("local-search", priority_moves))
+    return steps
 
 
-def solve(trace: Trace, options: SolverOptions, deadline: float | None) -> Packing:
+@dataclass
+class BestInfo:
+    """What ``best`` found and did (``Plan.info`` holds :meth:`as_dict`)."""
+
+    strategy: str  # the phase's strategy that found the packing kept
+    peak: int
+    lower_bound: int  # the trace's max load
+    proven_bound: int  # no packing has a lower peak
+    nodes: int  # search steps, all phases together
+    stopped_by: str  # "optimum", "time limit", "budget" or "search finished"
+    peaks: dict[str, int]  # the lowest peak of every strategy tried
+    phases: list[PhaseReport]
+
+    @property
+    def proved_optimal(self) -> bool:
+        return self.peak <= self.proven_bound
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (the background worker pickles it), with the totals over phases."""
+        phases = self.phases
+        probes = [[c, s] for p in phases for c, s in p.probes]
+        return {
+            "strategy": self.strategy,
+            "nodes": self.nodes,
+            "restarts": sum(p.restarts for p in phases),
+            "proved_optimal": self.proved_optimal,
+            "proven_bound": self.proven_bound,
+            "gap": self.peak / self.lower_bound - 1 if self.lower_bound else 0.0,
+            "gap_bytes": self.peak - self.lower_bound,
+            "stopped_by": self.stopped_by,
+            "peaks": dict(self.peaks),
+            "skipped": [name for p in phases for name in p.skipped],
+            "capacity_probes": probes,
+            "local_search_moves": sum(p.moves for p in phases if p.name == "local-search"),
+            "neighbourhood_moves": sum(p.moves for p in phases if p.name == "neighbourhood"),
+            "reached_lower_bound": self.peak == self.lower_bound,
+            "phases": [{k: v for k, v in dataclasses.asdict(p).items() if k != "probes"}
+                       for p in phases],
+        }
+
+
+def solve(trace: Trace, options: SolverOptions, deadline: float | None,
+          clock: Clock = WALL_CLOCK) -> Packing:
     """The ``best`` method behind :func:`pgmo.solve`."""
     if deadline is None and options.budget is None:
         raise ValueError("method 'best' without a time limit needs a step budget")
-    offsets, info = best_offsets(trace, Budget(options.budget, deadline),
+    offsets, info = best_offsets(trace, Budget(options.budget, deadline, clock),
                                  progress=options.progress, seed=options.seed)
-    return Packing(offsets, info["proved_optimal"], info)
+    return Packing(offsets, info.proved_optimal, info.as_dict())
 
 
-def best_offsets(trace: Trace, budget: Budget | float, progress: bool = False,
-                 seed: int = 0) -> tuple[list[int], dict]:
-    """Best packing found within ``budget`` (or by a perf_counter deadline); (offsets, info)."""
-    started = time.perf_counter()
-    if not isinstance(budget, Budget):
-        budget = Budget(None, budget)
+def best_offsets(trace: Trace, budget: Budget, progress: bool = False,
+                 seed: int = 0) -> tuple[list[int], BestInfo]:
+    """The lowest packing found within ``budget``: (offsets, :class:`BestInfo`)."""
+    started = budget.clock()
     lowers, uppers, sizes = trace.columns()
-    n, lb = len(sizes), trace.lower_bound()
-    strategies = _strategies(lowers, uppers, sizes)
+    best = Incumbent(lowers, uppers, sizes, trace.lower_bound())
+    steps = plan_for(lowers, uppers)
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(strategies) + 4, desc="pgmo best", unit="phase", leave=False)
-
-    state = {"name": None, "offsets": None, "peak": None}
-    tried: dict[str, int] = {}
-    skipped: list[str] = []
-    report: dict = {"restarts": 0, "capacity_probes": [], "local_search_moves": 0,
-                    "neighbourhood_moves": 0}
-    bound = lb  # proven lower bound on the optimal peak
-
-    def consider(name: str, offsets: list[int]) -> None:
-        peak = packing_peak(offsets, sizes)
-        tried[name] = min(peak, tried.get(name, peak))
-        if state["peak"] is None or peak < state["peak"]:
-            state.update(name=name, offsets=offsets, peak=peak)
-            if bar is not None:
-                bar.set_postfix(peak_over_lb=f"{peak / lb:.4f}")
-
-    def open_gap() -> bool:
-        return state["peak"] > bound and not budget.expired()
-
-    def step():
-        if bar is not None:
-            bar.update(1)
-
+        bar = tqdm(total=len(steps), desc="pgmo best", unit="phase", leave=False)
+    reports: list[PhaseReport] = []
     try:
-        # 1. greedy candidates
-        seed_peak, seed_priority = None, None
-        cost = {"skyline": n * _SKYLINE_COST_PER_BLOCK,
-                "gap": n * (_GAP_COST_PER_BLOCK + n * _GAP_COST_PER_PAIR_OF_BLOCKS)}
-        for name, kind, run in strategies:
-            if state["peak"] == lb:
-                break
-            if state["offsets"] is not None and cost[kind] > budget.time_left():
-                skipped.append(name)
-                continue
-            t0 = time.perf_counter()
-            if kind == "gap":
-                offsets = run()
-            else:
-                offsets, priority = run()
-                peak = packing_peak(offsets, sizes)
-                if seed_peak is None or peak < seed_peak:
-                    seed_peak, seed_priority = peak, priority
-            cost[kind] = time.perf_counter() - t0
-            consider(name, offsets)
-            step()
-
-        # 2. peak core (large traces)
-        if n >= CORE_MIN_N and open_gap():
-            part = budget.share(SHARES["peak-core"])
-            stats: dict = {}
-            for name, offsets in core_packings(lowers, uppers, sizes, lb, part,
-                                               fill_seconds=2 * cost["gap"], stats=stats):
-                consider(name, offsets)
+        for step in steps:
+            if best.peak is not None and (not best.open or budget.expired()):
+                break  # the first phase always runs: it makes the plan of last resort
+            part = budget.share(step.share)
+            begun = budget.clock()
+            report = step.phase(best, part, seed)
+            report.started, report.seconds = begun - started, budget.clock() - begun
             budget.spend(part.used)
-            report["restarts"] += stats.get("restarts", 0)
-        step()
-
-        # 3. skyline backtracking under capacity
-        if 1 < n and open_gap():
-            part = budget.share(SHARES["capacity-search"])
-            offsets, _, probes = capacity_search(lowers, uppers, sizes, bound, state["peak"],
-                                                 part, seed)
-            budget.spend(part.used)
-            report["restarts"] += len(probes)
-            report["capacity_probes"] += [[c, "found" if ok else "stopped"] for c, ok in probes]
-            if offsets is not None:
-                consider("capacity-search", offsets)
-        step()
-
-        # 4. canonical search, tightening the capacity
-        canonical = 1 < n <= TIGHTEN_MAX_N and n * sections_of(lowers, uppers)[2] <= MAX_CELLS
-        if canonical and open_gap():
-            part = budget.share(SHARES["tightening"])
-            found = tighten(lowers, uppers, sizes, bound, state["peak"], part, seed)
-            budget.spend(part.used)
-            report["restarts"] += found.restarts
-            report["capacity_probes"] += [[c, s] for c, s in found.probes]
-            bound = max(bound, found.proven_bound)
-            if found.offsets is not None:
-                consider("canonical-search", found.offsets)
-        step()
-
-        # 5. the rest: slab re-packing, or local search (its first move re-runs a skyline)
-        if canonical and n <= NEIGHBOURHOOD_MAX_N and open_gap():
-            search = NeighbourhoodSearch(lowers, uppers, sizes, seed)
-            consider("neighbourhood", search.run(state["offsets"], budget, bound))
-            report["neighbourhood_moves"] = search.moves
-        elif n > 1 and open_gap() and seed_priority is not None \
-                and budget.time_left() > 2 * cost["skyline"]:
-            search = SkylineSearch(lowers, uppers, sizes, seed=seed)
-            offsets, _, moves = search.run(seed_priority, budget, bound)
-            report["local_search_moves"] = moves
-            consider("local-search", offsets)
-        step()
+            reports.append(report)
+            log.debug("best: %s took %.3f s, %d steps; peak %d", step.name, report.seconds,
+                      report.nodes, best.peak)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(peak_over_lb=f"{best.peak / best.lower_bound:.4f}")
     finally:
         if bar is not None:
             bar.close()
+    info = BestInfo(best.name, best.peak, best.lower_bound, best.bound, budget.used,
+                    _stop_reason(best, budget, reports, started), best.peaks, reports)
+    return best.offsets, info
 
-    peak = state["peak"]
-    info = {
-        "strategy": state["name"],
-        "nodes": budget.used,
-        "restarts": report["restarts"],
-        "proved_optimal": peak <= bound,
-        "proven_bound": bound,
-        "gap": peak / lb - 1 if lb else 0.0,
-        "gap_bytes": peak - lb,
-        "stopped_by": _stop_reason(peak <= bound, budget, n, started),
-        "peaks": tried,
-        "skipped": skipped,
-        "capacity_probes": report["capacity_probes"],
-        "local_search_moves": report["local_search_moves"],
-        "neighbourhood_moves": report["neighbourhood_moves"],
-        "reached_lower_bound": peak == lb,
-    }
-    return state["offsets"], info
+
+def _stop_reason(best: Incumbent, budget: Budget, reports: list[PhaseReport],
+                 started: float) -> str:
+    """Why the search ended, for the report."""
+    if not best.open:
+        return "optimum"
+    # The phases stop a little early rather than late.
+    if budget.deadline is not None and (any(r.out_of_time for r in reports) or budget.time_left()
+                                        <= 0.05 + 0.02 * (budget.deadline - started)):
+        return "time limit"
+    left = budget.steps_left
+    if left is not None and left < max(16, best.n):  # too few for another probe or move
+        return "budget"
+    return "search finished"

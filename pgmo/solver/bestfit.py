@@ -39,11 +39,15 @@ from typing import Sequence
 
 import numpy as np
 
+from .budget import Budget
+
 __all__ = ["solve", "bestfit_offsets", "skyline_offsets", "paper_priority"]
 
 _INF = float("inf")
 #: Queries over more lower-sorted positions than this scan with numpy.
 _WIDE = 256
+#: Lines taken between two looks at the clock (when a budget is given).
+_CHECK_EVERY = 1024
 
 
 def paper_priority(lowers: Sequence[int], uppers: Sequence[int],
@@ -53,8 +57,8 @@ def paper_priority(lowers: Sequence[int], uppers: Sequence[int],
     return sorted(range(n), key=lambda i: (lowers[i] - uppers[i], -sizes[i], i))
 
 
-def solve(trace, options, deadline) -> "Packing":
-    """The ``bestfit`` method behind :func:`pgmo.solve` (ignores the time limit)."""
+def solve(trace, options, deadline, clock=None) -> "Packing":
+    """The ``bestfit`` method behind :func:`pgmo.solve` (one run: it ignores the time limit)."""
     from .packing import Packing
 
     return Packing(bestfit_offsets(*trace.columns()), None, {"strategy": "bestfit"})
@@ -172,8 +176,12 @@ class _CandidateTree:
 
 
 def skyline_offsets(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int],
-                    priority: Sequence[int]) -> list[int]:
-    """Skyline best-fit where ``priority`` lists block indices, preferred first."""
+                    priority: Sequence[int], budget: Budget | None = None) -> list[int]:
+    """Skyline best-fit where ``priority`` lists block indices, preferred first.
+
+    With a ``budget``, raises :class:`~.budget.OutOfTime` once its deadline
+    has passed (a run over 60 000 blocks takes seconds).
+    """
     n = len(sizes)
     if n == 0:
         return []
@@ -210,7 +218,11 @@ def skyline_offsets(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequenc
 
     new_line(min(lowers), max(uppers), 0, 0, 1)
     placed = 0
+    taken = 0
     while placed < n:
+        if budget is not None and taken % _CHECK_EVERY == 0:
+            budget.check()
+        taken += 1
         h, t0, s = heapq.heappop(heap)
         if not alive[s]:
             continue

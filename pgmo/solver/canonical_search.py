@@ -40,16 +40,18 @@ node limit close to a fixed amount of work.
 
 from __future__ import annotations
 
+import copy
 import random
 import sys
-import time
 from contextlib import contextmanager
-from typing import Mapping, Sequence
+from typing import Generator, Mapping, Sequence
 
 import numpy as np
 
+from .budget import WALL_CLOCK, Clock
+
 __all__ = ["CanonicalSearch", "FOUND", "INFEASIBLE", "STOPPED", "ORDER_RULES", "MAX_CELLS",
-           "sections_of"]
+           "MAX_BLOCKS", "sections_of", "searchable"]
 
 FOUND, INFEASIBLE, STOPPED = "found", "infeasible", "stopped"
 #: Block orders (ties at equal floors go to the earlier block): each letter a
@@ -60,13 +62,19 @@ FOUND, INFEASIBLE, STOPPED = "found", "infeasible", "stopped"
 ORDER_RULES = ("TWA", "TAW", "WAT")
 #: Largest blocks x sections matrix the search takes (int64 cells).
 MAX_CELLS = 4_000_000
+#: Most blocks the search takes: a paused search is a chain of generators, one
+#: or two per placed block, and resuming it recurses in C through all of them
+#: (CPython 3.11 crashes near 40 000).
+MAX_BLOCKS = 4000
 _BIG = np.int64(1 << 62)
 #: ``need & _LOW`` maps a section with no unplaced block (``need == _BIG``) to 0
 #: and leaves every other ``need`` (always below ``_BIG``) as it is.
 _LOW = np.int64((1 << 62) - 1)
 _MIN = np.minimum.reduce  # the ufunc itself: ndarray.min() goes through two wrappers
 _MAX = np.maximum.reduce
-_CHECK_TIME_EVERY = 32  # nodes
+#: A search's state while it runs: a generator that yields when it pauses
+#: and returns its status.
+Walk = Generator[None, None, str]
 
 
 def sections_of(lowers: Sequence[int], uppers: Sequence[int]) -> tuple[list[int], list[int], int]:
@@ -91,6 +99,11 @@ def sections_of(lowers: Sequence[int], uppers: Sequence[int]) -> tuple[list[int]
                 opened = False
             last[i] = count
     return first, last, count
+
+
+def searchable(n_blocks: int, n_sections: int) -> bool:
+    """Whether the search takes a trace of this size (:data:`MAX_BLOCKS`, :data:`MAX_CELLS`)."""
+    return n_blocks <= MAX_BLOCKS and n_blocks * n_sections <= MAX_CELLS
 
 
 @contextmanager
@@ -166,23 +179,41 @@ class CanonicalSearch:
             span[k, self.first[k]:self.last[k]] = True
         self.span = span
         self.nodes = 0
+        self._walk: Walk | None = None  # the search under way, paused
+        self.result: tuple[str, list[int] | None] | None = None  # its end, once known
+
+    def fork(self) -> "CanonicalSearch":
+        """A second search over the same trace and order (sharing what never changes)."""
+        twin = copy.copy(self)
+        twin._walk = None
+        twin.result = None
+        return twin
 
     # ------------------------------------------------------------------ run
     def run(self, capacity: int, node_limit: int, deadline: float | None = None,
-            pinned: Mapping[int, int] | None = None) -> tuple[str, list[int] | None]:
+            pinned: Mapping[int, int] | None = None,
+            clock: Clock = WALL_CLOCK) -> tuple[str, list[int] | None]:
         """(FOUND, offsets in block order) | (INFEASIBLE, None) | (STOPPED, None).
 
         ``pinned`` maps blocks (trace indices) to offsets they must keep: the
         search places them when it reaches their offset and prunes any
         placement that would push one up (MiniMalloc's fixed offsets).
         INFEASIBLE is a proof: no packing has a peak <= ``capacity``.
-        STOPPED: the node limit or the deadline came first.  ``self.nodes``
-        tells how many nodes were visited.
+        STOPPED: the node limit or the deadline (on ``clock``) came first;
+        :meth:`advance` goes on from there.  ``self.nodes`` tells how many
+        nodes were visited.
         """
+        self.start(capacity, pinned)
+        return self.advance(node_limit, deadline, clock)
+
+    def start(self, capacity: int, pinned: Mapping[int, int] | None = None) -> None:
+        """Set up a search under ``capacity``; :meth:`advance` runs it."""
         n = self.n
+        if self._walk is not None:
+            self._walk.close()  # before the state it would restore is replaced
+        self._walk = None
+        self.result = None
         self.capacity = capacity
-        self.node_limit = node_limit
-        self.deadline = float("inf") if deadline is None else deadline
         self.nodes = 0
         # A placed block's floor is _BIG (so "unplaced" is "floor < _BIG"), and
         # self.unplaced has its bit set while it is not placed.
@@ -195,6 +226,7 @@ class CanonicalSearch:
         self.solution = [0] * n
         self.pinned = np.zeros(n, dtype=bool)
         self.rank = np.arange(n, dtype=np.int64)  # tie-break among equal floors
+        self.any_pinned = bool(pinned)
         if pinned:
             rank = {i: k for k, i in enumerate(self.order)}
             for i, o in pinned.items():
@@ -203,34 +235,59 @@ class CanonicalSearch:
                 self.floor[k] = o
                 self.floors[k, self.first[k]:self.last[k]] = o
                 if o + self.sizes[k] > capacity:
-                    return INFEASIBLE, None
-        self.any_pinned = bool(pinned)
+                    self.result = (INFEASIBLE, None)
+                    return
         if n == 0:
-            return FOUND, []
-        if int(self.load.max()) > capacity or int(self.size.max()) > capacity:
-            return INFEASIBLE, None
-        with _recursion_depth(2 * n + 1000):
-            status = self._search_pieces(np.arange(n), 0, self.n_sections,
-                                         np.flatnonzero(self.cuts == 0).tolist())
+            self.result = (FOUND, [])
+        elif int(self.load.max()) > capacity or int(self.size.max()) > capacity:
+            self.result = (INFEASIBLE, None)
+        else:
+            self._walk = self._search_pieces(np.arange(n), 0, self.n_sections,
+                                             np.flatnonzero(self.cuts == 0).tolist())
+
+    def advance(self, nodes: int, deadline: float | None = None,
+                clock: Clock = WALL_CLOCK) -> tuple[str, list[int] | None]:
+        """Search on for at most ``nodes`` more nodes, until ``deadline`` on ``clock``.
+
+        The search pauses where it stopped (STOPPED) and goes on from there
+        at the next call, so a search given its nodes in slices visits the
+        same nodes as one given them at once.
+        """
+        if self.result is not None:
+            return self.result
+        self.pause_at = self.nodes + nodes
+        self.deadline = float("inf") if deadline is None else deadline
+        self.clock = clock
+        try:
+            with _recursion_depth(3 * self.n + 1000):
+                next(self._walk)
+            return STOPPED, None
+        except StopIteration as done:
+            status = done.value
+        self._walk = None
         if status != FOUND:
-            return status, None
-        offsets = [0] * n
+            self.result = (status, None)
+            return self.result
+        offsets = [0] * self.n
         for k, i in enumerate(self.order):
             offsets[i] = self.solution[k]
-        return FOUND, offsets
+        self.result = (FOUND, offsets)
+        return self.result
+
+    def _pause(self) -> Walk:
+        """Yield (pause) while the node limit is reached or the deadline has passed."""
+        while self.nodes >= self.pause_at or self.clock() > self.deadline:
+            yield
+        return ""
 
     def _search(self, part: np.ndarray, s_lo: int, s_hi: int, last_offset: int,
-                last_block: int) -> str:
+                last_block: int) -> Walk:
         """Place the unplaced blocks of ``part`` (sections [s_lo, s_hi)) canonically."""
         # The hot loop: locals instead of attributes, as few NumPy calls per
         # child as the same pruning allows (each costs about a microsecond).
-        nodes = self.nodes + 1
-        self.nodes = nodes
-        if nodes > self.node_limit:
-            self.nodes = self.node_limit  # the node past the limit is not visited
-            return STOPPED
-        if nodes % _CHECK_TIME_EVERY == 0 and time.perf_counter() > self.deadline:
-            return STOPPED
+        if self.nodes >= self.pause_at or self.clock() > self.deadline:
+            yield from self._pause()
+        self.nodes += 1
         floor, rank, n = self.floor, self.rank, self.n
         part_floor = floor[part]
         is_free = part_floor < _BIG
@@ -264,7 +321,7 @@ class CanonicalSearch:
             choices, keys = choices[by_key], keys[by_key]
         load, floors, capacity = self.load, self.floors, self.capacity
         max_load = int(_MAX(load[s_lo:s_hi]))
-        node_limit, pinned = self.node_limit, self.pinned
+        pinned, clock = self.pinned, self.clock
         sizes, first, last, reach = self.sizes, self.first, self.last, self.reach
         offset, later_twins, neighbours = self.offset, self.later_twins, self.neighbours
         unplaced = self.unplaced
@@ -272,11 +329,10 @@ class CanonicalSearch:
             o = k // n  # the floor
             if o + max_load > capacity:
                 break  # the later choices start no lower
-            nodes = self.nodes + 1  # the child is built and checked: it counts, pruned or not
-            self.nodes = nodes
-            if nodes > node_limit:
-                self.nodes = node_limit
-                return STOPPED
+            # The child is built and checked: it counts, pruned or not.
+            if self.nodes >= self.pause_at or clock() > self.deadline:
+                yield from self._pause()
+            self.nodes += 1
             twins = later_twins[b]
             if twins and any(not (unplaced >> j) & 1 and offset[j] + sizes[j] == o
                              for j in twins):
@@ -316,7 +372,7 @@ class CanonicalSearch:
                 fits = True
             if fits:
                 self.unplaced = unplaced ^ (1 << b)
-                status = self._after_placing(part, s_lo, s_hi, b, o)
+                status = yield from self._after_placing(part, s_lo, s_hi, b, o)
                 self.unplaced = unplaced
             if raised.size:
                 floors[raised] = old_rows
@@ -330,18 +386,18 @@ class CanonicalSearch:
                 break  # nothing above it: any other choice here fails the same way
         return INFEASIBLE
 
-    def _after_placing(self, part, s_lo, s_hi, b, o) -> str:
+    def _after_placing(self, part, s_lo, s_hi, b, o) -> Walk:
         """Recurse, splitting into independent parts when ``b`` was the last link."""
         f, l = self.first[b], self.last[b]
         if l - 1 <= f:
-            return self._search(part, s_lo, s_hi, o, b)
+            return (yield from self._search(part, s_lo, s_hi, o, b))
         cuts = self.cuts[f:l - 1]
         cuts -= 1
         try:
             zero = np.flatnonzero(cuts == 0)
             if zero.size == 0:
-                return self._search(part, s_lo, s_hi, o, b)
-            return self._search_pieces(part, s_lo, s_hi, (zero + f).tolist())
+                return (yield from self._search(part, s_lo, s_hi, o, b))
+            return (yield from self._search_pieces(part, s_lo, s_hi, (zero + f).tolist()))
         finally:
             cuts += 1
 
@@ -364,7 +420,7 @@ class CanonicalSearch:
         rows.sort()
         self.rank[[r[-1] for r in rows]] = np.arange(len(rows), dtype=np.int64)
 
-    def _search_pieces(self, part, s_lo, s_hi, cuts_at) -> str:
+    def _search_pieces(self, part, s_lo, s_hi, cuts_at) -> Walk:
         """Search the unplaced blocks of ``part`` in independent pieces, one after another.
 
         ``cuts_at`` lists sections ``c`` such that no unplaced block lives in
@@ -381,7 +437,7 @@ class CanonicalSearch:
                 if self.reorder:
                     old_rank = self.rank[piece]
                     self._rerank(piece)
-                status = self._search(piece, a, z, -1, -1)
+                status = yield from self._search(piece, a, z, -1, -1)
                 if self.reorder:
                     self.rank[piece] = old_rank
                 if status != FOUND:

@@ -21,11 +21,10 @@ the backtracking searches.
 from __future__ import annotations
 
 import random
-import time
 from typing import Callable, Sequence
 
 from .bestfit import skyline_offsets
-from .budget import Budget
+from .budget import Budget, OutOfTime
 
 __all__ = ["SkylineSearch", "move_steps"]
 
@@ -44,10 +43,14 @@ class SkylineSearch:
         self.n = len(sizes)
         self.rng = random.Random(seed)
 
-    def evaluate(self, priority: Sequence[int]) -> tuple[list[int], int, list[int]]:
-        """(offsets, peak, blocks at the peak) for one priority order."""
+    def evaluate(self, priority: Sequence[int], budget: Budget | None = None
+                 ) -> tuple[list[int], int, list[int]]:
+        """(offsets, peak, blocks at the peak) for one priority order.
+
+        Raises :class:`~.budget.OutOfTime` when ``budget``'s deadline passes.
+        """
         sizes = self.cols[2]
-        offsets = skyline_offsets(*self.cols, priority)
+        offsets = skyline_offsets(*self.cols, priority, budget)
         tops = [o + s for o, s in zip(offsets, sizes)]
         peak = max(tops)
         return offsets, peak, [i for i, top in enumerate(tops) if top == peak]
@@ -57,19 +60,21 @@ class SkylineSearch:
         """Search from ``priority`` until ``budget`` runs out or peak <= ``target``.
 
         Returns (best offsets, best peak, moves tried).  The first evaluation
-        (of ``priority`` itself) always happens, so the result is never worse
-        than the starting order's packing; later moves start only when one
-        more evaluation (timed on the first) still ends before the deadline.
+        is of ``priority`` itself, so the result is never worse than the
+        starting order's packing; later moves start only when one more
+        evaluation (timed on the first) still ends before the deadline, and
+        one that does not is abandoned there.  Raises
+        :class:`~.budget.OutOfTime` when the deadline passes during the first.
         """
         rng, n = self.rng, self.n
         cost = move_steps(n)
         current = list(priority)
-        started = time.perf_counter()
-        best_off, best_peak, critical = self.evaluate(current)
-        eval_cost = time.perf_counter() - started  # so the last move ends by the deadline
+        started = budget.clock()
+        best_off, best_peak, critical = self.evaluate(current, budget)
+        eval_cost = budget.clock() - started  # so the last move ends by the deadline
         score = (best_peak, len(critical))
         moves = 0
-        while (best_peak > target and n > 1 and budget.time_left() > eval_cost
+        while (best_peak > target and n > 1 and budget.fits(eval_cost)
                and budget.limit(cost) == cost):
             budget.spend(cost)
             moves += 1
@@ -81,7 +86,10 @@ class SkylineSearch:
             else:
                 for _ in range(rng.randint(1, 3)):
                     candidate.insert(rng.randrange(n), candidate.pop(rng.randrange(n)))
-            offsets, peak, crit = self.evaluate(candidate)
+            try:
+                offsets, peak, crit = self.evaluate(candidate, budget)
+            except OutOfTime:
+                break
             new_score = (peak, len(crit))
             if new_score <= score:
                 current, score, critical = candidate, new_score, crit

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from typing import Sequence
 
 from ..trace import intervals_overlap
 from .budget import Budget
-from .canonical_search import FOUND, MAX_CELLS, ORDER_RULES, CanonicalSearch, sections_of
+from .canonical_search import FOUND, ORDER_RULES, CanonicalSearch, searchable, sections_of
 
 __all__ = ["NeighbourhoodSearch", "SLAB_SIZES", "NODES_PER_SLAB_BLOCK"]
 
@@ -68,7 +67,7 @@ class NeighbourhoodSearch:
         slowest = 0.0  # seconds of the slowest move: the next one starts only if it fits
         while n > 1 and peak > target and not budget.expired() \
                 and budget.time_left() > slowest:
-            started = time.perf_counter()
+            started = budget.clock()
             level = peak - self.step  # blocks reaching above it must come down
             over = [i for i in range(n) if tops[i] > level]
             slab = self._slab(offsets, tops, over, level)
@@ -79,7 +78,7 @@ class NeighbourhoodSearch:
                         {i: offsets[i] for i in moved}, offsets, level):
                     moved = None
             self.moves += 1
-            slowest = max(slowest, time.perf_counter() - started)
+            slowest = max(slowest, budget.clock() - started)
             if moved is None:
                 continue
             for i, o in moved.items():
@@ -137,12 +136,12 @@ class NeighbourhoodSearch:
             rows_lo.append(max(lowers[i], lo))
             rows_up.append(min(uppers[i], up))
             rows_size.append(top - bottom)
-        if len(rows_size) * sections_of(rows_lo, rows_up)[2] > MAX_CELLS:
+        if not searchable(len(rows_size), sections_of(rows_lo, rows_up)[2]):
             return None  # too big a search for one move
         rule = ORDER_RULES[self.rng.randrange(len(ORDER_RULES))]
         search = CanonicalSearch(rows_lo, rows_up, rows_size, rule, self.rng.randrange(1 << 30))
         nodes = budget.limit(NODES_PER_SLAB_BLOCK * len(rows_size))
-        status, found = search.run(capacity - base, nodes, budget.deadline, pinned)
+        status, found = search.run(capacity - base, nodes, budget.deadline, pinned, budget.clock)
         budget.spend(max(1, min(search.nodes, nodes)))  # the node past the limit is not expanded
         if status != FOUND:
             return None

@@ -24,8 +24,8 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..trace import packing_peak
-from .budget import Budget
-from .canonical_search import FOUND, MAX_CELLS, ORDER_RULES, CanonicalSearch, sections_of
+from .budget import Budget, OutOfTime
+from .canonical_search import FOUND, ORDER_RULES, CanonicalSearch, searchable, sections_of
 from .greedy import ORDERS, gap_fit_offsets
 
 __all__ = ["core_packings", "WINDOWS", "peak_tick"]
@@ -50,9 +50,9 @@ def core_packings(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[
                   stats: dict | None = None) -> Iterator[tuple[str, list[int]]]:
     """Yield ``(name, offsets)`` for every window whose core packs under ``capacity``.
 
-    ``fill_seconds`` estimates one fill (step 2), which cannot be interrupted:
-    it is only started when that much time is left.  ``stats`` (if given)
-    collects ``nodes`` and ``restarts`` (core searches).
+    ``fill_seconds`` estimates one fill (step 2): it is only started when
+    that much time is left, and abandoned at the deadline.  ``stats`` (if
+    given) collects ``nodes`` and ``restarts`` (core searches).
     """
     stats = stats if stats is not None else {}
     stats.setdefault("nodes", 0)
@@ -70,23 +70,27 @@ def core_packings(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[
         c_lo = np.maximum(lo[inside], start).tolist()
         c_up = np.minimum(up[inside], end).tolist()
         c_size = size[inside].tolist()
-        if len(inside) * sections_of(c_lo, c_up)[2] > MAX_CELLS:
+        if not searchable(len(inside), sections_of(c_lo, c_up)[2]):
             continue
         for rule in ORDER_RULES:
             if budget.expired():
                 return
             search = CanonicalSearch(c_lo, c_up, c_size, rule)
             status, offsets = search.run(capacity, budget.limit(NODES_PER_BLOCK * len(inside)),
-                                         budget.deadline)
+                                         budget.deadline, clock=budget.clock)
             budget.spend(search.nodes)
             stats["nodes"] += search.nodes
             stats["restarts"] += 1
             if status != FOUND:
                 continue
-            if budget.time_left() < fill_seconds:
+            if not budget.fits(fill_seconds):
                 return
             fixed = {int(i): o for i, o in zip(inside, offsets)}
-            packed = gap_fit_offsets(lowers, uppers, sizes, size_order, "first", fixed)
+            try:
+                packed = gap_fit_offsets(lowers, uppers, sizes, size_order, "first", fixed,
+                                         budget)
+            except OutOfTime:
+                return
             yield f"peak-core/{half}/{rule}", packed
             if packing_peak(packed, sizes) <= capacity:
                 return
