@@ -809,3 +809,16 @@ def test_unmarked_warning_names_the_users_call(hot_path, entry, monkeypatch):
             line = sys._getframe().f_lineno - 1
     [w] = [w for w in caught if issubclass(w.category, PgmoWarning)]
     assert (w.filename, w.lineno) == (__file__, line)
+
+
+def test_a_refused_growth_takes_the_plans_size_and_goes_on_planning(hot_path):
+    c = Checked(hot_path, warmup=0)
+    c.arena_alloc.fail_above = 1420
+    memory = c.engine.memory
+    memory.fit(1300)
+    memory.fit(1400, varying=True)  # grows by the factor (1,430 bytes): refused ...
+    arena = c.engine.hot.arena
+    assert arena is not None and arena.size == 1400  # ... then the plan's own size
+    assert memory.failures == 1 and not memory.blocked
+    memory.fit(1024)  # a later plan still changes the arena
+    assert c.engine.hot.arena.size == 1024

@@ -251,6 +251,7 @@ class DeviceMemory:
             return None
         arena = Arena(buffer, size)
         self.arenas.add(arena)
+        self.blocked = False  # a smaller arena, taken after a larger one was refused
         return arena
 
     def start_placing(self, apart: frozenset = frozenset()) -> None:
