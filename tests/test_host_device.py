@@ -13,7 +13,7 @@ import gc
 import pytest
 
 from pgmo import bundled
-from pgmo.host_device import HostMemory, HostStockPool
+from pgmo.host_device import OWN_PAGES, HostMemory, HostStockPool
 from pgmo.runs import run_from_iteration
 
 DENSENET = ["h100-densenet-bc100-k12-train-b64-recompute-off-stock",
@@ -149,4 +149,26 @@ def test_host_memory_counts_calls_bytes_and_peak():
         memory(1 << 20)
     assert memory.in_use == 2000 and memory.allocations == 2
     del b
+    assert memory.in_use == 0
+
+
+@pytest.mark.parametrize("size", [1000, OWN_PAGES, OWN_PAGES + 4096])
+def test_small_and_large_buffers_are_aligned_writable_and_given_back(size):
+    """Buffers from 4 MiB on are pages of their own (mmap); both kinds behave the same."""
+    import ctypes
+
+    memory = HostMemory()
+    buffer = memory(size)
+    assert buffer.ptr % 512 == 0 and memory.holds(buffer.ptr, size)
+    ctypes.memset(buffer.ptr, 0xAB, size)  # the whole range is ours to write
+    assert ctypes.string_at(buffer.ptr + size - 4, 4) == b"\xab" * 4
+    ptr = buffer.ptr
+    del buffer
+    assert memory.in_use == 0 and memory.releases == 1 and not memory.holds(ptr, 1)
+
+
+def test_a_buffer_larger_than_the_host_can_map_is_a_memory_error():
+    memory = HostMemory()
+    with pytest.raises(MemoryError, match="cannot allocate"):
+        memory(1 << 62)
     assert memory.in_use == 0

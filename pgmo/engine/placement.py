@@ -17,9 +17,8 @@ cannot merge across allocations).
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from typing import Iterable
-
-from sortedcontainers import SortedList
 
 __all__ = ["Placer", "APART"]
 
@@ -42,7 +41,7 @@ class Placer:
                  apart: frozenset = frozenset()):
         self.size = size
         self.apart = apart
-        self._gaps = SortedList()  # (length, start): the best fit is a bisection away
+        self._gaps: list[tuple[int, int]] = []  # (length, start), sorted: best fit by bisection
         self._ends: dict[int, int] = {}  # start -> end of each gap
         self._starts: dict[int, int] = {}  # end -> start of each gap
         self.placed = self.overflowed = 0  # requests placed, and those no gap held
@@ -60,7 +59,7 @@ class Placer:
         if nbytes in self.apart:
             return APART
         gaps = self._gaps
-        k = gaps.bisect_left((nbytes, -1))
+        k = bisect_left(gaps, (nbytes, -1))
         if k == len(gaps):
             self.overflowed += 1
             return -1
@@ -77,19 +76,23 @@ class Placer:
         end = self._ends.pop(hi, None)
         if end is not None:  # the gap right after it
             del self._starts[end]
-            self._gaps.remove((end - hi, hi))
+            self._drop((end - hi, hi))
             hi = end
         start = self._starts.pop(lo, None)
         if start is not None:  # the gap right before it
             del self._ends[start]
-            self._gaps.remove((lo - start, start))
+            self._drop((lo - start, start))
             lo = start
         self._add(lo, hi)
 
     def free_bytes(self) -> int:
         return sum(length for length, _ in self._gaps)
 
+    def _drop(self, gap: tuple[int, int]) -> None:
+        gaps = self._gaps
+        del gaps[bisect_left(gaps, gap)]
+
     def _add(self, lo: int, hi: int) -> None:
-        self._gaps.add((hi - lo, lo))
+        insort(self._gaps, (hi - lo, lo))
         self._ends[lo] = hi
         self._starts[hi] = lo
