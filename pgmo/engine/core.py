@@ -295,7 +295,7 @@ class Engine(PoolQueries):
         hot, state = self.hot, self.state
         hot.drain()
         hot.retire()  # blocks of the last iteration, still alive
-        self.memory.at_boundary()  # what is idle goes back before an arena is taken
+        self.memory.release_cached()  # what is idle goes back before an arena is taken
         self._at_boundary()
         on_plan = self._plan_ready() and self.completed >= self.options.warmup
         state.begin(self._next_mode(), on_plan)

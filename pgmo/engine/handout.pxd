@@ -18,6 +18,7 @@ cdef long long _ARENA
 cdef long long _STOCK
 cdef long long _EXACT
 cdef long long _KEPT
+cdef long long _APART
 
 
 @cython.locals(owner=Release)

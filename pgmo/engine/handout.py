@@ -25,8 +25,8 @@ import threading
 
 from pgmo.units import ALIGNMENT
 
-from .frees import (ARENA, EXACT, KEPT, KEY_BIAS, KEY_LOW, SOURCE_BITS, STOCK, Counts, Inbox,
-                    Release)
+from .frees import (APART, ARENA, EXACT, KEPT, KEY_BIAS, KEY_LOW, SOURCE_BITS, STOCK, Counts,
+                    Inbox, Release)
 
 __all__ = ["HotPath", "COMPILED", "NO_SLOT", "NOT_FREED", "new_slots", "new_log", "OUTSIDE",
            "WATCHED", "SLOW", "PLANNED", "RECORDED", "FALLBACK", "INLINE_MAX"]
@@ -53,7 +53,7 @@ except ImportError:  # Cython is a build dependency only
 
 # frees.py's constants and the allocation unit, as C integers when compiled (handout.pxd).
 _ARENA, _STOCK, _EXACT, _KEPT = ARENA, STOCK, EXACT, KEPT
-_SOURCE_BITS, _KEY_BIAS, _KEY_LOW = SOURCE_BITS, KEY_BIAS, KEY_LOW
+_SOURCE_BITS, _KEY_BIAS, _KEY_LOW, _APART = SOURCE_BITS, KEY_BIAS, KEY_LOW, APART
 _ROUND_UP, _ROUND_MASK = ALIGNMENT - 1, -ALIGNMENT
 
 #: Larger requests always take the slow path (they cannot fit a C integer, or a device).
@@ -114,10 +114,7 @@ class HotPath:
         self.device_id = device_id
         self.slow = slow  # the engine's slow path: slow(size) -> pointer
         self.on_arena_idle = None  # an old arena's last block was freed
-        self.stock = None
-        self.exact = None
-        self.kept = None
-        self.reuse = None
+        self.stock = self.exact = self.kept = self.reuse = None  # the sources (connect)
         self.placer = None  # places off-plan requests in the arena's gaps (see .placement)
         self.limited = False
         self.context = None  # callable naming the device/stream, or None
@@ -362,7 +359,7 @@ class HotPath:
             lo = placer.place(rs)
             if lo >= 0:
                 return self.serve_placed(self.arena, lo, rs)
-            if lo == -2:  # placement.APART: the size of a survivor
+            if lo == _APART:  # the size of a survivor
                 return self.serve_recorded(self.kept(rs), rs, _KEPT)
         block = self.reuse(rs)  # the stock pool's idle memory first
         if block is not None:

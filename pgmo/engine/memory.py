@@ -261,11 +261,7 @@ class DeviceMemory:
         arena = hot.arena
         if arena is None:
             return
-        rows = hot.rows
-        live = [(lo, hi) for lo, hi, _ in arena.overdue.values()]
-        live += [(rows[j][1], rows[j][1] + rows[j][0])
-                 for j, it in enumerate(hot.slot) if it != NO_SLOT]
-        self.placer = Placer(arena.size, live, apart)
+        self.placer = Placer(arena.size, self._live_spans(arena), apart)
         hot.set_placer(self.placer)
 
     def stop_placing(self) -> None:
@@ -277,17 +273,14 @@ class DeviceMemory:
             self.wanted = max(self.wanted, round_size(int(arena.size * GROWTH)))
 
     # ------------------------------------------------------------ boundaries
-    def at_boundary(self) -> None:
-        """An iteration begins: give back what is idle (policy 2).
+    def release_cached(self) -> None:
+        """Give back survivors' buffers idle for a whole iteration and the stock pool's free
+        blocks (those of a whole allocation): as an iteration begins, and before an arena
+        is taken (policy 2).
 
         The stock pool serves nothing inside an iteration but interruptions
         and other threads, so its free blocks would only sit beside the arena.
         """
-        self.release_cached()
-
-    def release_cached(self) -> None:
-        """Give back survivors' buffers idle for a whole iteration and the stock pool's free
-        blocks (those of a whole allocation)."""
         self._release_kept(before=self.hot.iteration)
         if self.stock.n_free_blocks():
             self.stock.free_all_blocks()
@@ -346,18 +339,22 @@ class DeviceMemory:
                 "exact": self.hot.source_used[EXACT], "kept": self.kept_total(),
                 "stock": self.stock.total_bytes()}
 
+    def _live_spans(self, arena: Arena) -> list[tuple[int, int]]:
+        """``(start, end)`` of every block alive in ``arena``: overdue, or in its planned slot."""
+        spans = [(start, end) for start, end, _ in arena.overdue.values()]
+        hot = self.hot
+        if arena is hot.arena:
+            rows = hot.rows
+            spans += [(rows[j][1], rows[j][1] + rows[j][0])
+                      for j, it in enumerate(hot.slot) if it != NO_SLOT]
+        return spans
+
     def free_gaps(self) -> int:
         """Free address ranges in the arenas, plus idle kept buffers (CuPy's free blocks)."""
-        hot = self.hot
         gaps = sum(len(v) for v in self._idle_kept.values())
         for arena in self.arenas:
-            spans = list(arena.overdue.values())
-            if arena is hot.arena:
-                spans += [(hot.rows[j][1], hot.rows[j][1] + hot.rows[j][0], 0)
-                          for j, it in enumerate(hot.slot) if it != NO_SLOT]
-            spans.sort()
             pos = 0
-            for start, end, _ in spans:
+            for start, end in sorted(self._live_spans(arena)):
                 if start > pos:
                     gaps += 1
                 pos = max(pos, end)

@@ -20,11 +20,9 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from typing import Iterable
 
+from .frees import APART
+
 __all__ = ["Placer", "APART"]
-
-
-#: What :meth:`Placer.place` answers for a request to keep apart.
-APART = -2
 
 
 class Placer:
