@@ -62,6 +62,26 @@ class Footprint:
     error: str = ""
     seconds: float = 0.0
     stats: Any = field(repr=False, default=None)
+    #: Per iteration: calls that waited for the device (cudaFree, unmapping, stream syncs,
+    #: pool trims) inside it, and at the boundary after it (its end, the next one's begin
+    #: and anything between), as the device counts them (``HostMemory.sync_calls``).
+    syncs_inside: list[int] = field(repr=False, default_factory=list)
+    syncs_boundary: list[int] = field(repr=False, default_factory=list)
+    #: Per iteration: requests, and those that reached the raw allocator (cudaMalloc).
+    requests: list[int] = field(repr=False, default_factory=list)
+    raw_allocations: list[int] = field(repr=False, default_factory=list)
+
+    def most_syncs_inside(self, after: int = 0) -> int:
+        """The most synchronizing calls inside one iteration, from iteration ``after`` on."""
+        return max(self.syncs_inside[after:], default=0)
+
+    def most_syncs_at_a_boundary(self) -> int:
+        return max(self.syncs_boundary, default=0)
+
+    def raw_share(self, after: int = 5) -> float:
+        """The share of requests after iteration ``after`` that reached the raw allocator."""
+        requests = sum(self.requests[after:])
+        return sum(self.raw_allocations[after:]) / requests if requests else 0.0
 
 
 def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float = 0.0,
@@ -80,15 +100,36 @@ def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float =
     device = _device(pool)
     device.reset_peak()
     held: list[int] = []
-    events = {k for k, (kind, _) in enumerate(run.events()) if kind == "end"} \
-        if step_seconds else set()
+    kinds = [kind for kind, _ in run.events()]
+    n = len(run.iterations)
+    counts = {"inside": [0] * n, "boundary": [0] * n, "requests": [0] * n, "raw": [0] * n}
+    where = {"iteration": -1, "inside": False, "syncs": device.sync_calls,
+             "mallocs": device.allocations}
 
     def on_event(k: int) -> None:
         if timeline:
             held.append(device.peak)
             device.reset_peak()
-        if k in events:
-            time.sleep(step_seconds)
+        kind = kinds[k]
+        syncs, mallocs = device.sync_calls - where["syncs"], device.allocations - where["mallocs"]
+        where["syncs"], where["mallocs"] = device.sync_calls, device.allocations
+        it = where["iteration"]
+        if kind == "begin":
+            where["iteration"] = it = it + 1
+            where["inside"] = True
+            if it > 0:
+                counts["boundary"][it - 1] += syncs
+        elif kind == "end":
+            where["inside"] = False
+            counts["boundary"][it] += syncs
+            if step_seconds:
+                time.sleep(step_seconds)
+        elif where["inside"]:
+            counts["inside"][it] += syncs
+            counts["raw"][it] += mallocs
+            counts["requests"][it] += kind == "alloc"
+        elif it >= 0:
+            counts["boundary"][it] += syncs
 
     started = time.perf_counter()
     try:
@@ -99,7 +140,8 @@ def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float =
     seconds = time.perf_counter() - started
     bad = result["corrupted"] + result["overlaps"]
     return Footprint(bad == 0, max([*held, device.peak]), held, bad,
-                     f"{bad} blocks corrupted" if bad else "", seconds, result["stats"])
+                     f"{bad} blocks corrupted" if bad else "", seconds, result["stats"],
+                     counts["inside"], counts["boundary"], counts["requests"], counts["raw"])
 
 
 def _completes(run: Run, make: PoolMaker, capacity: int, step_seconds: float) -> bool:

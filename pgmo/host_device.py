@@ -1,13 +1,42 @@
-"""Host stand-ins for a GPU's memory: cudaMalloc with a capacity, and CuPy 14's stock pool.
+"""Host stand-ins for a GPU's memory: the driver's pages, cudaMalloc, reserved ranges, and pools.
 
 pgmo is developed without a GPU, so its footprint is measured against these
-models; they are calibrated on the H100 traces of 2026-11-25
-(``tests/test_host_device.py`` replays the DenseNet-BC traces that CuPy's
-pool recorded there and reproduces the ``reserved_peak`` it reported).
+models.  They are calibrated on the H100 run of 2026-11-25
+(``tests/test_host_device.py``): replaying the DenseNet-BC traces that CuPy's
+pool recorded there reproduces the ``reserved_peak`` it reported.
 
-:class:`HostMemory` plays cudaMalloc/cudaFree: real host memory (so the
-bytes can be written and checked), every byte counted while held, a peak,
-and an optional capacity past which it fails as a full device does.
+:class:`HostMemory` plays the device: real host memory (so the bytes can be
+written and checked), a capacity past which it fails as a full device does,
+and the driver's accounting.  What it models, and what it leaves out:
+
+* **Pages.**  The driver backs memory in 2 MiB pages (:data:`DRIVER_PAGE`),
+  and NVML counts whole pages.  A cudaMalloc of more than 1 MiB (half a
+  page) takes whole pages of its own; smaller ones are packed into shared
+  pages, and a shared
+  page is given back only when the last allocation in it is freed.  The
+  packing counts bytes only (an allocation goes to the first shared page
+  with room for it; no fragmentation inside a page): a simple model, not
+  the driver's undocumented sub-allocator.  ``in_use`` and ``peak`` count
+  pages held; ``bytes_in_use`` the bytes as asked.  ``page=None`` counts
+  bytes as asked (no pages), as CuPy's own counters do.
+* **Synchronizing calls.**  cudaFree waits for the whole device (every
+  queued kernel), as does unmapping physical memory; ``sync_calls`` counts
+  them (each cudaFree, each :meth:`HostRange.unmap` and
+  :meth:`HostRange.synchronize`, each trim of a stream-ordered pool).
+  Nothing here takes time: a benchmark reads the count.
+* **Virtual memory** (:meth:`HostMemory.reserve`): the analogue of
+  ``cuMemAddressReserve`` / ``cuMemCreate`` + ``cuMemMap`` / ``cuMemUnmap``
+  is an ``mmap(PROT_NONE)`` reservation whose granules are committed
+  (``mprotect``) and released (``madvise(MADV_DONTNEED)`` + ``PROT_NONE``):
+  a stale access to an unmapped granule faults, as on a GPU.
+* **A stream-ordered pool** (:class:`HostAsyncPool`, the analogue of
+  ``cudaMemPoolCreate`` + ``cudaMallocFromPoolAsync``/``cudaFreeAsync``):
+  best fit in a range of its own, granules mapped as blocks need them, freed
+  memory kept for reuse (release threshold at its maximum) until
+  :meth:`HostAsyncPool.trim` gives every wholly free granule back in one
+  call.  The driver's own placement is not public; this one is a model.
+* Not modelled: the CUDA context and libraries' memory (about 0.6 GiB on the
+  H100), time, streams other than one, and the driver's own fragmentation.
 
 :class:`HostStockPool` behaves like CuPy 14's ``SingleDeviceMemoryPool``
 (``cupy/cuda/memory.pyx``), on one stream:
@@ -34,17 +63,24 @@ from __future__ import annotations
 
 import bisect
 import collections
+import ctypes
 import gc
 import mmap
 import threading
+import weakref
 from typing import Any, Callable
 
 import numpy as np
 
 from .units import ALIGNMENT, round_size
 
-__all__ = ["HostMemory", "HostStockPool"]
+__all__ = ["HostMemory", "HostStockPool", "HostRange", "HostAsyncPool", "DRIVER_PAGE",
+           "SMALL_MAX"]
 
+#: The driver's page: what cudaMalloc and virtual-memory mappings are backed in.
+DRIVER_PAGE = 2 << 20
+#: cudaMalloc requests up to this size share pages; larger ones take pages of their own.
+SMALL_MAX = 1 << 20
 
 #: From this size on a host buffer is pages of its own (``mmap``), given back to
 #: the system at its death, as cudaMalloc's memory is.  Through ``malloc`` it
@@ -53,11 +89,14 @@ __all__ = ["HostMemory", "HostStockPool"]
 #: allocation, a cost (0.5 ms each) no device allocation has.
 OWN_PAGES = 4 << 20
 
+#: Address space a reservation takes when the device has no capacity set.
+UNBOUNDED_RESERVATION = 256 << 30
+
 
 class _HostBuffer:
     """Raw host memory, 512-byte aligned; its death returns it to its HostMemory."""
 
-    __slots__ = ("ptr", "size", "_array", "_memory")
+    __slots__ = ("ptr", "size", "page", "_array", "_memory")
 
     def __init__(self, memory: "HostMemory", size: int):
         try:
@@ -70,49 +109,57 @@ class _HostBuffer:
         base = self._array.ctypes.data
         self.ptr = (base + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
         self.size = size
+        self.page = -1  # the shared page it was packed into (-1: pages of its own)
         self._memory = memory
 
     def __del__(self):
         memory = getattr(self, "_memory", None)  # unset when the allocation failed
         if memory is not None:
-            memory._give_back(self.size, ptr=self.ptr)
+            memory._give_back(self.size, ptr=self.ptr, page=self.page)
 
 
 class HostMemory:
-    """A pretend device: raw allocations of host memory, up to ``capacity`` bytes.
+    """A pretend device: cudaMalloc, reservations and pools of host memory, up to ``capacity``.
 
-    ``in_use`` is every byte held now, ``peak`` the most held at once
-    (:meth:`reset_peak` restarts it from ``in_use``); ``allocations`` and
-    ``releases`` count the calls, as cudaMalloc and cudaFree would be
-    counted.  Past the capacity it raises MemoryError, as cudaMalloc fails
-    when the GPU is full.  ``on_allocate`` is called after each allocation.
+    ``in_use`` is every byte held now in the driver's pages (``page``; None:
+    bytes as asked), ``peak`` the most held at once (:meth:`reset_peak`
+    restarts it from ``in_use``); ``bytes_in_use`` counts the bytes as asked.
+    ``allocations`` and ``releases`` count cudaMalloc and cudaFree calls,
+    ``maps`` and ``unmaps`` the virtual-memory calls, ``sync_calls`` every
+    call that waits for the device.  Past the capacity it raises
+    MemoryError, as the driver fails when the GPU is full.  ``on_allocate``
+    is called after each cudaMalloc.
     """
 
-    def __init__(self, capacity: int | None = None):
+    def __init__(self, capacity: int | None = None, page: int | None = DRIVER_PAGE):
         self.capacity = capacity
+        self.page = page
         self.in_use = 0
+        self.bytes_in_use = 0
         self.peak = 0
         self.allocations = 0
         self.releases = 0
+        self.maps = 0
+        self.unmaps = 0
+        self.sync_calls = 0
         self.on_allocate: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._starts: list[int] = []  # addresses of the buffers held, sorted
         self._ends: dict[int, int] = {}  # address -> end of its buffer
+        self._shared: list[list[int]] = []  # per shared page: [bytes free, allocations]
+        self._ranges: "weakref.WeakSet[HostRange]" = weakref.WeakSet()
 
+    # ------------------------------------------------------------- cudaMalloc
     def __call__(self, size: int) -> _HostBuffer:
         with self._lock:
-            if self.capacity is not None and self.in_use + size > self.capacity:
-                raise MemoryError(f"host device full: {size:,} bytes requested, "
-                                  f"{self.capacity - self.in_use:,} left")
-            self.in_use += size
-            if self.in_use > self.peak:
-                self.peak = self.in_use
+            page = self._take(size)
             self.allocations += 1
         try:
             buffer = _HostBuffer(self, size)
         except BaseException:
-            self._give_back(size, counted=False)
+            self._give_back(size, counted=False, page=page)
             raise
+        buffer.page = page
         with self._lock:
             bisect.insort(self._starts, buffer.ptr)
             self._ends[buffer.ptr] = buffer.ptr + size
@@ -120,24 +167,399 @@ class HostMemory:
             self.on_allocate()
         return buffer
 
+    def _take(self, size: int) -> int:
+        """Count a cudaMalloc of ``size`` (lock held); the shared page it went to, or -1."""
+        page = self.page
+        shared = -1
+        if page is None:
+            grow = size
+        elif size > min(SMALL_MAX, page // 2):
+            grow = -(-size // page) * page
+        else:
+            grow = page
+            for k, slot in enumerate(self._shared):
+                if slot[0] >= size and slot[1] >= 0:
+                    grow, shared = 0, k
+                    break
+        self._charge(grow, f"{size:,} bytes requested")
+        if page is not None and size <= min(SMALL_MAX, page // 2):
+            if shared < 0:
+                for k, slot in enumerate(self._shared):  # reuse a released slot
+                    if slot[1] < 0:
+                        shared = k
+                        break
+                else:
+                    self._shared.append([0, 0])
+                    shared = len(self._shared) - 1
+                self._shared[shared] = [page, 0]
+            slot = self._shared[shared]
+            slot[0] -= size
+            slot[1] += 1
+        self.bytes_in_use += size
+        return shared
+
+    def _charge(self, grow: int, what: str) -> None:
+        """Hold ``grow`` more bytes of pages, within the capacity (lock held)."""
+        if self.capacity is not None and self.in_use + grow > self.capacity:
+            raise MemoryError(f"host device full: {what}, "
+                              f"{self.capacity - self.in_use:,} left")
+        self.in_use += grow
+        if self.in_use > self.peak:
+            self.peak = self.in_use
+
     def _give_back(self, size: int, counted: bool = True, ptr: int | None = None,
-                   _index=bisect.bisect_left) -> None:
+                   page: int = -1, _index=bisect.bisect_left) -> None:
         # _index bound here: buffers may die at interpreter exit, after module globals
         with self._lock:
-            self.in_use -= size
-            self.releases += counted
+            self.bytes_in_use -= size
+            if self.page is None:
+                self.in_use -= size
+            elif page >= 0:
+                slot = self._shared[page]
+                slot[0] += size
+                slot[1] -= 1
+                if slot[1] == 0:  # its last allocation: the page goes back
+                    slot[1] = -1
+                    self.in_use -= self.page
+            else:
+                self.in_use -= -(-size // self.page) * self.page
+            if counted:
+                self.releases += 1
+                self.sync_calls += 1  # cudaFree waits for the device
             if ptr is not None and self._ends.pop(ptr, None) is not None:
                 del self._starts[_index(self._starts, ptr)]
 
+    # -------------------------------------------------------- virtual memory
+    @property
+    def granule(self) -> int:
+        """What a mapping is made of (``cuMemGetAllocationGranularity``)."""
+        return self.page or DRIVER_PAGE
+
+    def reserve(self, size: int | None = None) -> "HostRange":
+        """Reserve address space, no memory (``cuMemAddressReserve``); twice the capacity
+        by default (an arena and what grows beside it both fit)."""
+        if size is None:
+            size = 2 * self.capacity if self.capacity else UNBOUNDED_RESERVATION
+        return HostRange(self, size)
+
+    def _map(self, nbytes: int) -> None:
+        with self._lock:
+            self._charge(nbytes, f"mapping {nbytes:,} bytes")
+            self.maps += 1
+
+    def _unmap(self, nbytes: int, calls: int = 1) -> None:
+        with self._lock:
+            self.in_use -= nbytes
+            self.unmaps += 1
+            self.sync_calls += calls
+
+    def synchronize(self) -> None:
+        """Wait for the stream's queued work (before unmapping what it may still use)."""
+        self.count_sync()
+
+    def count_sync(self, calls: int = 1) -> None:
+        """``calls`` more calls that waited for the device."""
+        with self._lock:
+            self.sync_calls += calls
+
+    # ----------------------------------------------------------------- views
     def holds(self, ptr: int, size: int) -> bool:
-        """Whether ``[ptr, ptr + size)`` lies in one buffer held now (not given back)."""
+        """Whether ``[ptr, ptr + size)`` lies in one buffer held now, or in mapped granules."""
         with self._lock:
             k = bisect.bisect_right(self._starts, ptr)
-            return bool(k) and ptr + size <= self._ends[self._starts[k - 1]]
+            if k and ptr + size <= self._ends[self._starts[k - 1]]:
+                return True
+        return any(r.holds(ptr, size) for r in list(self._ranges))
 
     def reset_peak(self) -> None:
         with self._lock:
             self.peak = self.in_use
+
+
+# --------------------------------------------------------------- libc calls
+_PROT_NONE, _PROT_RW = 0, mmap.PROT_READ | mmap.PROT_WRITE
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's value
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    for name in ("mprotect", "madvise"):
+        getattr(libc, name).argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+_LIBC = _libc()
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what} failed: errno {err}")
+
+
+def _release_reservation(memory: "HostMemory", mapped: list, base: int, size: int) -> None:
+    """A range is gone (closed, or its last user died): its memory and address space go back."""
+    if mapped[0]:
+        memory._unmap(mapped[0], calls=0)  # nothing can use it any more: no sync to wait for
+        mapped[0] = 0
+    _LIBC.munmap(base, size)
+
+
+class HostRange:
+    """Reserved address space whose granules are mapped on demand: CUDA's virtual memory, on
+    the host.
+
+    ``map(offset, nbytes)`` backs a granule-aligned range with memory (one
+    mapping: ``cuMemCreate`` + ``cuMemMap`` + ``cuMemSetAccess``);
+    ``unmap(offset, nbytes)`` gives back whole mappings (``cuMemUnmap``, as
+    the driver requires: never part of one); ``synchronize()`` waits for
+    the stream first.  Reads and writes outside mapped granules fault.
+    """
+
+    def __init__(self, memory: HostMemory, size: int):
+        granule = memory.granule
+        size = -(-size // granule) * granule
+        # Granules smaller than the OS's page (a 512-byte device, for byte-exact tests) cannot
+        # be protected one by one: the range is then readable throughout, and only the
+        # accounting (and the checker's ``holds``) knows what is mapped.
+        self._protect = granule % mmap.PAGESIZE == 0
+        raw = _LIBC.mmap(None, size + granule, _PROT_NONE if self._protect else _PROT_RW,
+                         mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
+        if raw in (None, ctypes.c_void_p(-1).value):
+            raise MemoryError(f"host range: cannot reserve {size:,} bytes of address space")
+        self.memory = memory
+        self.granule = granule
+        self.ptr = -(-raw // granule) * granule  # granule-aligned, as the driver's
+        self.size = size
+        self._state = [0]  # bytes mapped, shared with the finalizer
+        self._offsets: list[int] = []  # mapping starts, sorted
+        self._lengths: dict[int, int] = {}  # start -> bytes of that mapping
+        self._finalizer = weakref.finalize(self, _release_reservation, memory, self._state, raw,
+                                           size + granule)
+        memory._ranges.add(self)
+
+    @property
+    def mapped(self) -> int:
+        return self._state[0]
+
+    def _aligned(self, offset: int, nbytes: int) -> None:
+        g = self.granule
+        if offset % g or nbytes % g or nbytes <= 0 or offset < 0 or offset + nbytes > self.size:
+            raise ValueError(f"range [{offset:,}, {offset + nbytes:,}) is not whole granules of "
+                             f"{g:,} bytes inside the {self.size:,}-byte reservation")
+
+    def map(self, offset: int, nbytes: int) -> None:
+        """Back ``[offset, offset + nbytes)`` with memory; MemoryError when the device is full."""
+        self._aligned(offset, nbytes)
+        k = bisect.bisect_left(self._offsets, offset)
+        if (k and self._offsets[k - 1] + self._lengths[self._offsets[k - 1]] > offset) or \
+                (k < len(self._offsets) and self._offsets[k] < offset + nbytes):
+            raise ValueError(f"range [{offset:,}, {offset + nbytes:,}) is already mapped in part")
+        self.memory._map(nbytes)
+        if self._protect:
+            _check(_LIBC.mprotect(self.ptr + offset, nbytes, _PROT_RW), "mprotect")
+        self._offsets.insert(k, offset)
+        self._lengths[offset] = nbytes
+        self._state[0] += nbytes
+
+    def unmap(self, offset: int, nbytes: int, counted: bool = True) -> None:
+        """Give back the mappings that make up ``[offset, offset + nbytes)`` exactly (one call,
+        after :meth:`synchronize`); the range faults from now on.  ``counted=False``: part of
+        a call counted elsewhere (a pool's trim)."""
+        self._aligned(offset, nbytes)
+        k = bisect.bisect_left(self._offsets, offset)
+        pos, j = offset, k
+        while pos < offset + nbytes:
+            if j == len(self._offsets) or self._offsets[j] != pos:
+                raise ValueError(f"[{offset:,}, {offset + nbytes:,}) is not a run of whole "
+                                 f"mappings (nothing mapped at {pos:,}, or a mapping starts "
+                                 f"before it)")
+            pos += self._lengths[self._offsets[j]]
+            j += 1
+        if pos != offset + nbytes:
+            raise ValueError(f"[{offset:,}, {offset + nbytes:,}) ends inside a mapping")
+        base = self.ptr + offset
+        if self._protect:
+            _check(_LIBC.madvise(base, nbytes, mmap.MADV_DONTNEED), "madvise")
+            _check(_LIBC.mprotect(base, nbytes, _PROT_NONE), "mprotect")
+        for start in self._offsets[k:j]:
+            del self._lengths[start]
+        del self._offsets[k:j]
+        self._state[0] -= nbytes
+        self.memory._unmap(nbytes, calls=1 if counted else 0)
+
+    def mappings(self) -> list[tuple[int, int]]:
+        """``(offset, nbytes)`` of each mapping, in address order."""
+        return [(o, self._lengths[o]) for o in self._offsets]
+
+    def synchronize(self) -> None:
+        self.memory.synchronize()
+
+    def holds(self, ptr: int, size: int) -> bool:
+        """Whether ``[ptr, ptr + size)`` lies in mapped granules of this range."""
+        lo = ptr - self.ptr
+        if lo < 0 or lo + size > self.size:
+            return False
+        pos = lo
+        k = bisect.bisect_right(self._offsets, lo) - 1
+        while pos < lo + size:
+            if k < 0 or k >= len(self._offsets):
+                return False
+            start = self._offsets[k]
+            end = start + self._lengths[start]
+            if not start <= pos < end:
+                return False
+            pos = end
+            k += 1
+        return True
+
+    def close(self) -> None:
+        """Unmap everything (after a sync) and give the address space back."""
+        if self._state[0]:
+            self.memory._unmap(self._state[0], calls=1)
+            self._offsets.clear()
+            self._lengths.clear()
+            self._state[0] = 0
+        self._finalizer()
+
+
+class _AsyncBlock:
+    """A block of a :class:`HostAsyncPool`; its death is its ``cudaFreeAsync``.  It keeps
+    its pool (and so the pool's memory) alive, as the driver keeps a pool with
+    outstanding allocations."""
+
+    __slots__ = ("ptr", "size", "_lo", "_pool")
+
+    def __del__(self):
+        self._pool._returned.append((self._lo, self.size))
+
+
+class HostAsyncPool:
+    """A private stream-ordered pool (cudaMallocFromPoolAsync / cudaFreeAsync), on the host.
+
+    Blocks are placed best fit (the smallest free range that holds them, at
+    its start) in a reserved range of their own; the granules a block
+    touches are mapped when it is made.  A freed block's memory stays in the
+    pool for the next request (no call waits for the device: the release
+    threshold is at its maximum) until :meth:`trim`, which gives back every
+    wholly free granule in one call (``cudaMemPoolTrimTo(pool, 0)``, after a
+    stream sync).  ``held`` is the memory mapped now.
+    """
+
+    def __init__(self, memory: HostMemory, size: int | None = None):
+        from .engine.placement import Placer
+
+        self.memory = memory
+        self.range = memory.reserve(size)
+        self.granule = self.range.granule
+        self._free = Placer(self.range.size, [])
+        self._mapped = bytearray(self.range.size // self.granule)  # 1: granule mapped
+        self._returned: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._used = 0
+        self.trims = 0
+        self._high = 0  # granules from here on were never mapped
+
+    @property
+    def held(self) -> int:
+        return self.range.mapped
+
+    @property
+    def used(self) -> int:
+        """Bytes of live blocks (frees that arrived are applied first)."""
+        with self._lock:
+            self._collect()
+            return self._used
+
+    def malloc(self, size: int) -> _AsyncBlock:
+        rs = round_size(size)
+        with self._lock:
+            self._collect()
+            lo = self._in_held(rs)
+            if lo < 0:
+                lo = self._free.place(rs)
+            if lo < 0:
+                raise MemoryError(f"stream-ordered pool: no room for {rs:,} bytes in its "
+                                  f"{self.range.size:,}-byte range")
+            try:
+                self._map_for(lo, lo + rs)
+            except MemoryError:
+                self._free.release(lo, lo + rs)
+                raise
+            self._used += rs
+        block = _AsyncBlock()
+        block.ptr, block.size, block._lo, block._pool = self.range.ptr + lo, rs, lo, self
+        return block
+
+    def _in_held(self, rs: int) -> int:
+        """Best fit among the free memory the pool holds (mapped): a pool uses what it holds
+        before it asks the device for more.  The offset taken, or -1."""
+        g, mapped, high = self.granule, self._mapped, self._high * self.granule
+        for start, length in self._free.gaps_from(rs):
+            if start >= high:
+                continue
+            end = min(start + length, high)
+            pos = start
+            while pos + rs <= end:  # the mapped runs inside the gap, in order
+                k = pos // g
+                if not mapped[k]:
+                    pos = (k + 1) * g
+                    continue
+                run_end = pos
+                while run_end < end and mapped[run_end // g]:
+                    run_end = (run_end // g + 1) * g
+                run_end = min(run_end, end)
+                if run_end - pos >= rs:
+                    self._free.take(start, pos, rs)
+                    return pos
+                pos = run_end
+        return -1
+
+    def _map_for(self, lo: int, hi: int) -> None:
+        """Map the granules ``[lo, hi)`` touches that are not mapped yet, one mapping per
+        granule (so that any wholly free granule can be given back on its own)."""
+        g, mapped = self.granule, self._mapped
+        for k in range(lo // g, (hi - 1) // g + 1):
+            if not mapped[k]:
+                self.range.map(k * g, g)
+                mapped[k] = 1
+                self._high = max(self._high, k + 1)
+
+    def _collect(self) -> None:
+        returned = self._returned
+        while returned:
+            lo, rs = returned.popleft()
+            self._free.release(lo, lo + rs)
+            self._used -= rs
+
+    def trim(self) -> int:
+        """Give back every wholly free granule: one call (after the caller's stream sync),
+        however many granules; returns the bytes released."""
+        with self._lock:
+            self._collect()
+            g, mapped = self.granule, self._mapped
+            released = 0
+            for length, start in list(self._free._gaps):
+                for k in range(-(-start // g), min(self._high, (start + length) // g)):
+                    if mapped[k]:
+                        self.range.unmap(k * g, g, counted=False)  # the driver's, inside the trim
+                        mapped[k] = 0
+                        released += g
+            if released:
+                self.memory.count_sync()
+            self.trims += 1
+            return released
+
+    def synchronize(self) -> None:
+        """Wait for the stream (before :meth:`trim`, as for ``cudaMemPoolTrimTo``)."""
+        self.memory.synchronize()
+
+    def close(self) -> None:
+        self.range.close()
 
 
 class _Chunk:

@@ -125,11 +125,17 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         device_id, context, total_memory: for non-CUDA backends
             (:func:`pgmo.testing.host_pool`); by default the current device,
             its current stream, and its memory size.
+        device_layer: the arena's reserved range and the stream-ordered heap
+            (:class:`~pgmo.engine.Backend`'s ``reserve``, ``heap`` and
+            ``device_memory``); by default what the device supports
+            (:func:`pgmo.cuda_device.device_layer`) when ``allocator`` is
+            None, else cudaMalloc through ``allocator`` for both.
     """
 
     def __init__(self, allocator=None, *, fallback=None, options: PoolOptions | None = None,
                  plan_path=None, device_id: int | None = None, context: Any = _AUTO,
-                 total_memory: int | None = None, **changes: Any):
+                 total_memory: int | None = None, device_layer: dict | None = None,
+                 **changes: Any):
         super().__init__(allocator)
         raw = allocator if allocator is not None else _memory._malloc
         # CuPy's own pools call memory hooks themselves; pgmo reports the rest.
@@ -145,11 +151,22 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         self._total_memory = total_memory
         self.host_memory = False  # True when pointers are host addresses (testing)
         self._plan_path = os.fspath(plan_path) if plan_path is not None else None
+        self.device_layer_reasons: dict[str, str] = {}  # why a part uses cudaMalloc
+        if device_layer is None:
+            if allocator is None:
+                from .cuda_device import device_layer as supported
+
+                device_layer, self.device_layer_reasons = supported(device_id,
+                                                                    self._device_memory())
+            else:
+                device_layer = {}
+                self.device_layer_reasons = {"arena": "a raw allocator was given",
+                                             "heap": "a raw allocator was given"}
         backend = Backend(allocate=_raw_allocator(raw, device_id), fallback=fallback,
                           memory_type=_UnownedMemory, pointer_type=_MemoryPointer,
                           device_id=device_id,
                           context=cuda_context() if context is _AUTO else context,
-                          oom_error=_memory.OutOfMemoryError)
+                          oom_error=_memory.OutOfMemoryError, **device_layer)
         self._engine = engine = Engine(backend, pool_options(options, **changes))
         if raw_listener is not None:
             raw_listener.connect(engine.memory)

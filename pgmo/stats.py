@@ -76,6 +76,10 @@ class PoolStats:
     peak_used_bytes: int  # most bytes in use at once since the start or the last reset
     peak_total_bytes: int  # most bytes held at once since the start or the last reset
     limit: int  # 0: no limit
+    # the device layer
+    arena_kind: str  # "reserved range" (virtual memory, grown in place) or "cudaMalloc"
+    heap_kind: str  # "stream-ordered pool" or "cudaMalloc per request"
+    boundary_releases: int  # memory given back at boundaries: a stream sync + one call each
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -101,6 +105,8 @@ class PoolStats:
             ("  stock pool", mib(self.stock_bytes)),
             ("  idle (free)", mib(self.free_bytes)),
             ("limit", "none" if not self.limit else mib(self.limit)),
+            ("arena from", self.arena_kind or "-"), ("own blocks from", self.heap_kind or "-"),
+            ("boundary releases", f"{self.boundary_releases:,}"),
             ("", ""),
             ("plan", f"{self.plan_method or 'none yet'}, {self.planned_blocks:,} blocks, "
                      f"{self.pinned_blocks:,} pinned"),

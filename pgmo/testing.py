@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .host_device import HostMemory, HostStockPool
+from .host_device import DRIVER_PAGE, HostAsyncPool, HostMemory, HostStockPool
 from .trace import Trace, events
 from .units import round_size
 
@@ -43,33 +43,49 @@ def _cupy_out_of_memory():
 
 
 
-def host_backend(capacity: int | None = None, cupy_objects: bool = False):
+def device_sources(memory: HostMemory, vmm: bool = True, stream_pool: bool = True) -> dict:
+    """The host analogues of the device layer, as :class:`~pgmo.engine.Backend` fields:
+    ``reserve`` (virtual memory: :class:`~pgmo.host_device.HostRange`) unless ``vmm`` is
+    false, ``heap`` (:class:`~pgmo.host_device.HostAsyncPool`) unless ``stream_pool`` is
+    false, and the device's size."""
+    return {"reserve": memory.reserve if vmm else None,
+            "heap": (lambda: HostAsyncPool(memory)) if stream_pool else None,
+            "device_memory": memory.capacity or 0}
+
+
+def host_backend(capacity: int | None = None, cupy_objects: bool = False, *, vmm: bool = True,
+                 stream_pool: bool = True, page: int | None = DRIVER_PAGE):
     """A :class:`~pgmo.engine.Backend` on host memory of ``capacity`` bytes (None: unbounded).
 
     With ``cupy_objects`` the blocks are CuPy ``UnownedMemory`` / ``MemoryPointer``
     objects, as the pool hands out; otherwise plain memory objects (no CuPy needed).
+    ``vmm``/``stream_pool``: whether the device has virtual memory management and
+    stream-ordered pools (both, as an H100 does, by default); ``page``: the driver's page.
     """
     from .engine import Backend
 
-    memory = HostMemory(capacity)
+    memory = HostMemory(capacity, page)
+    sources = device_sources(memory, vmm, stream_pool)
     if not cupy_objects:
-        return Backend(allocate=memory, fallback=HostStockPool(memory))
+        return Backend(allocate=memory, fallback=HostStockPool(memory), **sources)
     from cupy.cuda.memory import MemoryPointer, UnownedMemory
 
     oom = _cupy_out_of_memory()
     return Backend(allocate=memory, fallback=HostStockPool(memory, oom), memory_type=UnownedMemory,
-                   pointer_type=MemoryPointer, oom_error=oom)
+                   pointer_type=MemoryPointer, oom_error=oom, **sources)
 
 
-def host_engine(capacity: int | None = None, **options: Any):
+def host_engine(capacity: int | None = None, *, vmm: bool = True, stream_pool: bool = True,
+                page: int | None = DRIVER_PAGE, **options: Any):
     """A pgmo :class:`~pgmo.engine.Engine` on host memory, without CuPy.
 
     Keywords are pool options (``warmup``, ``replan``, ``method``...);
-    :data:`TEST_DEFAULTS` apply unless given.
+    :data:`TEST_DEFAULTS` apply unless given.  ``vmm``/``stream_pool``: see
+    :func:`host_backend`.
     """
     from .engine import Engine, pool_options
 
-    backend = host_backend(capacity)
+    backend = host_backend(capacity, vmm=vmm, stream_pool=stream_pool, page=page)
     engine = Engine(backend, pool_options(**{**TEST_DEFAULTS, **options}))
     engine.host_memory = True
     engine.host_device = backend.allocate
@@ -85,20 +101,26 @@ def _watch_raw(memory: "HostMemory", engine) -> None:
     memory.on_allocate = listener
 
 
-def host_pool(capacity: int | None = None, **options: Any):
+def host_pool(capacity: int | None = None, *, vmm: bool = True, stream_pool: bool = True,
+              page: int | None = DRIVER_PAGE, **options: Any):
     """A :class:`~pgmo.pool.ProfileGuidedMemoryPool` on host memory (needs CuPy, no GPU).
 
-    ``capacity`` plays the device's memory size (None: unbounded); other
-    keywords go to the pool (``warmup``, ``replan``, ``method``, ``plan_path``...);
+    ``capacity`` plays the device's memory size (None: unbounded); ``vmm`` and
+    ``stream_pool`` say whether the device has virtual memory management and
+    stream-ordered pools (both by default, as an H100); ``page`` is the driver's
+    page and mapping granule (2 MiB; a small one, 512, makes byte counts exact
+    for tests that check them); other keywords go to the
+    pool (``warmup``, ``replan``, ``method``, ``plan_path``...);
     :data:`TEST_DEFAULTS` apply unless given (pass ``replan="background",
     method="best"`` for the pool's own defaults).
     """
     from .pool import ProfileGuidedMemoryPool
 
-    memory = HostMemory(capacity)
+    memory = HostMemory(capacity, page)
     pool = ProfileGuidedMemoryPool(memory, fallback=HostStockPool(memory, _cupy_out_of_memory()),
                                    device_id=0,
                                    context=None, total_memory=capacity or 2 ** 40,
+                                   device_layer=device_sources(memory, vmm, stream_pool),
                                    **{**TEST_DEFAULTS, **options})
     pool.host_memory = True
     pool.host_device = memory

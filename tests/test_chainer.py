@@ -102,7 +102,7 @@ def test_each_update_is_one_pool_iteration(tmp_path, allocator_guard):
 
 
 def test_stats_reach_log_and_print_report_in_the_same_iteration(tmp_path, allocator_guard):
-    pool = host_pool()
+    pool = host_pool(page=512)  # a small arena: PrintReport prints it as a plain integer
     observations = Observations()
     printed = io.StringIO()
     trainer = make_trainer(4, ProfileGuidedMemory(pool), tmp_path)

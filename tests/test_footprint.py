@@ -36,22 +36,31 @@ def test_a_repeating_run_holds_the_physical_limit_and_never_more_than_cupy(name,
     pool.close()
     assert mine.completed and mine.corrupted == 0
     assert mine.peak <= 1.05 * run.lower_bound_rounded()
-    assert footprint.moments_above(mine.held, stock.held) == (0, 0)
+    # The warm-up and profiled iterations are served online, as CuPy's pool serves them;
+    # from the first planned iteration on, pgmo never holds more than CuPy had by then.
+    first_planned = [k for k, (kind, _) in enumerate(run.events()) if kind == "begin"][2]
+    held, theirs = mine.held, stock.held
+    assert footprint.moments_above(held[first_planned:],
+                                   [max(theirs[:first_planned + 1])] + theirs[first_planned + 1:]) \
+        == (0, 0)
     assert mine.peak < stock.peak
     st = mine.stats
-    assert st.stock_bytes == 0 and st.exact_bytes == 0  # nothing but the arena and survivors
-    assert st.total_bytes == st.arena_bytes + st.kept_bytes
+    assert st.stock_bytes == 0
+    assert st.total_bytes == st.arena_bytes + st.exact_bytes + st.kept_bytes
+    # beside the arena: the long-lived blocks (weights, momentum, gradients), in whole pages
+    assert st.exact_bytes + st.kept_bytes <= run.long_lived_bytes() + 0.02 * mine.peak
 
 
-def test_a_run_completes_on_a_device_of_its_physical_limit_every_byte_written():
+def test_a_run_completes_on_a_device_barely_larger_than_its_physical_limit():
+    """Within 3% of the limit in whole 2 MiB pages, every byte written and checked."""
     run = real_run("alexnet-train-b32", iterations=4)
-    limit = run.lower_bound_rounded()
-    pool = footprint.pgmo_pool(replan="sync", method="bestfit")(limit)
+    device = int(run.lower_bound_rounded() * 1.03)
+    pool = footprint.pgmo_pool(replan="sync", method="bestfit")(device)
     result = footprint.measure(run, pool, timeline=False, write=True)
     pool.close()
-    assert result.completed and result.corrupted == 0 and result.peak <= limit
+    assert result.completed and result.corrupted == 0 and result.peak <= device
     # CuPy's pool needs more: its cached chunks cannot merge across allocations
-    assert not footprint.measure(run, footprint.stock_pool(limit), timeline=False).completed
+    assert not footprint.measure(run, footprint.stock_pool(device), timeline=False).completed
 
 
 def test_a_device_too_small_for_the_run_is_cupys_out_of_memory_with_the_numbers():
@@ -69,17 +78,49 @@ def test_a_device_too_small_for_the_run_is_cupys_out_of_memory_with_the_numbers(
 def test_variable_lengths_live_in_one_arena_near_the_largest_iteration():
     run = pgmo.synth.seq2seq_run(iterations=30, batch=8, hidden=64, vocab=2000, layers=2)
     stock = footprint.measure(run, footprint.stock_pool())
-    pool = footprint.pgmo_pool(replan="sync", method="bestfit")(None)
+    # a 14 MiB run: a device of 512-byte pages, so that 2 MiB granules do not decide it
+    pool = footprint.pgmo_pool(replan="sync", method="bestfit", page=512)(None)
     arenas = []  # the arena's size at each plan installed (the engine is held: no stats())
     pool.engine.on_install = lambda schedule: arenas.append(pool.engine.memory.parts()["arena"])
     mine = footprint.measure(run, pool, write=True)
     pool.close()
     st = mine.stats
     assert mine.completed and mine.corrupted == 0
-    assert mine.peak <= 1.3 * run.lower_bound_rounded() and mine.peak < stock.peak
+    assert mine.peak <= 1.1 * run.lower_bound_rounded() and mine.peak < stock.peak
     assert st.fallback_requests > st.planned_requests  # most requests were placed off plan...
-    assert st.stock_bytes == 0 and st.exact_bytes == 0  # ...with no cache left behind
-    assert len(set(arenas)) <= 6  # the arena grew by a factor, a few times, not every batch
+    assert st.stock_bytes == 0  # ...with no cache left behind
+    # re-planned only when an iteration larger than any before came, and one arena
+    assert 1 <= st.reoptimizations == len(arenas) - 1 <= record_iterations(run) + 2
+    assert st.arena_bytes <= 1.1 * st.planned_peak + 2 ** 21
+
+
+def record_iterations(run) -> int:
+    """Iterations after the profiled one (the second) whose lower bound is above every one
+    before them, the profiled one included."""
+    where, sizes = run.iteration_of(), {}
+    for i, b in enumerate(run.trace.blocks):
+        sizes.setdefault(where[i], []).append(b)
+    best, records = 0, 0
+    for k in sorted(k for k in sizes if k >= 1):
+        lb = _iteration_lb(run, k)
+        records += lb > best and k > 1
+        best = max(best, lb)
+    return records
+
+
+def _iteration_lb(run, k: int) -> int:
+    begin, end = run.iterations[k]
+    live = peak = 0
+    for kind, i in run.events():
+        b = run.trace.blocks[i] if kind in ("alloc", "free") else None
+        if b is None or not begin <= b.lower < end:
+            continue
+        if kind == "alloc":
+            live += b.size
+        elif b.upper is not None and b.upper <= end:
+            live -= b.size
+        peak = max(peak, live)
+    return peak
 
 
 def test_moments_above_compare_each_event_with_what_cupy_held_by_then():

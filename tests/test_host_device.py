@@ -13,7 +13,7 @@ import gc
 import pytest
 
 from pgmo import bundled
-from pgmo.host_device import OWN_PAGES, HostMemory, HostStockPool
+from pgmo.host_device import OWN_PAGES, HostAsyncPool, HostMemory, HostStockPool
 from pgmo.runs import run_from_iteration
 
 DENSENET = ["h100-densenet-bc100-k12-train-b64-recompute-off-stock",
@@ -36,7 +36,7 @@ def test_reproduces_what_cupys_pool_reserved_on_the_h100(name):
     """One step on a fresh pool, then the recorded one (as record_traces.py did): within 3%."""
     trace = bundled.load(name)
     assert trace.metadata["pool"] == "stock" and trace.metadata["reserved_by"] == "the CuPy pool"
-    memory = HostMemory()
+    memory = HostMemory(page=None)  # bytes as asked: CuPy's own count
     pool = HostStockPool(memory)
     drive(pool, run_from_iteration(trace, 2))
     reserved = trace.metadata["reserved_peak"]
@@ -45,7 +45,7 @@ def test_reproduces_what_cupys_pool_reserved_on_the_h100(name):
 
 
 def test_sizes_round_to_512_and_every_byte_is_counted():
-    memory = HostMemory()
+    memory = HostMemory(page=None)
     pool = HostStockPool(memory)
     a = pool.malloc(1)
     b = pool.malloc(513)
@@ -57,7 +57,7 @@ def test_sizes_round_to_512_and_every_byte_is_counted():
 
 
 def test_smallest_fitting_chunk_is_split_and_the_rest_stays_free():
-    memory = HostMemory()
+    memory = HostMemory(page=None)
     pool = HostStockPool(memory)
     big, small = pool.malloc(4096), pool.malloc(2048)
     big_ptr = big.ptr
@@ -70,7 +70,7 @@ def test_smallest_fitting_chunk_is_split_and_the_rest_stays_free():
 
 
 def test_a_freed_chunk_merges_with_its_free_neighbours():
-    memory = HostMemory()
+    memory = HostMemory(page=None)
     pool = HostStockPool(memory)
     whole = pool.malloc(3 * 512)
     base = whole.ptr
@@ -87,7 +87,7 @@ def test_a_freed_chunk_merges_with_its_free_neighbours():
 
 
 def test_free_all_blocks_releases_unsplit_chunks_only():
-    memory = HostMemory()
+    memory = HostMemory(page=None)
     pool = HostStockPool(memory)
     a, b = pool.malloc(2048), pool.malloc(1024)
     del a
@@ -101,7 +101,7 @@ def test_free_all_blocks_releases_unsplit_chunks_only():
 
 
 def test_a_full_device_releases_the_cache_and_retries():
-    memory = HostMemory(capacity=4096)
+    memory = HostMemory(capacity=4096, page=None)
     pool = HostStockPool(memory)
     a = pool.malloc(3072)
     del a
@@ -113,7 +113,7 @@ def test_a_full_device_releases_the_cache_and_retries():
 
 
 def test_the_retry_collects_garbage_first():
-    memory = HostMemory(capacity=2048)
+    memory = HostMemory(capacity=2048, page=None)
     pool = HostStockPool(memory)
     cycle = [pool.malloc(2048)]
     cycle.append(cycle)  # only the cycle collector frees it
@@ -126,7 +126,7 @@ def test_the_retry_collects_garbage_first():
 
 
 def test_the_limit_fails_at_once_without_releasing_the_cache():
-    memory = HostMemory()
+    memory = HostMemory(page=None)
     pool = HostStockPool(memory, oom_error=lambda size, total, limit: MemoryError(
         f"limit {limit} reached with {total} held, asking {size}"))
     pool.set_limit(size=2048)
@@ -138,7 +138,7 @@ def test_the_limit_fails_at_once_without_releasing_the_cache():
 
 
 def test_host_memory_counts_calls_bytes_and_peak():
-    memory = HostMemory(capacity=1 << 20)
+    memory = HostMemory(capacity=1 << 20, page=None)
     a = memory(1000)
     b = memory(2000)
     assert (memory.in_use, memory.peak, memory.allocations) == (3000, 3000, 2)
@@ -172,3 +172,115 @@ def test_a_buffer_larger_than_the_host_can_map_is_a_memory_error():
     with pytest.raises(MemoryError, match="cannot allocate"):
         memory(1 << 62)
     assert memory.in_use == 0
+
+
+# ------------------------------------------------------------ the driver's pages
+MiB = 1 << 20
+PAGE = 2 * MiB
+
+
+def test_large_allocations_take_whole_pages_and_small_ones_share_them():
+    memory = HostMemory()
+    big = memory(3 * MiB)  # > 1 MiB: two pages of its own
+    assert memory.in_use == 2 * PAGE and memory.bytes_in_use == 3 * MiB
+    small = [memory(300_000) for _ in range(6)]  # 1.8 MB: packed into one shared page
+    assert memory.in_use == 3 * PAGE
+    small.append(memory(300_000))  # no room left in that page: a second one
+    assert memory.in_use == 4 * PAGE
+    del small[:6]  # the first page still holds nothing: given back
+    assert memory.in_use == 3 * PAGE
+    del small, big
+    assert memory.in_use == 0 and memory.bytes_in_use == 0
+
+
+def test_a_page_stays_held_while_any_small_allocation_in_it_lives():
+    memory = HostMemory()
+    keep = memory(1000)
+    others = [memory(100_000) for _ in range(10)]
+    del others
+    assert memory.in_use == PAGE  # pinned by the one small buffer left
+    del keep
+    assert memory.in_use == 0
+
+
+def test_the_capacity_counts_pages_not_bytes():
+    memory = HostMemory(capacity=4 * MiB)
+    a = memory(1_100_000)  # one page
+    b = memory(1_100_000)  # another
+    with pytest.raises(MemoryError, match="host device full"):
+        memory(1_100_000)  # 3.3 MB of bytes, but 6 MiB of pages
+    del a, b
+
+
+def test_every_cudafree_counts_as_a_synchronizing_call():
+    memory = HostMemory()
+    buffers = [memory(4096) for _ in range(3)]
+    assert memory.sync_calls == 0  # cudaMalloc does not wait for the device here
+    del buffers
+    assert memory.sync_calls == memory.releases == 3
+
+
+# ------------------------------------------------------------ virtual memory
+def test_a_reserved_range_is_mapped_and_unmapped_in_whole_mappings():
+    memory = HostMemory(capacity=16 * MiB)
+    r = memory.reserve()
+    assert r.size == 32 * MiB and r.ptr % PAGE == 0 and memory.in_use == 0
+    r.map(0, 4 * MiB)
+    r.map(4 * MiB, 2 * MiB)
+    assert memory.in_use == r.mapped == 6 * MiB and memory.maps == 2
+    assert memory.holds(r.ptr + 5 * MiB, MiB) and not memory.holds(r.ptr + 6 * MiB, 1)
+    with pytest.raises(ValueError, match="ends inside a mapping"):
+        r.unmap(0, 2 * MiB)  # the driver never unmaps part of a mapping
+    with pytest.raises(ValueError, match="already mapped"):
+        r.map(2 * MiB, 2 * MiB)
+    with pytest.raises(ValueError, match="whole granules"):
+        r.map(6 * MiB, 1000)
+    r.synchronize()
+    r.unmap(0, 6 * MiB)  # two mappings, one call
+    assert memory.in_use == 0 and memory.sync_calls == 2 and r.mappings() == []
+    with pytest.raises(MemoryError, match="host device full"):
+        r.map(0, 18 * MiB)  # past the capacity, as a full device refuses
+    r.close()
+
+
+def test_mapped_granules_are_writable_and_an_unmapped_one_faults():
+    """A stale access after unmapping must fault, as it would on the GPU (run in a child)."""
+    import subprocess
+    import sys
+
+    code = """if True:
+        import ctypes
+        from pgmo.host_device import HostMemory
+        memory = HostMemory()
+        r = memory.reserve(8 << 20)
+        r.map(0, 2 << 20)
+        ctypes.memset(r.ptr, 7, 2 << 20)
+        assert ctypes.string_at(r.ptr + 100, 1) == b"\\x07"
+        r.unmap(0, 2 << 20)
+        print("unmapped", flush=True)
+        ctypes.memset(r.ptr, 7, 16)
+        print("no fault")
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.startswith("unmapped") and "no fault" not in done.stdout
+    assert done.returncode == -11, done.stderr  # SIGSEGV
+
+
+# ------------------------------------------------------- a stream-ordered pool
+def test_a_stream_ordered_pool_reuses_what_it_holds_and_trims_in_one_call():
+    memory = HostMemory()
+    pool = HostAsyncPool(memory)
+    blocks = [pool.malloc(MiB) for _ in range(8)]  # 8 MiB: four granules
+    assert pool.held == memory.in_use == 8 * MiB and pool.used == 8 * MiB
+    del blocks[2:6]  # frees are stream-ordered: no device sync
+    again = pool.malloc(2 * MiB)  # fits in the memory the pool holds: nothing new mapped
+    assert pool.held == 8 * MiB and memory.sync_calls == 0
+    del again
+    pool.synchronize()
+    released = pool.trim()  # [2, 6) MiB is free: granule [2, 4) MiB and [4, 6) MiB go back
+    assert released == 4 * MiB and pool.held == memory.in_use == 4 * MiB
+    assert memory.sync_calls == 2  # the stream sync and the one trim call
+    del blocks
+    pool.trim()
+    assert pool.held == memory.in_use == 0

@@ -59,7 +59,7 @@ def assert_clean(results):
 
 
 def test_best_fit_at_once_then_the_better_plan_at_a_later_boundary():
-    engine = host_engine(warmup=1, **BACKGROUND)
+    engine = host_engine(warmup=1, page=512, **BACKGROUND)  # fine pages: exact arena bytes
     first = replay([HARD] * 3, engine)
     assert first["modes"] == ["warmup", "profiling", "optimized"]
     assert first["stats"].plan_method in ("bestfit", "best")  # best-fit at once (or both)
@@ -67,7 +67,8 @@ def test_best_fit_at_once_then_the_better_plan_at_a_later_boundary():
     assert_clean(results + [first])
     st = engine.stats()
     assert st.planned_peak == st.lower_bound == HARD.lower_bound()
-    assert st.arena_bytes == st.planned_peak  # the arena shrank to the better plan
+    # the arena's end was trimmed to the better plan (in whole mappings: 1/32 of it)
+    assert st.planned_peak <= st.arena_bytes <= st.planned_peak * (1 + 1 / 32)
     assert st.background_solves == 1
     assert st.fallback_requests == 0 and st.stale_plans == 0 and st.planner_failures == 0
     engine.close()

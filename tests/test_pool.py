@@ -16,7 +16,13 @@ from cupy.cuda.memory import MemoryPointer, OutOfMemoryError  # noqa: E402
 
 import pgmo  # noqa: E402
 from pgmo.stats import PoolStats  # noqa: E402
-from pgmo.testing import host_pool  # noqa: E402
+from pgmo.testing import host_pool as _host_pool  # noqa: E402
+
+
+def host_pool(*args, **kwargs):
+    """A host pool on a device of 512-byte pages: the byte counts these tests check are exact
+    (the driver's 2 MiB pages are tested in test_host_device and test_footprint)."""
+    return _host_pool(*args, **{"page": 512, **kwargs})
 
 HOT = [(0, 0, 2, 1000), (1, 1, 4, 2000), (2, 3, 6, 3000), (3, 5, 7, 500)]
 
@@ -238,8 +244,9 @@ def test_memory_hooks_see_pgmo_allocations_and_frees():
 
 
 def test_a_failed_arena_allocation_still_reaches_the_post_hooks():
-    """As in CuPy, alloc_postprocess runs when the allocation fails, with mem_ptr=0."""
-    pool = host_pool(capacity=8192, warmup=0)
+    """As in CuPy, alloc_postprocess runs when the allocation fails, with mem_ptr=0 (on a
+    device without virtual memory management, where the arena is a cudaMalloc)."""
+    pool = host_pool(capacity=8192, warmup=0, vmm=False, stream_pool=False)
     hook = Recorder()
     with hook:
         with pool.iteration():  # profiled: 4 KiB at most; the plan wants a 4 KiB arena
@@ -317,7 +324,7 @@ def test_blocks_outlive_the_pool_and_keep_only_their_arena():
             kept_fb = None
             with pool.interrupted():
                 kept_fb = pool.malloc(7000)
-        memory = pool.engine.hot.arena.buffer._memory
+        memory = pool.host_device
         arena_bytes = pool.stats().arena_bytes
         del pool
         assert memory.in_use == arena_bytes + 7168  # the arena and the fallback block

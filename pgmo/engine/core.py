@@ -52,7 +52,7 @@ from .memory import DeviceMemory
 from .options import Backend, PoolOptions
 from .planner import Planner
 from .queries import PoolQueries
-from .recording import Log, log_of, survivors_of
+from .recording import Log, filled, log_of, survivors_of
 from .schedule import Schedule
 from .state import IterationState
 from .unmarked import LoopWatch, PgmoWarning
@@ -107,9 +107,12 @@ class Engine(PoolQueries):
                                  _weak(self._serve_checked))
         self.planner = Planner(options.solver, options.replan)
         self.memory = memory = DeviceMemory(hot, backend.allocate, backend.fallback,
-                                            backend.oom_error)
+                                            backend.oom_error, backend.reserve, backend.heap,
+                                            backend.device_memory)
+        between, between_source = memory.between_iterations()
         hot.connect(backend.fallback, _weak(memory.exact), _weak(memory.kept),
-                    _weak(memory.reuse), backend.context, _weak(memory.released))
+                    _weak(memory.reuse), backend.context, _weak(memory.released),
+                    _weak(between) if hasattr(between, "__self__") else between, between_source)
         weakref.finalize(self, _shut_down, hot.inbox, self.planner)
         #: The allocation entry point (what ``set_allocator`` gets).
         self.malloc = hot.malloc
@@ -124,6 +127,7 @@ class Engine(PoolQueries):
         #: Where iterations come from (marked, detected or none yet).
         self.watch = LoopWatch(options.detect_iterations, options.warn_after)
         self.departures = 0
+        self._awaited: tuple[Trace, int] | None = None  # (profile, its arena's least size)
 
     # ------------------------------------------------------------ exclusivity
     def __enter__(self) -> None:
@@ -217,9 +221,13 @@ class Engine(PoolQueries):
         return self._serve_numbered(size, rs)
 
     def _outside(self, size: int, rs: int, index: int = -1, iteration: int = OUTSIDE) -> Any:
-        """A stock pool block for a request outside any iteration's plan (not numbered)."""
-        return self.hot.outside_block(self.memory.from_stock(size, rs), rs, index, iteration,
-                                      STOCK)
+        """A block for a request outside any iteration's plan (not numbered): the owner's
+        between iterations from the heap (where there is a stream-ordered pool), the rest
+        (interrupted, another thread or stream) from CuPy's stock pool."""
+        hot = self.hot
+        if not self.state.inside and hot.between_source != STOCK and _get_ident() == hot.owner:
+            return hot.outside_block(hot.between(rs), rs, index, iteration, hot.between_source)
+        return hot.outside_block(self.memory.from_stock(size, rs), rs, index, iteration, STOCK)
 
     def _is_owner(self) -> bool:
         hot = self.hot
@@ -339,7 +347,7 @@ class Engine(PoolQueries):
                 self._at_boundary()
                 return False
             departed = True
-            run_log = log_of(hot, n)
+            run_log = filled(log_of(hot, n), self.schedule.profile)
             kind = "merge"
         else:
             run_log = self._last_log = log_of(hot, n)
@@ -395,7 +403,19 @@ class Engine(PoolQueries):
         if ready is not None:
             self._install(ready)
         elif self.schedule is not None:
-            self.memory.fit(self.schedule.arena_size, self.planner.varying > 0)
+            self.memory.fit(max(self.schedule.arena_size, self._awaited_size()),
+                            self.planner.varying > 0)
+
+    def _awaited_size(self) -> int:
+        """The least arena a profile still being planned needs (its lower bound): the arena
+        keeps that much rather than give back memory the next plan takes again."""
+        profile = self.planner.profile
+        if profile is None or self.schedule is None or profile is self.schedule.profile:
+            return 0
+        cached = self._awaited
+        if cached is None or cached[0] is not profile:
+            cached = self._awaited = (profile, round_size(profile.without_open().lower_bound()))
+        return cached[1]
 
     def _install(self, schedule: Schedule) -> None:
         """Use ``schedule`` from this boundary on; the arena grows or shrinks here only."""
@@ -408,8 +428,12 @@ class Engine(PoolQueries):
             self.on_install(schedule)
 
     def _plan_ready(self) -> bool:
+        """A plan is installed and its arena holds it (the device may have refused part)."""
         s = self.schedule
-        return s is not None and (self.hot.arena is not None or s.arena_size == 0)
+        if s is None:
+            return False
+        arena = self.hot.arena
+        return s.arena_size == 0 or (arena is not None and arena.size >= s.arena_size)
 
     def optimize(self) -> Plan:
         """Solve the profile (or the last iteration's log) now; it is used from the next iteration."""
@@ -476,7 +500,7 @@ class Engine(PoolQueries):
         if self.completed < self.options.warmup:
             return "warmup"
         if self.schedule is not None or self._pending is not None:
-            if self.memory.blocked and self.hot.arena is None:
+            if self.memory.blocked and self.schedule is not None and not self._plan_ready():
                 return "fallback"
             return "optimized"
         if self.planner.busy:

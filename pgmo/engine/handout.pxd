@@ -38,6 +38,8 @@ cdef class HotPath:
     cdef public object exact
     cdef public object kept
     cdef public object reuse
+    cdef public object between
+    cdef public long long between_source
     cdef public object placer
     cdef public bint limited
     cdef public object context
@@ -72,7 +74,7 @@ cdef class HotPath:
     cdef public Counts counts
 
     cpdef connect(self, object stock, object exact, object kept, object reuse, object context,
-                  object on_arena_idle)
+                  object on_arena_idle, object between, long long between_source)
 
     cpdef share(self)
 

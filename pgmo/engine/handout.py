@@ -115,6 +115,8 @@ class HotPath:
         self.slow = slow  # the engine's slow path: slow(size) -> pointer
         self.on_arena_idle = None  # an old arena's last block was freed
         self.stock = self.exact = self.kept = self.reuse = None  # the sources (connect)
+        self.between = None  # serves the owner's requests between iterations (connect)
+        self.between_source = _STOCK
         self.placer = None  # places off-plan requests in the arena's gaps (see .placement)
         self.limited = False
         self.context = None  # callable naming the device/stream, or None
@@ -150,14 +152,19 @@ class HotPath:
         self.counts = Counts()
 
     # ------------------------------------------------------- the engine's calls
-    def connect(self, stock, exact, kept, reuse, context, on_arena_idle):
-        """The memory sources, the request's device/stream, who hears an old arena go idle."""
+    def connect(self, stock, exact, kept, reuse, context, on_arena_idle, between,
+                between_source):
+        """The memory sources, the request's device/stream, who hears an old arena go idle;
+        ``between(rs)`` serves the owner's requests between iterations, from
+        ``between_source``."""
         self.stock = stock
         self.exact = exact
         self.kept = kept
         self.reuse = reuse
         self.context = context
         self.on_arena_idle = on_arena_idle
+        self.between = between
+        self.between_source = between_source
 
     def share(self):
         """Another thread came in: from now on the owner takes the engine's lock too."""
@@ -270,10 +277,12 @@ class HotPath:
         if kind == FALLBACK:
             if self.limited:
                 return None
-            pointer = self.outside_block(self.stock.malloc(size), rs, -1, OUTSIDE, _STOCK)
-            if self.in_iter:
+            if self.in_iter:  # interrupted: CuPy's stock pool
+                pointer = self.outside_block(self.stock.malloc(size), rs, -1, OUTSIDE, _STOCK)
                 self.counts.interrupted += 1
             else:
+                pointer = self.outside_block(self.between(rs), rs, -1, OUTSIDE,
+                                             self.between_source)
                 self.counts.outside += 1
             return pointer
         i = self.n

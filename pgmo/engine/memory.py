@@ -1,21 +1,30 @@
 """Every byte of device memory the pool holds is obtained and released here.
 
-pgmo exists to hold less device memory than CuPy's stock pool, so what it
-holds is decided in one place, with its accounting.  Four sources:
+pgmo exists to hold less device memory than CuPy's stock pool, and to cost
+the GPU no synchronization for it, so what it holds, and when it gives
+memory back, is decided in one place, with its accounting.  Four sources:
 
 ``arena``
-    One raw allocation of the plan's peak (:meth:`DeviceMemory.fit`); planned
-    requests are carved from it.  It changes only at an iteration boundary.
-``exact``
-    A raw allocation per request, given back at its free
-    (:meth:`DeviceMemory.exact`): the warm-up and profiled iterations, an
-    iteration waiting for its plan, what of an iteration that left its plan
-    finds no gap in the arena (:mod:`.placement`), and every iteration when
-    no arena can be had.
+    Planned requests are carved from it at their planned offsets; what of a
+    departed iteration fits in its gaps is placed there (:mod:`.placement`).
+    Where the device has virtual memory management (``Backend.reserve``), it
+    is **one reserved address range per pool**, backed by physical memory as
+    it grows and trimmed at its end: offsets stay valid, there is never a
+    second arena nor a copy.  Elsewhere it is one raw allocation
+    (cudaMalloc) of the plan's size, replaced when a plan needs more.
+``heap``
+    Memory of a block's own, for the requests no plan covers: the warm-up
+    and profiled iterations, an iteration waiting for its plan, survivors
+    (blocks that outlive their iteration), and what finds no room in an
+    arena that cannot grow.  From a private stream-ordered pool
+    (``Backend.heap``: cudaMallocFromPoolAsync / cudaFreeAsync) when the
+    device has one; else a raw allocation per request (whose cudaFree waits
+    for the device).
 ``kept``
-    Survivors (blocks the profile saw outlive their iteration: gradients, a
-    kept loss) get a buffer of their own that, once freed, waits for the same
-    size in the next iteration (:meth:`DeviceMemory.kept`).
+    Survivors get a buffer of their own (from the heap) that, once freed,
+    waits for the same size in the next iteration: the heap does not change
+    from one iteration to the next, and without a stream-ordered pool there
+    is no cudaFree and cudaMalloc per survivor per iteration.
 ``stock``
     CuPy's stock pool, for what lies outside every plan: requests between
     iterations, between ``interrupt()`` and ``resume()``, and from another
@@ -23,27 +32,39 @@ holds is decided in one place, with its accounting.  Four sources:
 
 The footprint policy, and why:
 
-1. **Cache nothing the plan does not need.**  A caching pool's profiled
-   iteration costs its fragmented peak, and its cache then lives beside the
-   arena (on the H100: 1.5x-1.8x CuPy's footprint).  Exact blocks follow the
-   live bytes; the measurements of the alternatives are in
-   ``docs/footprint.md``.
-2. **Release before taking.**  At a boundary an idle arena is given back
-   before the next one is taken; as an iteration begins, survivors' buffers
-   idle for a whole iteration and the stock pool's free blocks (what was
-   used between iterations: it would sit beside the arena) are given back.
-3. **One arena, grown by a factor.**  A replaced arena lives only while
-   blocks live in it; it is given back when its last block is freed.  When
-   the workload varies (iterations of other shapes, placed in the arena's
-   gaps) an arena that must grow, or whose gaps overflowed, grows by
+1. **Hold near the live bytes while profiling.**  A caching pool's
+   profiled iteration costs its fragmented peak, and its cache then lives
+   beside the arena (on the H100, 2026-11-25: 1.5x-1.8x CuPy's footprint).
+   The heap places blocks best fit and keeps freed memory for reuse, without
+   a device sync; its idle memory is trimmed at boundaries (rule 4).
+2. **No device sync inside an iteration.**  cudaFree and unmapping wait for
+   every queued kernel: inside an iteration pgmo calls neither (blocks are
+   freed into the heap or the arena, and the arena grows by mapping, which
+   does not wait); only a device that is full makes it give memory back
+   mid-iteration (rule 6).
+3. **One arena, grown in place.**  A plan that needs more, or a departed
+   iteration that finds no gap, maps more memory at the arena's end (in
+   mappings of about 1/32 of the arena, :data:`MAPPING_MAX` at most, so that
+   the end can be trimmed finely).  Without virtual memory, an arena that must grow is
+   replaced: the old one lives only while blocks live in it, and when the
+   device refuses the new one the pool keeps the old one (it never drops an
+   arena it cannot replace); a varying workload's arena then grows by
    :data:`GROWTH` at least, so that it does not change at every boundary.
-4. **Room when full.**  When the device or the limit refuses an allocation,
-   idle memory (dead blocks, idle kept buffers, the stock pool's free
-   blocks) is given back and the allocation tried once more; then CuPy's
-   ``OutOfMemoryError``, with the numbers.
-5. **Count every byte.**  ``total_bytes() = arenas + exact blocks + kept
-   buffers (live and idle) + the stock pool's total``; the limit caps that
-   sum for every source, and the peak is updated wherever it grows.
+4. **Give back at boundaries, at most one release each.**  As an iteration
+   ends, memory nothing needs goes back with one stream sync and one release
+   call (at most 2 synchronizing calls per boundary): the heap's wholly free
+   granules (``cudaMemPoolTrimTo``) before an arena grows or when they are a
+   sizeable share of what is held, else the arena's end beyond the plan and
+   its live blocks (``cuMemUnmap``) when it is :data:`TRIM_SLACK` or more
+   above what is needed.  Survivors' idle buffers and the stock pool's free
+   blocks go back as the next iteration begins.
+5. **Count every byte.**  ``total_bytes() = arenas + heap + kept buffers
+   (live and idle) + the stock pool's total``; the limit caps that sum for
+   every source, and the peak is updated wherever it grows.
+6. **Room when full.**  When the device or the limit refuses memory, idle
+   memory (dead blocks, idle kept buffers, the heap's free granules, the
+   stock pool's free blocks) is given back and the request tried once more;
+   then CuPy's ``OutOfMemoryError``, with the numbers.
 """
 
 from __future__ import annotations
@@ -55,16 +76,24 @@ import weakref
 from typing import Any, Callable
 
 from ..units import round_size
-from .frees import EXACT, KEPT, Arena
+from .frees import EXACT, KEPT, STOCK, Arena
 from .handout import NO_SLOT, HotPath
 from .placement import Placer
 
-__all__ = ["DeviceMemory", "RawListener", "GROWTH"]
+__all__ = ["DeviceMemory", "RawListener", "GROWTH", "MAPPING_MAX", "TRIM_SLACK"]
 
 log = logging.getLogger("pgmo.pool")
 
-#: How much an arena grows, at least, when a varying workload outgrows it.
+#: How much a cudaMalloc arena grows, at least, when a varying workload outgrows it.
 GROWTH = 1.1
+#: The most bytes one mapping of a reserved arena holds: its end is trimmed in these steps.
+MAPPING_MAX = 64 << 20
+#: The arena's end is trimmed when it holds this share more than its plan and live blocks need.
+TRIM_SLACK = 0.02
+#: The heap is trimmed at a boundary when its idle granules are this share of what pgmo holds.
+HEAP_SLACK = 0.02
+#: A departed iteration grows a reserved arena by this share of its size at least.
+GROW_STEP = 1 / 32
 
 
 class _KeptBlock:
@@ -77,16 +106,26 @@ class _KeptBlock:
 
 
 class DeviceMemory:
-    """The arenas, the exact blocks, the survivors' buffers and the stock pool, counted."""
+    """The arenas, the heap, the survivors' buffers and the stock pool, counted."""
 
     def __init__(self, hot: HotPath, allocate: Callable[[int], Any], stock: Any,
-                 oom_error: Callable[[int, int, int], BaseException]):
+                 oom_error: Callable[[int, int, int], BaseException],
+                 reserve: Callable[[int], Any] | None = None,
+                 heap: Callable[[], Any] | None = None, device_memory: int = 0):
         """``allocate(size)``: the raw allocator (cudaMalloc; MemoryError when full);
-        ``stock``: CuPy's pool; ``oom_error(size, total, limit)``: a full device's error."""
+        ``stock``: CuPy's pool; ``oom_error(size, total, limit)``: a full device's error;
+        ``reserve(size)``: a virtual address range (None: no virtual memory management);
+        ``heap()``: a private stream-ordered pool (None: a raw allocation per request);
+        ``device_memory``: the device's size (what a reservation spans)."""
         self.hot = hot
         self.allocate = allocate
         self.stock = stock
         self.oom_error = oom_error
+        self._reserve = reserve
+        self._make_heap = heap
+        self.device_memory = device_memory
+        self.range: Any = None  # the reserved range (taken at the first arena)
+        self.heap: Any = None  # the stream-ordered pool (made at its first request)
         self.arenas: set[Arena] = set()  # the current arena and old ones with live blocks
         self.blocked = False  # the last arena was refused: wait for memory to free up
         self.failures = 0  # arenas refused
@@ -94,39 +133,79 @@ class DeviceMemory:
         self.placer: Placer | None = None
         self.limit = 0  # 0: none
         self.peak_total = 0  # most bytes held at once
+        self.releases = 0  # boundary releases (a stream sync and one release call each)
+        self._released_at = -1  # the boundary (iteration number) of the last release
         self._idle_kept: dict[int, list[tuple[Any, int]]] = {}  # size -> (buffer, stamp)
         self._idle_kept_bytes = 0
         self._returned: collections.deque = collections.deque()  # kept buffers freed
 
+    @property
+    def arena_kind(self) -> str:
+        """``"reserved range"`` (virtual memory, grown in place) or ``"cudaMalloc"``."""
+        return "reserved range" if self._reserve is not None else "cudaMalloc"
+
+    @property
+    def heap_kind(self) -> str:
+        """``"stream-ordered pool"`` or ``"cudaMalloc per request"``."""
+        return "stream-ordered pool" if self._make_heap is not None else "cudaMalloc per request"
+
     # ------------------------------------------------------------ raw memory
-    def raw(self, size: int) -> Any:
-        """A raw allocation of ``size`` bytes within the limit, making room once if refused."""
+    def _room_for(self, size: int) -> None:
+        """Make sure ``size`` more bytes stay within the limit (making room once), or raise."""
         if self.limit and self.total_bytes() + size > self.limit:
             self.make_room()
             if self.total_bytes() + size > self.limit:
                 raise self.oom_error(size, self.total_bytes(), self.limit)
+
+    def _retrying(self, take: Callable[[], Any], size: int) -> Any:
+        """``take()``; when the device refuses, make room and try once more, then OOM."""
         try:
-            buffer = self.allocate(size)
+            return take()
         except MemoryError:
             self.make_room()
             try:
-                buffer = self.allocate(size)
+                return take()
             except MemoryError:
                 raise self.oom_error(size, self.total_bytes(), self.limit) from None
+
+    def raw(self, size: int) -> Any:
+        """A raw allocation of ``size`` bytes within the limit, making room once if refused."""
+        self._room_for(size)
+        buffer = self._retrying(lambda: self.allocate(size), size)
         # Not counted anywhere yet (its block, kept buffer or arena comes next): add it.
         self.note_reserved(size)
         return buffer
 
     def exact(self, rs: int) -> Any:
         """A block's own memory, given back at its free (the block's owner keeps it)."""
-        return self.raw(rs)
+        if self._make_heap is None:
+            return self.raw(rs)
+        heap = self._heap()
+        self._room_for(rs)
+        block = self._retrying(lambda: heap.malloc(rs), rs)
+        self.note_reserved()
+        return block
+
+    def between_iterations(self) -> tuple[Callable[[int], Any], int]:
+        """What serves the owner's requests between iterations, and its source: the heap
+        when it is a stream-ordered pool (model weights made before the first iteration
+        never sit in a cache whose release costs a cudaFree each), else the stock pool."""
+        if self._make_heap is not None:
+            return self.exact, EXACT
+        stock = self.stock
+        return (lambda rs: stock.malloc(rs)), STOCK
+
+    def _heap(self) -> Any:
+        if self.heap is None:
+            self.heap = self._make_heap()
+        return self.heap
 
     def reuse(self, rs: int) -> Any:
         """A block of the stock pool's idle memory, if it holds ``rs`` bytes without growing.
 
-        Idle memory is used before new memory is taken (policy 1): a chunk the
-        stock pool could not give back (split by a block still alive there)
-        serves a request of its own instead of sitting beside it.
+        Idle memory is used before new memory is taken: a chunk the stock pool
+        could not give back (split by a block still alive there) serves a
+        request of its own instead of sitting beside it.
         """
         stock = self.stock
         if not stock.n_free_blocks() or stock.free_bytes() < rs:
@@ -140,15 +219,20 @@ class DeviceMemory:
         finally:
             stock.set_limit(size=limit)
 
-    def kept(self, rs: int) -> _KeptBlock:
-        """A survivor's buffer: an idle one of this size, else a new one."""
+    def kept(self, rs: int) -> Any:
+        """A survivor's buffer: an idle one of this size, else a new one (from the heap).
+
+        Reusing the very buffer the same request had last iteration keeps the
+        heap as it is: a best-fit heap would place it elsewhere now and then,
+        and grow.
+        """
         self._collect_kept()
         idle = self._idle_kept.get(rs)
         if idle:
             buffer, _ = idle.pop()
             self._idle_kept_bytes -= rs
         else:
-            buffer = self.raw(rs)
+            buffer = self.exact(rs)
         block = _KeptBlock()
         block.ptr, block.size, block._buffer, block._returned = (
             buffer.ptr, rs, buffer, self._returned)
@@ -189,21 +273,26 @@ class DeviceMemory:
                 raise self.oom_error(rs, self.total_bytes(), self.limit) from None
 
     def make_room(self, collect: bool = True) -> None:
-        """Give back what is idle: dead blocks (frees applied), kept buffers, stock blocks."""
+        """Give back what is idle: dead blocks (frees applied), kept buffers, the heap's free
+        granules, stock blocks (rule 6: a full device only)."""
         if collect:
             gc.collect()
         self.hot.drain()
         self._release_kept()
         self.stock.free_all_blocks()
+        if self.heap is not None and self.heap.held > self.heap.used:
+            self._sync()
+            self.heap.trim()
 
     # ---------------------------------------------------------------- arenas
     def fit(self, size: int, varying: bool = False) -> bool:
         """Make the current arena right for a plan of ``size`` bytes; True when it changed.
 
-        ``varying``: the plan grew because the workload varies; an arena that
-        must grow then grows by :data:`GROWTH` at least, and keeps that
-        headroom while later plans fit in it.
+        ``varying``: the plan grew because the workload varies (a cudaMalloc
+        arena that must grow then grows by :data:`GROWTH` at least).
         """
+        if self._reserve is not None:
+            return self._fit_range(size)
         hot = self.hot
         if varying and size > 0:  # what placing a varying iteration needed, at least
             size = max(size, self.wanted)
@@ -213,24 +302,43 @@ class DeviceMemory:
             roomy = varying and size <= arena.size <= size * GROWTH
             if arena.size == size or roomy or (arena.size > size and arena.overdue):
                 return False
-            self.drop()
-        arena = None  # no reference of ours keeps a dropped arena alive
-        if size <= 0 or self.blocked:
+        if size <= 0:
+            if arena is not None:
+                self.drop()
             return old != 0
+        if self.blocked and arena is not None:
+            return False  # the last larger arena was refused: keep this one
         target = size
         if varying and old and size > old:
             target = max(size, round_size(int(old * GROWTH)))
+        if arena is not None and hot.arena_idle(arena):
+            self.drop()  # idle: given back before the next one is taken (rule 4)
+            arena = None
         taken = self._take(target)
         if taken is None and target > size:
             taken = self._take(size)
+        if taken is None:
+            if arena is not None:
+                return False  # keep the arena we have rather than strand it
+            hot.set_arena(None)
+            return old != 0
+        if arena is not None:
+            self.drop()  # lives on while its blocks do
         hot.set_arena(taken)
         return True
 
     def drop(self) -> None:
-        """Forget the current arena; given back now if idle, else when its last block is freed."""
+        """Forget the current arena; given back now if idle, else when its last block is freed.
+
+        A reserved arena is the pool's for good: what no live block needs of
+        it is unmapped instead.
+        """
         hot = self.hot
         hot.retire()
         arena = hot.arena
+        if arena is not None and self.range is not None and arena.buffer is self.range:
+            self._trim_range(arena, self._live_end(arena), budget=False)
+            return
         hot.set_arena(None)
         if arena is not None and not arena.overdue:
             self.arenas.discard(arena)
@@ -240,7 +348,7 @@ class DeviceMemory:
         self.arenas.discard(arena)
 
     def _take(self, size: int) -> Arena | None:
-        self.release_cached()  # what is idle goes first (policy 2)
+        self.release_cached()  # what is idle goes first (rule 4)
         try:
             buffer = self.raw(size)
         except MemoryError as e:
@@ -254,19 +362,164 @@ class DeviceMemory:
         self.blocked = False  # a smaller arena, taken after a larger one was refused
         return arena
 
+    # ------------------------------------------------ the reserved-range arena
+    def _range_arena(self) -> Arena | None:
+        """The arena on the reserved range (reserved at its first use), or None if refused."""
+        hot = self.hot
+        arena = hot.arena
+        if arena is not None:
+            return arena
+        if self.range is None:
+            try:
+                self.range = self._reserve(2 * self.device_memory or None)
+            except MemoryError as e:
+                self.failures += 1
+                self.blocked = True
+                log.warning("pgmo cannot reserve address space for its arena (%s)", e)
+                return None
+        arena = Arena(self.range, 0)
+        self.arenas.add(arena)
+        hot.set_arena(arena)
+        return arena
+
+    def _fit_range(self, size: int) -> bool:
+        """Map the reserved arena up to ``size`` bytes, or trim its end down to it (rule 3)."""
+        if size <= 0:
+            arena = self.hot.arena
+            if arena is None:
+                return False
+            self.hot.retire()
+            return self._trim_range(arena, self._live_end(arena))
+        arena = self._range_arena()
+        if arena is None:
+            return False
+        if arena.size < size:
+            self.release_cached()  # what is idle goes first (rule 4)
+            self._trim_heap(force=True)
+            if not self._grow_range(arena, size):
+                self.failures += 1
+                self.blocked = True
+                log.warning("pgmo cannot map its arena up to %d bytes (%d mapped); requests "
+                            "beyond it get memory of their own", size, arena.size)
+                return False
+            self.blocked = False
+            return True
+        self.blocked = False
+        need = max(size, self._live_end(arena))
+        if arena.size - need >= TRIM_SLACK * need and self._trim_range(arena, need):
+            return True
+        self._trim_heap()
+        return False
+
+    def _grow_range(self, arena: Arena, size: int) -> bool:
+        """Map ``[arena.size, size)`` (granules; mappings of :data:`MAPPING_MAX` at most).
+
+        No device sync: a mapping waits for nothing.  False, with the arena as
+        it was, when the limit or the device refuses.
+        """
+        granule = self.range.granule
+        end = -(-size // granule) * granule
+        if end > self.range.size or \
+                (self.limit and self.total_bytes() + end - arena.size > self.limit):
+            return False
+        old = arena.size
+        # Mappings of about 1/32 of the arena (and MAPPING_MAX at most): its end can be
+        # trimmed in steps of that size (the driver unmaps whole mappings only).
+        piece = min(MAPPING_MAX, max(granule, -(-end // (32 * granule)) * granule))
+        while arena.size < end:
+            step = min(end - arena.size, piece)
+            try:
+                self.range.map(arena.size, step)
+            except MemoryError:
+                if arena.size > old:  # what this growth mapped goes back (a full device)
+                    self._sync()
+                    self.range.unmap(old, arena.size - old)
+                    arena.size = old
+                return False
+            arena.size += step
+            self.note_reserved()
+        return True
+
+    def grow_for_placer(self, extra: int) -> int:
+        """A departed iteration found no gap for ``extra`` more bytes at the arena's end: map
+        them and a step more (:data:`GROW_STEP`), or just them when the step is refused.
+
+        Returns the arena's size now (unchanged when the device refuses).
+        """
+        arena = self.hot.arena
+        if arena is None or self.range is None or arena.buffer is not self.range:
+            return arena.size if arena is not None else 0
+        old = arena.size
+        if not self._grow_range(arena, old + max(extra, int(old * GROW_STEP))):
+            self._grow_range(arena, old + extra)
+        return arena.size
+
+    def _trim_range(self, arena: Arena, keep: int, budget: bool = True) -> bool:
+        """Unmap the arena's whole mappings beyond ``keep`` bytes (one stream sync, one release
+        call); False when none lies wholly beyond it, or when this boundary has had its
+        release (``budget``, rule 4)."""
+        cut = arena.size
+        for start, _ in reversed(self.range.mappings()):
+            if start < keep:
+                break
+            cut = start
+        if cut >= arena.size or (budget and not self._may_release()):
+            return False
+        self._sync()
+        self.range.unmap(cut, arena.size - cut)
+        arena.size = cut
+        return True
+
+    def _trim_heap(self, force: bool = False) -> bool:
+        """Give the heap's wholly free granules back (one stream sync, one trim call) when they
+        are worth it, or before an arena grows (``force``); once per boundary (rule 4)."""
+        heap = self.heap
+        if heap is None:
+            return False
+        idle = heap.held - heap.used
+        if idle <= 0 or (not force and idle < HEAP_SLACK * self.total_bytes()) \
+                or not self._may_release():
+            return False
+        self._sync()
+        heap.trim()
+        return True
+
+    def _may_release(self) -> bool:
+        """Whether this boundary may still give memory back (one release each, rule 4)."""
+        boundary = self.hot.iteration
+        if self._released_at == boundary:
+            return False
+        self._released_at = boundary
+        self.releases += 1
+        return True
+
+    def _sync(self) -> None:
+        """Wait for the stream's queued work before memory it may still use goes back."""
+        if self.range is not None:
+            self.range.synchronize()
+        elif self.heap is not None:
+            self.heap.synchronize()
+
+    def _live_end(self, arena: Arena) -> int:
+        return max((end for _, end in self._live_spans(arena)), default=0)
+
+    # ------------------------------------------------------------- placement
     def start_placing(self, apart: frozenset = frozenset()) -> None:
-        """The iteration left its plan: place the rest of it in the arena's gaps, but for
-        requests of the sizes ``apart`` (survivors'), which get kept buffers."""
+        """The iteration left its plan: place the rest of it in the arena's gaps (growing a
+        reserved arena at its end when none holds a request), but for requests of the sizes
+        ``apart`` (survivors'), which get memory of their own."""
         hot = self.hot
         arena = hot.arena
         if arena is None:
             return
-        self.placer = Placer(arena.size, self._live_spans(arena), apart)
+        grow = self.grow_for_placer if arena.buffer is self.range and self.range is not None \
+            else None
+        self.placer = Placer(arena.size, self._live_spans(arena), apart, grow)
         hot.set_placer(self.placer)
 
     def stop_placing(self) -> None:
-        """The iteration ended: an arena whose gaps it overflowed grows at the next boundary
-        (when the workload varies; otherwise its next plan covers it)."""
+        """The iteration ended: a cudaMalloc arena whose gaps it overflowed grows at the next
+        boundary (when the workload varies; otherwise its next plan covers it)."""
         placer, self.placer = self.placer, None
         arena = self.hot.arena
         if placer is not None and placer.overflowed and arena is not None:
@@ -276,7 +529,7 @@ class DeviceMemory:
     def release_cached(self) -> None:
         """Give back survivors' buffers idle for a whole iteration and the stock pool's free
         blocks (those of a whole allocation): as an iteration begins, and before an arena
-        is taken (policy 2).
+        is taken (rule 4).
 
         The stock pool serves nothing inside an iteration but interruptions
         and other threads, so its free blocks would only sit beside the arena.
@@ -317,26 +570,40 @@ class DeviceMemory:
     def arena_total(self) -> int:
         return sum(a.size for a in self.arenas)
 
+    def heap_total(self) -> int:
+        """Bytes the heap holds: the stream-ordered pool's mapped memory, or the live blocks
+        of their own."""
+        if self._make_heap is None:
+            return self.hot.source_used[EXACT]
+        return self.heap.held if self.heap is not None else 0
+
     def kept_total(self) -> int:
+        """Survivors' bytes: live (and, without a stream-ordered pool, idle buffers)."""
         self._collect_kept()
         return self.hot.source_used[KEPT] + self._idle_kept_bytes
 
     def own_free_bytes(self) -> int:
-        """pgmo's idle bytes: arena room no live block uses, idle kept buffers."""
+        """pgmo's idle bytes: arena room no live block uses, the heap's idle memory, idle
+        kept buffers."""
         self._collect_kept()
-        return self.arena_total() - self.hot.arena_used() + self._idle_kept_bytes
+        heap_idle = self.heap.held - self.heap.used if self.heap is not None else 0
+        return self.arena_total() - self.hot.arena_used() + self._idle_kept_bytes + heap_idle
 
     def total_bytes(self) -> int:
-        hot = self.hot
-        return (self.arena_total() + hot.source_used[EXACT] + self.kept_total()
-                + self.stock.total_bytes())
+        if self._make_heap is not None:  # survivors' buffers are the heap's: counted there
+            return self.arena_total() + self.heap_total() + self.stock.total_bytes()
+        return self.arena_total() + self.heap_total() + self.kept_total() + \
+            self.stock.total_bytes()
 
     def parts(self) -> dict[str, int]:
-        """Bytes held, per source (what ``stats()`` reports)."""
+        """Bytes held, per source (what ``stats()`` reports; they add up to the total)."""
         arena = self.hot.arena
+        heap = self.heap_total()
+        if self._make_heap is not None:
+            heap -= self.kept_total()
         return {"arena": arena.size if arena is not None else 0,
                 "old_arenas": self.arena_total() - (arena.size if arena is not None else 0),
-                "exact": self.hot.source_used[EXACT], "kept": self.kept_total(),
+                "exact": heap, "kept": self.kept_total(),
                 "stock": self.stock.total_bytes()}
 
     def _live_spans(self, arena: Arena) -> list[tuple[int, int]]:

@@ -54,6 +54,17 @@ class Backend:
     object (CuPy's ``UnownedMemory``) and ``pointer_type(memory, 0)`` what the
     user gets (CuPy's ``MemoryPointer``).  ``context()`` names the
     device/stream of a request (None: not checked): the plan covers one.
+
+    ``reserve(nbytes)`` reserves a virtual address range (CUDA's virtual
+    memory management; an object with ``ptr``, ``size``, ``granule``,
+    ``mapped``, ``map(offset, nbytes)``, ``unmap(offset, nbytes)``,
+    ``mappings()``, ``synchronize()``, ``close()``), or is None where the
+    device or the bindings lack it: the arena is then one cudaMalloc.
+    ``heap()`` makes a private stream-ordered pool (``malloc(nbytes)`` whose
+    block's death frees it without a device sync, ``trim()``,
+    ``synchronize()``, ``held``, ``used``), or is None: a cudaMalloc per
+    request.  ``device_memory`` is the device's size (what a reservation
+    spans).
     """
 
     allocate: Callable[[int], Any]
@@ -63,6 +74,9 @@ class Backend:
     device_id: int = 0
     context: Callable[[], Any] | None = None
     oom_error: Callable[[int, int, int], BaseException] = default_oom
+    reserve: Callable[[int], Any] | None = None
+    heap: Callable[[], Any] | None = None
+    device_memory: int = 0
 
 
 @dataclass(frozen=True)

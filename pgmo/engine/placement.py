@@ -6,8 +6,10 @@ most of the time: the arena was sized for the largest iteration seen, and
 what is live now leaves gaps.  A :class:`Placer` knows those gaps (the
 arena minus every block live in it) and gives each request the smallest gap
 that holds it, at the gap's start; a freed block's range merges back with
-its neighbours.  A request no gap holds gets memory of its own instead
-(:mod:`.memory`), and the arena grows at the next boundary.
+its neighbours.  When no gap holds a request, an arena on a reserved range
+grows at its end (``grow``, :mod:`.memory`: a mapping, no device sync);
+otherwise the request gets memory of its own and the arena grows at the
+next boundary.
 
 This is what lets a variable-length workload live in one arena close to
 its largest iteration's lower bound, instead of a merged plan of every
@@ -18,7 +20,7 @@ cannot merge across allocations).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .frees import APART
 
@@ -36,9 +38,13 @@ class Placer:
     """
 
     def __init__(self, size: int, live: Iterable[tuple[int, int]],
-                 apart: frozenset = frozenset()):
+                 apart: frozenset = frozenset(), grow: Callable[[int], int] | None = None):
+        """``grow(extra)``: make the range at least ``extra`` bytes longer at its end if it
+        can; returns its size now (None: the range cannot grow)."""
         self.size = size
         self.apart = apart
+        self.grow = grow
+        self.grown = 0  # times the range grew
         self._gaps: list[tuple[int, int]] = []  # (length, start), sorted: best fit by bisection
         self._ends: dict[int, int] = {}  # start -> end of each gap
         self._starts: dict[int, int] = {}  # end -> start of each gap
@@ -58,6 +64,14 @@ class Placer:
             return APART
         gaps = self._gaps
         k = bisect_left(gaps, (nbytes, -1))
+        if k == len(gaps) and self.grow is not None:
+            tail = self._starts.get(self.size)  # the free gap at the end, if any
+            size = self.grow(nbytes - (self.size - tail if tail is not None else 0))
+            if size > self.size:
+                self.grown += 1
+                self.release(self.size, size)
+                self.size = size
+                k = bisect_left(gaps, (nbytes, -1))
         if k == len(gaps):
             self.overflowed += 1
             return -1
@@ -68,6 +82,28 @@ class Placer:
             self._add(lo + nbytes, hi)
         self.placed += 1
         return lo
+
+    def gaps_from(self, nbytes: int):
+        """The gaps that hold ``nbytes``, smallest first: ``(start, length)``."""
+        gaps = self._gaps
+        for k in range(bisect_left(gaps, (nbytes, -1)), len(gaps)):
+            length, lo = gaps[k]
+            yield lo, length
+
+    def take(self, start: int, lo: int, nbytes: int) -> None:
+        """Take ``[lo, lo + nbytes)`` from inside the gap that begins at ``start`` (the rest
+        of the gap stays free)."""
+        end = self._ends.get(start)
+        if end is None or not start <= lo or lo + nbytes > end:
+            raise ValueError(f"[{lo:,}, {lo + nbytes:,}) is not inside a gap starting at "
+                             f"{start:,}")
+        self._drop((end - start, start))
+        del self._ends[start], self._starts[end]
+        if start < lo:
+            self._add(start, lo)
+        if lo + nbytes < end:
+            self._add(lo + nbytes, end)
+        self.placed += 1
 
     def release(self, lo: int, hi: int) -> None:
         """``[lo, hi)`` is free again: one gap with its free neighbours."""

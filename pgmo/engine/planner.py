@@ -166,7 +166,10 @@ class Planner:
         on in the background.
         """
         if self.mode != "background":
+            before = self.profile
             profile = self._apply(kind, run_log)
+            if profile is before:
+                return None  # the profile did not change: the plan in use stays
             method = "bestfit" if self.mode == "bestfit" else self.options.method
             return self._solve_now(profile, self.options.replace(method=method))
         with self._cond:
@@ -176,7 +179,10 @@ class Planner:
                 self._ensure_thread()
                 self._cond.notify_all()
                 return None
+        before = self.profile
         profile = self._apply(kind, run_log)
+        if profile is before:
+            return None
         schedule = self._solve_now(profile, self.options.replace(method="bestfit"))
         if self.options.method != "bestfit" and not _optimal(schedule):
             with self._cond:
@@ -358,7 +364,12 @@ class Planner:
             if kind == "solve":
                 profile, bestfit_done = item, done
             else:
-                profile, bestfit_done = self._apply(kind, item), False
+                before = self.profile
+                folded = self._apply(kind, item)
+                if folded is not before or profile is None and kind == "profile":
+                    profile, bestfit_done = folded, False
+        if profile is None:
+            return  # the logs changed nothing: the plan in use stays
         generation = self.generation
         if not bestfit_done:  # milliseconds to a second, here: no worker start-up to wait for
             schedule = self._solve_now(profile, self.options.replace(method="bestfit"))

@@ -6,8 +6,9 @@ The hot path writes the log into C arrays (``HotPath.obs_lowers``,
 (``upper`` None): the next plan pins its request to the fallback.
 
 In an iteration served by the plan, a request that kept to its planned size
-logs size 0 ("no larger than planned"): :func:`merge` then keeps the profile's
-size.
+logs size 0 ("no larger than planned"); the engine fills those in from the
+profile that iteration was planned for (:func:`filled`) before the log goes
+to the planner, whose profile may have moved on meanwhile.
 """
 
 from __future__ import annotations
@@ -17,12 +18,7 @@ from typing import Any, NamedTuple
 from ..trace import Trace
 from .handout import NOT_FREED
 
-__all__ = ["Log", "log_of", "survivors_of", "merge", "to_profile", "as_profile", "absorb",
-           "VARYING"]
-
-#: A merged profile whose lower bound exceeds both of its parts' by more than
-#: this factor describes no iteration that ran: the workload varies (see absorb).
-VARYING = 1.1
+__all__ = ["Log", "log_of", "survivors_of", "merge", "to_profile", "filled", "absorb"]
 
 
 class Log(NamedTuple):
@@ -64,32 +60,34 @@ def to_profile(log: Log) -> Trace:
     return Trace.from_columns(*log, {"recorded_by": "pgmo"})
 
 
-def as_profile(profile: Trace, log: Log) -> Trace:
-    """A planned iteration's log as a profile of its own (size 0, "as planned": the profile's)."""
-    sizes = [s or profile.blocks[i].size for i, s in enumerate(log.sizes)]
-    return Trace.from_columns(log.lowers, log.uppers, sizes, {"recorded_by": "pgmo"})
+def filled(log: Log, planned_for: Trace) -> Log:
+    """``log`` with its "as planned" sizes (0) replaced by those of the profile it was
+    planned for: a log that stands on its own, whatever the profile is by now."""
+    if 0 not in log.sizes:
+        return log
+    blocks = planned_for.blocks
+    sizes = [s or blocks[i].size for i, s in enumerate(log.sizes)]
+    return Log(log.lowers, log.uppers, sizes)
 
 
 def absorb(profile: Trace, log: Log) -> tuple[Trace, bool]:
-    """The profile after a departed iteration, and whether the workload looks varying.
+    """The profile after a departed iteration (``log``, filled), and whether it varies.
 
-    Merging (:func:`merge`) converges when iterations repeat with small
-    departures.  When they differ in shape (variable-length batches: request
-    ``i`` is another tensor each time), the merged lifetimes pile up and its
-    plan would outgrow every real iteration; then the profile becomes the
-    larger of the two iterations, and the others are placed in the arena's
-    gaps (:mod:`.placement`).
+    When the iteration made the same requests (the same sizes, in order, as
+    far as both go) with other lifetimes (a late free, a survivor, more
+    requests at the end), the two merge (:func:`merge`): every pattern seen
+    fits the merged lifetimes, so re-solving converges.  When the requests
+    differ in shape (variable-length batches: request ``i`` is another tensor
+    each time), merging would describe no iteration that ran and its plan
+    would outgrow every real one (merges of merges compound); then the
+    profile is the larger of the two iterations (by lower bound), and the
+    others are placed in the arena's gaps (:mod:`.placement`).
     """
-    merged = merge(profile, log)
-    if merged.blocks == profile.blocks:
-        return profile, False
-    own = as_profile(profile, log)
+    own = to_profile(log)
     sizes = [b.size for b in profile.blocks]
     if [b.size for b in own.blocks[:len(sizes)]] == sizes[:len(own)]:
-        return merged, False  # the same requests, other lifetimes (a late free, a survivor)
-    largest = max(profile.lower_bound(), own.lower_bound())
-    if merged.lower_bound() <= VARYING * largest:
-        return merged, False
+        merged = merge(profile, log)
+        return (profile if merged.blocks == profile.blocks else merged), False
     return (own if own.lower_bound() > profile.lower_bound() else profile), True
 
 

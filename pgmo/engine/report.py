@@ -65,4 +65,7 @@ def pool_stats(engine: Any) -> PoolStats:
         peak_used_bytes=hot.peak_used,
         peak_total_bytes=max(memory.peak_total, total),
         limit=memory.limit,
+        arena_kind=memory.arena_kind,
+        heap_kind=memory.heap_kind,
+        boundary_releases=memory.releases,
     )
