@@ -36,6 +36,7 @@ _LAZY = {
     "chainermn": ("pgmo.chainermn", None),
     "bundled": ("pgmo.bundled", None),
     "synth": ("pgmo.synth", None),
+    "workloads": ("pgmo.workloads", None),
     "formats": ("pgmo.formats", None),
     "engine": ("pgmo.engine", None),
     "analyze": ("pgmo.analysis", "analyze"),

@@ -25,13 +25,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+import numpy as np
+
 from .errors import TraceFormatError
 from .recorder import EventRecorder
 from .trace import Block, Trace, max_load
 from .units import round_size
 
-__all__ = ["Run", "RunRecorder", "read_run", "write_run", "run_from_trace",
+__all__ = ["Run", "RunBounds", "RunRecorder", "read_run", "write_run", "run_from_trace",
            "run_from_iteration"]
+
+
+@dataclass(frozen=True)
+class RunBounds:
+    """What a benchmark needs to know of a run without replaying it; every size rounded
+    up to ``unit`` bytes first, as pools round.
+
+    ``physical``: the physical limit (the most bytes live at once over the run);
+    ``iterations``: each iteration's own lower bound, the blocks it allocates and frees
+    (see :meth:`Run.iteration_lower_bounds`); ``largest``: the largest of them (0
+    without iterations); ``long_lived``: the most bytes live across one iteration
+    boundary (weights, optimizer state, gradients; see
+    :meth:`Run.long_lived_bytes_rounded`).  ``largest + long_lived`` is the physical
+    limit when the largest iteration peaks with the most long-lived bytes live; it
+    is above it when the iteration's peak comes before its gradients are made.
+    """
+
+    physical: int
+    iterations: tuple[int, ...]
+    largest: int
+    long_lived: int
+    unit: int
 
 
 @dataclass(frozen=True)
@@ -97,6 +121,70 @@ class Run:
                        if b.lower < mark < (horizon if b.upper is None else b.upper))
             best = max(best, live)
         return best
+
+    def iteration_lower_bounds(self, unit: int = 512, survivors: bool = False) -> list[int]:
+        """Each iteration's own lower bound: the most bytes live at once among the blocks
+        it allocates and frees (sizes rounded up to ``unit``).
+
+        What a plan of that iteration alone needs at least: blocks that outlive it
+        (weights, optimizer state, gradients) are not planned but kept apart, and blocks
+        from before it are not its own.  With ``survivors`` the blocks it allocates and
+        does not free count too, until its end.
+        """
+        if not self.iterations:
+            return []
+        blocks = sorted(self.trace.blocks, key=lambda b: b.lower)
+        n = len(blocks)
+        lowers = np.fromiter((b.lower for b in blocks), np.int64, n)
+        uppers = np.fromiter((-1 if b.upper is None else b.upper for b in blocks), np.int64, n)
+        sizes = -(-np.fromiter((b.size for b in blocks), np.int64, n) // unit) * unit
+        out = []
+        for begin, end in self.iterations:
+            first, last = np.searchsorted(lowers, [begin, end])
+            lo, up, size = lowers[first:last], uppers[first:last], sizes[first:last]
+            outlive = (up < 0) | (up > end)
+            if survivors:
+                up = np.where(outlive, end, up)
+            else:
+                lo, up, size = lo[~outlive], up[~outlive], size[~outlive]
+            if not len(size):
+                out.append(0)
+                continue
+            ticks = np.concatenate([lo, up])
+            deltas = np.concatenate([size, -size])
+            order = np.lexsort((deltas, ticks))  # at one tick, frees first
+            out.append(int(np.cumsum(deltas[order]).max()))
+        return out
+
+    def long_lived_bytes_rounded(self, unit: int = 512) -> int:
+        """The most bytes (sizes rounded up to ``unit``) live across one iteration
+        boundary: allocated before it and freed after it, or never."""
+        marks = sorted({t for it in self.iterations for t in it})
+        if not marks or not self.trace.blocks:
+            return 0
+        blocks = self.trace.blocks
+        sizes = -(-np.fromiter((b.size for b in blocks), np.int64, len(blocks)) // unit) * unit
+        lowers = np.fromiter((b.lower for b in blocks), np.int64, len(blocks))
+        freed = np.array([b.upper is not None for b in blocks], bool)
+        uppers = np.fromiter((b.upper for b in blocks if b.upper is not None), np.int64,
+                             int(freed.sum()))
+        by_lower = np.argsort(lowers, kind="stable")
+        made = np.concatenate([[0], np.cumsum(sizes[by_lower])])
+        by_upper = np.argsort(uppers, kind="stable")
+        gone = np.concatenate([[0], np.cumsum(sizes[freed][by_upper])])
+        marks_arr = np.asarray(marks, np.int64)
+        live = (made[np.searchsorted(lowers[by_lower], marks_arr, "left")]
+                - gone[np.searchsorted(uppers[by_upper], marks_arr, "right")])
+        return int(live.max())
+
+    def bounds(self, unit: int = 512) -> RunBounds:
+        """The physical limit, each iteration's own lower bound and the largest, and the
+        long-lived bytes, sizes rounded up to ``unit``: a benchmark's figures without a
+        replay."""
+        per = tuple(self.iteration_lower_bounds(unit))
+        return RunBounds(physical=self.lower_bound_rounded(unit), iterations=per,
+                         largest=max(per, default=0),
+                         long_lived=self.long_lived_bytes_rounded(unit), unit=unit)
 
     def iteration_of(self) -> list[int]:
         """For each block, the iteration its alloc falls in (-1: outside every iteration)."""

@@ -111,3 +111,24 @@ def test_the_generated_variable_run_varies_in_its_number_of_requests():
     where = run.iteration_of()
     per_iteration = [where.count(k) for k in range(5)]
     assert len(set(per_iteration[1:])) > 1 and run.metadata["synthetic"] is True
+
+
+def test_bounds_give_each_iterations_own_peak_and_the_long_lived_bytes():
+    run = tiny_run()  # weights 100 outside; per iteration 10 and 20 live together
+    assert run.iteration_lower_bounds(unit=1) == [30, 30]
+    assert run.iteration_lower_bounds() == [1024, 1024]  # each size rounded up to 512 B
+    assert run.long_lived_bytes_rounded(unit=1) == run.long_lived_bytes() == 100
+    bounds = run.bounds()
+    assert (bounds.physical, bounds.iterations, bounds.largest, bounds.long_lived) == (
+        1536, (1024, 1024), 1024, 512)
+
+
+def test_an_iterations_own_bound_leaves_its_survivors_apart_unless_asked():
+    # activations 1000 and 500 overlap; weights (64) and a gradient (64) outlive the first
+    # iteration, the optimizer state (64) is made at its end
+    trace = pgmo.Trace.from_tuples([(0, 3, 1000), (1, None, 64), (2, 4, 500)])
+    run = run_from_iteration(trace, 2, setup=[64], state=[64])
+    assert run.iteration_lower_bounds(unit=1) == [1500, 1500]
+    assert run.iteration_lower_bounds(unit=1, survivors=True) == [64 + 64 + 1500, 64 + 1500]
+    assert run.long_lived_bytes_rounded(unit=1) == run.long_lived_bytes() == 3 * 64
+    assert run.bounds(unit=1).physical == run.lower_bound()
