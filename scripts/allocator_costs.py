@@ -1,4 +1,4 @@
-"""What each way of taking device memory costs, idle and behind queued kernels (the quick check's part a).
+"""What taking device memory costs each way, idle and behind queued kernels (quick check, part a).
 
 Three ways a pool can take and give back device memory, each call timed on
 the host at several sizes:

@@ -88,7 +88,7 @@ def saving_text(stock: dict, ours: dict, key: str = "taken_device_bytes") -> str
 
 
 def times_text(result: dict, first: int = 3) -> str:
-    """The first iterations' times (warm-up, profiling, the switch to the plan): "812 / 430 / 215"."""
+    """The first iterations' times (pgmo: warm-up, profiling, first planned): "812 / 430 / 215"."""
     laps = result.get("laps_ms") or []
     return " / ".join(f"{ms:.0f}" for ms in laps[:first]) or "-"
 

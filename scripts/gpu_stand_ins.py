@@ -1,4 +1,4 @@
-"""Stand-ins for the GPU modules the quick check calls, so that its dry run runs every line on a CPU.
+"""Stand-ins for the GPU modules the quick check calls: its dry run runs every line on a CPU.
 
 ``scripts/gpu_quick_check.py --dry-run`` (and ``scripts/bench_memory.py``'s
 children it starts, with ``"stand_ins": true``) take their modules from
