@@ -240,8 +240,8 @@ def render(data: dict, heading: str = "#") -> str:
             f"Each call timed on the host, the median of {info.get('repeats', '?')} tries (fewer "
             f"at 4 GiB), idle and right after {info.get('behind_ms', 5):g} ms of kernels were "
             f"queued ({info.get('kernels', 5)} spin kernels) on the stream the calls use; "
-            "*waited*: the call returned only once the queue was empty and took at least half that time.  "
-            "Virtual memory maps whole granules"
+            "*waited*: the call returned only once the queue was empty and took at least half "
+            "that time.  Virtual memory maps whole granules"
             + (f" of {size_text(info['granularity'])}" if info.get("granularity") else "")
             + ": smaller sizes are rounded up.", ""]
     out += (markdown(COST_COLUMNS, cost_rows(costs), 3) if costs.get("rows")
