@@ -215,10 +215,10 @@ class Runtime:
                 state["free"].append((ptr, state["blocks"][ptr]))
                 return
 
-    def memPoolTrimTo(self, pool: int, minBytesToKeep: int) -> None:  # noqa: N803
+    def memPoolTrimTo(self, pool: int, size: int) -> None:
         self.device.touch()
         state = self._pools[pool]
-        while state["free"] and sum(state["blocks"].values()) > minBytesToKeep:
+        while state["free"] and sum(state["blocks"].values()) > size:
             address, _ = state["free"].pop()
             del state["blocks"][address]
             self.device.give(address)
