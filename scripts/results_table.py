@@ -174,8 +174,8 @@ def headline(session: Session, rows: list[dict]) -> str:
                    f"{top['task']} b{top['batch']}: {mib(top['pgmo']['outside'], 0)} vs "
                    f"{mib(top['stock']['outside'], 0)} MiB)")
     seq = seq2seq_text(session)
-    plans = (f", though its plans reached the lower bound in {len(at_bound)} of "
-             f"{len(planned)}" if planned else "")
+    plans = (f"{', though' if losing else ';'} its plans reached the lower bound in "
+             f"{len(at_bound)} of {len(planned)}" if planned else "")
     tail = ": today pgmo loses on memory." if losing else "."
     return (where + ", " + verdict + (f" and in seq2seq {seq[0]}" if seq else "")
             + plans + tail)
