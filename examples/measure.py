@@ -168,13 +168,14 @@ def print_table(title, columns, rows):
 
 
 class Recorder:
-    """Per-iteration time, and the steady-state peaks of pool bytes and device memory.
+    """Per-iteration time, and the peaks of pool bytes and device memory over every iteration.
 
-    pgmo serves its warm-up and profiled iterations from its fallback (a stock
-    pool), so those iterations hold what CuPy's pool would; when pgmo takes its
-    arena it releases the fallback's cached blocks itself.  The peaks are
-    tracked from then on: the memory the plan needs.  With CuPy's pool every
-    iteration counts.
+    The same for every pool: every iteration counts, from the first (pgmo's
+    warm-up and profiled iterations, and the one where it takes its arena
+    while what it held before is still there, as much as the stock pool's
+    iterations).  Read at iteration ends; ``scripts/bench_memory.py`` adds
+    an :class:`outside_view.OutsideView` that also samples inside them.
+    The pools' bytes are their own count; the device's are seen from outside.
     """
 
     def __init__(self, device_id, pool=None):
@@ -190,12 +191,8 @@ class Recorder:
     def record(self):
         """Close one iteration: returns (seconds, pool bytes, device bytes)."""
         seconds = self.watch.lap()
-        steady = self.pool is None or self.pool.mode == "optimized"
-        held = pool_bytes(self.device_id, self.pool)
-        used = device_bytes_in_use(self.device_id)
-        if steady:
-            self.peak_pool.add(held)
-            self.peak_device.add(used)
+        held = self.peak_pool.add(pool_bytes(self.device_id, self.pool))
+        used = self.peak_device.add(device_bytes_in_use(self.device_id))
         self.watch.restart()  # the sampling is not the iteration's time
         return seconds, held, used
 
@@ -204,7 +201,5 @@ class Recorder:
         return len(self.watch.laps)
 
     def peak_text(self, peak):
-        """A peak for the summary: MiB, ``n/a (CPU)``, or why there is none."""
-        if self.device_id < 0:
-            return NA
-        return "no plan yet" if peak.value is None else mib(peak.value)
+        """A peak for the summary: MiB, or ``n/a (CPU)``."""
+        return NA if self.device_id < 0 or peak.value is None else mib(peak.value)

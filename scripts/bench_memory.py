@@ -3,19 +3,21 @@
 
 For each model and batch size, and for each pool, a fresh subprocess trains
 (or infers) for ``--iterations`` steps with every allocation going through
-that pool (it is installed before the model is built) and reports: peak
-device memory in use (``cupy.cuda.runtime.memGetInfo``, CUDA context
-included), peak pool total bytes (once pgmo has its plan, and over the whole
-process), the process's peak device memory seen from outside through NVML
-(``nvidia-ml-py``, sampled every 10 ms; optional), pgmo's planned peak
-against the profile's lower bound, and the median time per iteration after
+that pool (it is installed before the model is built) and reports,
+measured the same way for both pools over the whole run: the device memory
+it took, seen from outside the pool (``cudaMemGetInfo`` sampled every 5 ms
+inside iterations and at their ends, and NVML through ``nvidia-ml-py`` when
+installed, less the baseline once the CUDA context exists), the most bytes
+in live blocks (a CuPy memory hook), each pool's own count beside them
+(never compared), pgmo's planned peak against the profile's lower bound,
+the first iterations' times and the median time per iteration after
 ``--skip`` warm-up iterations.  Each configuration runs up to ``--repeats``
 times, each a fresh process: time is the median of the runs' medians with
 their range.  Then, per ``--search-arch``, a bounded binary search finds the
 largest training batch that runs under ``--memory-limit`` (``set_limit`` on
 either pool from the start: the same criterion for both), and seq2seq trains
-``--seq2seq-iterations`` variable-length batches, reporting memory after
-them, time and pgmo's re-optimizations.  ``scripts/record_traces.py
+``--seq2seq-iterations`` variable-length batches, reporting memory the
+same way, time and pgmo's re-optimizations.  ``scripts/record_traces.py
 --densenet`` records DenseNet-BC at ``--densenet-batchsize`` with and
 without recomputation, under each pool, and ``scripts/recompute_table.py``
 tabulates the traces.  With ``--run-dir``, whole runs (every malloc and
@@ -141,31 +143,37 @@ def _build(cfg: dict, record_traces, device):
 def run_child(cfg: dict) -> dict:
     """One configuration in this (fresh) process; returns the measurements.
 
-    The NVML probe starts first, before CUDA does, so its idle reading is the
-    device without this process; with ``cfg["run_path"]`` a :class:`RunHook`
-    hears every request from then on and the whole run is written there.
+    One measurement for both pools (:func:`_measures`): once the CUDA context
+    exists and before the pool takes anything, an ``OutsideView`` takes its
+    baseline and samples ``cudaMemGetInfo`` and NVML on a thread, inside
+    iterations as well as at their ends, until the run is over (warm-up,
+    profiling and re-plans included); a ``LiveBytes`` hook counts the bytes in
+    live blocks.  Each pool's own count is read at iteration ends and reported
+    beside them, never compared.  With ``cfg["run_path"]`` a :class:`RunHook`
+    hears every request and the whole run is written there.
     """
-    sys.path.insert(0, str(HERE))
-    import nvml_probe
-
-    nvml, why = nvml_probe.load_nvml() if cfg["device"] >= 0 else (None, "CPU dry run")
-    probe = nvml_probe.NvmlPeak(nvml, max(cfg["device"], 0)).start()
     record_traces, measure = _child_imports()
     import chainer
 
     device_id = cfg["device"]
+    gpu = _device_modules(cfg)
     hook = _run_hook(cfg)
     device = chainer.get_device("@numpy" if device_id < 0 else f"@cupy:{device_id}")
     device.use()
+    view, live, why = _measures(cfg, gpu)
     result = {"config": cfg, "ok": False, "oom": False, "iterations": 0}
-    per_iteration = {"pool_total_bytes": [], "device_in_use_bytes": [], "nvml_peak_bytes": [],
-                     "ms": []}
-    baseline = measure.device_bytes_in_use(device_id)
+    per_iteration = {"device_peak_bytes": [], "nvml_peak_bytes": [], "own_bytes": [],
+                     "live_peak_bytes": [], "ms": []}
     recorder = pool = installed = None
+    own = Peak()
     try:
         with hook if hook is not None else contextlib.nullcontext(), \
+                live if live is not None else contextlib.nullcontext(), \
                 record_traces.mirror_for(device_id):
             pool, installed = _child_pool(cfg, record_traces)
+            count = _own_count(cfg, pool, installed, measure)
+            if gpu is not None and gpu.stand_in:
+                gpu.device.track(lambda: count() or 0)  # the stand-in device holds the pools
             workload = _build(cfg, record_traces, device)
             recorder = measure.Recorder(device_id, pool)
             recorder.start()
@@ -176,9 +184,12 @@ def run_child(cfg: dict) -> dict:
                     workload.step()
                 if hook is not None:
                     hook.end()
-                seconds, held, used = recorder.record()
-                for key, value in (("pool_total_bytes", held), ("device_in_use_bytes", used),
-                                   ("nvml_peak_bytes", probe.interval_peak()),
+                seconds, _, _ = recorder.record()
+                inside = view.mark()
+                for key, value in (("device_peak_bytes", inside.get(MEMINFO)),
+                                   ("nvml_peak_bytes", inside.get(NVML)),
+                                   ("own_bytes", own.add(count())),
+                                   ("live_peak_bytes", live.mark() if live else None),
                                    ("ms", round(1e3 * seconds, 3))):
                     per_iteration[key].append(value)
                 result["iterations"] = i + 1
@@ -191,40 +202,122 @@ def run_child(cfg: dict) -> dict:
     finally:
         if installed is not None:
             installed.uninstall()
-    nvml_summary = probe.stop()
+    outside = view.stop()
     laps = recorder.watch.laps if recorder is not None else []
     timed = laps[cfg["skip"]:]
-    whole_run = None
-    if pool is not None and device_id >= 0:  # every byte pgmo held, warm-up and profiling too
-        import cupy
-
-        whole_run = pool.stats().peak_total_bytes + cupy.get_default_memory_pool().total_bytes()
-    elif device_id >= 0:  # CuPy's pool keeps what it took: its total now is its most
-        whole_run = measure.pool_bytes(device_id)
     result.update({
         "ms_per_iter": 1e3 * statistics.median(timed) if timed else None,
         "timed_iterations": len(timed),
         "laps_ms": [round(1e3 * t, 3) for t in laps],
-        "peak_pool_bytes": recorder.peak_pool.value if recorder else None,
-        "peak_device_bytes": recorder.peak_device.value if recorder else None,
-        "whole_run_pool_bytes": whole_run,
-        "nvml": nvml_summary or {"unavailable": why},
-        "baseline_device_bytes": baseline,
-        "final_pool_bytes": measure.pool_bytes(device_id, pool),
-        "final_device_bytes": measure.device_bytes_in_use(device_id),
+        # outside every pool, over the whole run: the basis of every comparison
+        "taken_device_bytes": view.taken(MEMINFO),
+        "taken_nvml_bytes": view.taken(NVML),
+        "outside": {**outside, "nvml_source": getattr(view.readers.get(NVML), "source", None),
+                    "unavailable": why},
+        "live_peak_bytes": live.peak if live is not None else None,
+        # each pool's own count: reported, never compared
+        "own_peak_bytes": _own_peak(cfg, pool, own, measure),
     })
     if pool is not None:
-        stats = pool.stats().as_dict()
-        result["pgmo"] = {k: stats[k] for k in (
-            "mode", "planned_peak", "lower_bound", "arena_bytes", "fallback_requests",
-            "reoptimizations", "departures", "planned_requests", "arena_failures",
-            "total_bytes", "peak_total_bytes")}
+        stats = pool.stats()
+        result["pgmo"] = {k: getattr(stats, k) for k in PGMO_COUNTERS}
+        result["pgmo"]["arena_kind"] = arena_kind(stats)
     # The same criterion for both pools: every iteration ran with the limit set
     # on the pool from the start (the pool keeps under it or runs out of memory).
     result["fits"] = bool(result["ok"])
     if hook is not None:
         _save_run(hook, cfg, result, per_iteration, record_traces)
     return result
+
+
+#: Readings of the outside view: ``cudaMemGetInfo``'s used bytes and NVML's.
+MEMINFO, NVML = "cudaMemGetInfo", "NVML"
+#: pgmo's own counters, reported beside the outside view.
+PGMO_COUNTERS = ("mode", "planned_peak", "lower_bound", "arena_bytes", "fallback_requests",
+                 "reoptimizations", "departures", "planned_requests", "arena_failures",
+                 "total_bytes", "peak_total_bytes", "peak_used_bytes")
+#: Where a pgmo may say which kind of arena it chose (a reserved range grown in place, or
+#: cudaMalloc); the first present is reported.
+ARENA_KIND_FIELDS = ("arena_kind", "device_memory", "arena_type")
+
+
+def arena_kind(stats) -> str | None:
+    """The kind of arena the pool chose, if this pgmo's ``stats()`` says (None otherwise)."""
+    for name in ARENA_KIND_FIELDS:
+        value = getattr(stats, name, None)
+        if value is not None:
+            return str(value)
+    return None
+
+
+class Peak:
+    """The largest of the values seen; ``None`` values are ignored."""
+
+    def __init__(self):
+        self.value = None
+
+    def add(self, value):
+        if value is not None and (self.value is None or value > self.value):
+            self.value = value
+        return value
+
+
+def _device_modules(cfg: dict):
+    """The GPU's modules: None on a plain CPU dry run; the stand-ins when the config asks."""
+    if cfg.get("stand_ins"):
+        import gpu_stand_ins
+
+        return gpu_stand_ins.modules()
+    if cfg["device"] < 0:
+        return None
+    import cupy
+
+    return argparse.Namespace(runtime=cupy.cuda.runtime, stand_in=False, nvml=None)
+
+
+def _measures(cfg: dict, gpu):
+    """(the outside view, started; the live-bytes hook or None; why NVML is not read, or "").
+
+    Called once the CUDA context exists (the baseline leaves it out) and
+    before the pool takes anything.
+    """
+    sys.path.insert(0, str(HERE))
+    import nvml_probe
+    from outside_view import OutsideView, mem_info_reader
+
+    device_id = max(cfg["device"], 0)
+    readers, why = {}, "CPU dry run"
+    if gpu is not None:
+        readers[MEMINFO] = mem_info_reader(gpu.runtime, device_id)
+        readers[MEMINFO]()  # the CUDA context exists from here on
+        nvml, why = (gpu.nvml, "") if gpu.stand_in else nvml_probe.load_nvml()
+        if nvml is not None:
+            readers[NVML] = nvml_probe.NvmlReader(nvml, device_id)
+    live = None
+    if gpu is not None or cfg.get("live_bytes"):
+        from live_bytes import LiveBytes
+
+        live = LiveBytes(device_id)
+    return OutsideView(readers).start(), live, why
+
+
+def _own_count(cfg: dict, pool, installed, measure):
+    """A callable: the bytes the pools say they hold (CuPy's default pool included on a GPU)."""
+    if cfg["device"] >= 0:
+        return lambda: measure.pool_bytes(cfg["device"], pool)
+    if installed is not None and cfg.get("stand_ins"):
+        return lambda: installed.stats().total_bytes
+    return lambda: None
+
+
+def _own_peak(cfg: dict, pool, own: Peak, measure) -> int | None:
+    """The most the pools said they held: pgmo's own ``peak_total_bytes`` (the whole run) plus
+    CuPy's default pool; for CuPy's pool, the largest of its totals at iteration ends (its
+    cache only grows)."""
+    if pool is not None and (cfg["device"] >= 0 or cfg.get("stand_ins")):
+        rest = measure.pool_bytes(cfg["device"]) if cfg["device"] >= 0 else 0
+        return max(pool.stats().peak_total_bytes + (rest or 0), own.value or 0)
+    return own.value
 
 
 def _run_hook(cfg: dict):
@@ -247,7 +340,7 @@ def _save_run(hook, cfg: dict, result: dict, per_iteration: dict, record_traces)
         "batch_size": cfg["batch"], "pool": cfg["pool"], "iterations_run": result["iterations"],
         "out_of_memory": result["oom"], "command": cfg.get("command", ""),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "per_iteration": per_iteration, "nvml": result["nvml"],
+        "per_iteration": per_iteration, "outside": result["outside"],
         "pgmo_stats": result.get("pgmo"), "synthetic": dry, "dry_run": dry,
     }
     if dry:
@@ -521,9 +614,15 @@ def environment(args) -> dict:
     else:
         import nvml_probe
 
+        sys.path.insert(0, str(HERE.parent / "examples"))
+        from outside_view import INTERVAL
+
         nvml, why = nvml_probe.load_nvml()
-        env["nvml"] = f"process peaks sampled every {nvml_probe.INTERVAL * 1e3:.0f} ms" \
-            if nvml else f"unavailable ({why}): the NVML columns read -"
+        env["nvml"] = (f"cudaMemGetInfo and NVML sampled every {INTERVAL * 1e3:g} ms and at "
+                       "iteration ends, the same for both pools" if nvml else
+                       f"cudaMemGetInfo sampled every {INTERVAL * 1e3:g} ms and at iteration "
+                       f"ends, the same for both pools; NVML unavailable ({why}): its "
+                       "columns read -")
     return env
 
 

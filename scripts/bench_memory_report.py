@@ -1,7 +1,12 @@
 """The Markdown report of ``scripts/bench_memory.py``: its tables, from the children's results.
 
 Kept apart from the runs so that formatting is tested on results shaped as
-a GPU child prints them, without a GPU.  A configuration may have run
+a GPU child prints them, without a GPU.  Every comparison of the two pools
+(pgmo / stock, memory saved) rests on one measurement made the same way for
+both: the device memory the run took, seen from outside the pool
+(``cudaMemGetInfo`` sampled inside iterations, and NVML), peak over the
+whole run less the baseline once the CUDA context exists.  Each pool's own
+count is printed beside it and never compared.  A configuration may have run
 several times (``--repeats``): :func:`combine` makes one result of them,
 memory at its worst run and time as the median of the runs' medians with
 their range, so that a reader can tell a difference from noise.
@@ -17,7 +22,7 @@ NA = "n/a (CPU)"
 ARCHS = ("alexnet", "googlenet", "resnet50", "inception-resnet-v2")
 POOLS = ("stock", "pgmo")
 #: Peaks taken as the largest over a configuration's runs.
-PEAK_KEYS = ("peak_pool_bytes", "peak_device_bytes", "whole_run_pool_bytes")
+PEAK_KEYS = ("taken_device_bytes", "taken_nvml_bytes", "live_peak_bytes", "own_peak_bytes")
 
 
 def mib(value) -> str:
@@ -37,10 +42,6 @@ def markdown(columns, rows) -> str:
 
 
 # ---------------------------------------------------------------- several runs
-def nvml_peak(result: dict) -> int | None:
-    return (result.get("nvml") or {}).get("peak_bytes")
-
-
 def combine(results: list[dict]) -> dict:
     """One result for a configuration's runs: the first run's, with peaks at their largest
     over the runs that finished, the median time of those runs and every run's time."""
@@ -51,9 +52,6 @@ def combine(results: list[dict]) -> dict:
     for key in PEAK_KEYS:
         values = [r[key] for r in finished if r.get(key) is not None]
         out[key] = max(values) if values else None
-    peaks = [nvml_peak(r) for r in finished if nvml_peak(r) is not None]
-    if peaks:
-        out["nvml"] = {**finished[0]["nvml"], "peak_bytes": max(peaks)}
     out["ms_runs"] = [r["ms_per_iter"] for r in finished if r.get("ms_per_iter") is not None]
     out["ms_per_iter"] = statistics.median(out["ms_runs"]) if out["ms_runs"] else None
     out["runs"] = len(finished)
@@ -82,61 +80,86 @@ def ratio_text(stock: dict, ours: dict) -> str:
     return text
 
 
+def saving_text(stock: dict, ours: dict, key: str = "taken_device_bytes") -> str:
+    """The share of the device memory the stock pool's run took that pgmo's did not take."""
+    if not stock.get(key) or ours.get(key) is None:
+        return "-"
+    return f"{100 * (1 - ours[key] / stock[key]):.1f} %"
+
+
+def times_text(result: dict, first: int = 3) -> str:
+    """The first iterations' times (pgmo: warm-up, profiling, first planned): "812 / 430 / 215"."""
+    laps = result.get("laps_ms") or []
+    return " / ".join(f"{ms:.0f}" for ms in laps[:first]) or "-"
+
+
+def pgmo_counters(result: dict) -> tuple:
+    """pgmo's own counters for the tables: planned peak, lower bound, their ratio, mode, arena
+    kind, fallback requests; ``-`` for CuPy's pool."""
+    stats = result.get("pgmo")
+    if not stats:
+        return ("-",) * 6
+    ratio = (f"{stats['planned_peak'] / stats['lower_bound']:.3f}"
+             if stats["lower_bound"] else "-")
+    return (mib(stats["planned_peak"]), mib(stats["lower_bound"]), ratio, stats["mode"],
+            stats.get("arena_kind") or "not reported", stats["fallback_requests"])
+
+
 # ---------------------------------------------------------------------- tables
-MEMORY_COLUMNS = ("model", "task", "batch", "pool", "peak device in use (MiB)",
-                  "peak pool total (MiB)", "whole-run pool peak (MiB)",
-                  "NVML process peak (MiB)", "planned peak (MiB)", "lower bound (MiB)",
-                  "planned / bound", "ms/iter", "pgmo mode", "fallback reqs")
+MEMORY_COLUMNS = ("model", "task", "batch", "pool", "taken, cudaMemGetInfo (MiB)",
+                  "taken, NVML (MiB)", "live bytes, peak (MiB)",
+                  "pool's own count, peak (MiB)", "planned peak (MiB)", "lower bound (MiB)",
+                  "planned / bound", "ms/iter", "iterations 1-3 (ms)", "pgmo mode", "arena",
+                  "fallback reqs")
+
+
+def failed_row(head: tuple, columns: tuple, result: dict) -> tuple | None:
+    blank = ("",) * (len(columns) - len(head) - 1)
+    if "skipped" in result:
+        return head + (f"skipped: {result['skipped']}",) + blank
+    if not result["ok"]:
+        return head + (f"out of memory at iteration {result['iterations'] + 1}",) + blank
+    return None
 
 
 def memory_row(args, cfg, result) -> tuple:
     head = (cfg["arch"], "train" if cfg["workload"] == "cnn-train" else "inference",
             cfg["batch"], cfg["pool"])
-    blank = ("",) * (len(MEMORY_COLUMNS) - len(head) - 1)
-    if "skipped" in result:
-        return head + (f"skipped: {result['skipped']}",) + blank
-    if not result["ok"]:
-        return head + (f"out of memory at iteration {result['iterations'] + 1}",) + blank
-    stats = result.get("pgmo")
-    planned = lower = ratio = mode = fallbacks = "-"
-    if stats:
-        planned, lower = mib(stats["planned_peak"]), mib(stats["lower_bound"])
-        ratio = (f"{stats['planned_peak'] / stats['lower_bound']:.3f}"
-                 if stats["lower_bound"] else "-")
-        mode, fallbacks = stats["mode"], stats["fallback_requests"]
+    failed = failed_row(head, MEMORY_COLUMNS, result)
+    if failed:
+        return failed
+    planned, lower, ratio, mode, arena, fallbacks = pgmo_counters(result)
     return head + tuple(gpu_cell(args, str(v)) for v in (
-        mib(result["peak_device_bytes"]), mib(result["peak_pool_bytes"]),
-        mib(result.get("whole_run_pool_bytes")), mib(nvml_peak(result)), planned, lower,
-        ratio, time_text(result), mode, fallbacks))
+        mib(result.get("taken_device_bytes")), mib(result.get("taken_nvml_bytes")),
+        mib(result.get("live_peak_bytes")), mib(result.get("own_peak_bytes")), planned, lower,
+        ratio, time_text(result), times_text(result), mode, arena, fallbacks))
 
 
-SEQ2SEQ_COLUMNS = ("pool", "batch", "iterations", "pool total after (MiB)",
-                   "device in use after (MiB)", "whole-run pool peak (MiB)",
-                   "NVML process peak (MiB)", "ms/iter", "re-optimizations", "fallback reqs",
-                   "departures")
+SEQ2SEQ_COLUMNS = ("pool", "batch", "iterations", "taken, cudaMemGetInfo (MiB)",
+                   "taken, NVML (MiB)", "live bytes, peak (MiB)",
+                   "pool's own count, peak (MiB)", "ms/iter", "iterations 1-3 (ms)",
+                   "re-optimizations", "fallback reqs", "departures")
 
 
 def seq2seq_row(args, cfg, result) -> tuple:
     head = (cfg["pool"], cfg["batch"])
-    blank = ("",) * (len(SEQ2SEQ_COLUMNS) - len(head) - 1)
-    if "skipped" in result:
-        return head + (f"skipped: {result['skipped']}",) + blank
-    if not result["ok"]:
-        return head + (f"out of memory at iteration {result['iterations'] + 1}",) + blank
+    failed = failed_row(head, SEQ2SEQ_COLUMNS, result)
+    if failed:
+        return failed
     stats = result.get("pgmo") or {}
     ms = "-" if result["ms_per_iter"] is None else f"{result['ms_per_iter']:.1f}"
     return head + (result["iterations"],) + tuple(gpu_cell(args, str(v)) for v in (
-        mib(result["final_pool_bytes"]), mib(result["final_device_bytes"]),
-        mib(result.get("whole_run_pool_bytes")), mib(nvml_peak(result)), ms,
-        stats.get("reoptimizations", "-"), stats.get("fallback_requests", "-"),
-        stats.get("departures", "-")))
+        mib(result.get("taken_device_bytes")), mib(result.get("taken_nvml_bytes")),
+        mib(result.get("live_peak_bytes")), mib(result.get("own_peak_bytes")), ms,
+        times_text(result), stats.get("reoptimizations", "-"),
+        stats.get("fallback_requests", "-"), stats.get("departures", "-")))
 
 
 SEARCH_COLUMNS = ("model", "memory limit (MiB)", "pool", "largest batch that fits", "probes")
 
-COMPARE_COLUMNS = ("model", "task", "batch", "device peak stock / pgmo (MiB)",
-                   "pool total stock / pgmo (MiB)", "NVML process peak stock / pgmo (MiB)",
-                   "pool memory saved", "ms/iter stock / pgmo", "time pgmo / stock")
+COMPARE_COLUMNS = ("model", "task", "batch", "taken, cudaMemGetInfo, stock / pgmo (MiB)",
+                   "taken, NVML, stock / pgmo (MiB)", "memory saved (cudaMemGetInfo)",
+                   "memory saved (NVML)", "ms/iter stock / pgmo", "time pgmo / stock")
 
 
 def run_order(run) -> tuple:
@@ -160,20 +183,17 @@ def comparison_rows(args, runs) -> list:
         if args.device < 0:
             rows.append(head + (NA,) * (len(COMPARE_COLUMNS) - len(head)))
             continue
-        saved = "-"
-        if stock["peak_pool_bytes"] and ours["peak_pool_bytes"] is not None:
-            saved = f"{100 * (1 - ours['peak_pool_bytes'] / stock['peak_pool_bytes']):.1f} %"
         ms = [time_text(r) for r in (stock, ours)]
         rows.append(head + (
-            f"{mib(stock['peak_device_bytes'])} / {mib(ours['peak_device_bytes'])}",
-            f"{mib(stock['peak_pool_bytes'])} / {mib(ours['peak_pool_bytes'])}",
-            f"{mib(nvml_peak(stock))} / {mib(nvml_peak(ours))}",
-            saved, f"{ms[0]} / {ms[1]}", ratio_text(stock, ours)))
+            f"{mib(stock.get('taken_device_bytes'))} / {mib(ours.get('taken_device_bytes'))}",
+            f"{mib(stock.get('taken_nvml_bytes'))} / {mib(ours.get('taken_nvml_bytes'))}",
+            saving_text(stock, ours), saving_text(stock, ours, "taken_nvml_bytes"),
+            f"{ms[0]} / {ms[1]}", ratio_text(stock, ours)))
     return rows
 
 
 RUNS_COLUMNS = ("file", "model", "pool", "batch", "iterations", "requests",
-                "NVML process peak (MiB)")
+                "taken, cudaMemGetInfo (MiB)")
 
 
 def run_file_rows(args, recorded) -> list:
@@ -187,7 +207,8 @@ def run_file_rows(args, recorded) -> list:
             rows.append((name, *what, f"not written: {why}", "", ""))
             continue
         rows.append((name, *what, result["run_file"]["iterations"],
-                     result["run_file"]["requests"], gpu_cell(args, mib(nvml_peak(result)))))
+                     result["run_file"]["requests"],
+                     gpu_cell(args, mib(result.get("taken_device_bytes")))))
     return rows
 
 
@@ -213,7 +234,7 @@ def header(args, env, timings, command) -> list[str]:
         "(pgmo's warm-up and profiled iterations, and the same for the stock pool)",
         f"- runs per configuration: up to {args.repeats} (fresh processes; time: the median "
         "of the runs' medians, with their range; memory: the largest of the runs)",
-        f"- NVML: {nvml}",
+        f"- outside view: {nvml}",
         "- time per part: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()),
         ""]
 
@@ -231,25 +252,33 @@ def report(args, env, parts, timings, command, recompute: str = "", runs=()) -> 
     if compare:
         out += section(
                 "Stock pool and pgmo side by side (Figures 2 and 3)",
-                "From the runs of the next table: peaks of device memory in use, of the "
-                "pools' total bytes and of the process's device memory seen by NVML, the "
-                "share of pool memory pgmo saves, and the time per iteration (median of "
-                "the runs, their range; the ratio's range is the most and least any two "
-                "runs give).", COMPARE_COLUMNS, compare)
+                "From the runs of the next table.  Memory: what each run took from the "
+                "device, seen from outside the pool and measured the same way for both "
+                "pools (*taken*, next table); *memory saved* is the share of the stock "
+                "pool's run that pgmo's did not take (negative: pgmo took more).  Time: "
+                "the median per iteration (median of the runs, their range; the ratio's "
+                "range is the most and least any two runs give).", COMPARE_COLUMNS, compare)
     if memory_rows:
         out += section(
                 "Memory and time per iteration, every run",
                 "Each row is one configuration, each run of it a fresh process whose every "
                 "allocation goes through the pool named (installed before the model is "
-                "built).  *Peak device in use*: total minus free device memory "
-                "(`memGetInfo`) at iteration ends, CUDA context and libraries included.  "
-                "*Peak pool total*: bytes the pools hold from `cudaMalloc`; for pgmo both "
-                "are taken once it answers from its plan.  *Whole-run pool peak*: the most "
-                "the pools held at once over the whole process (pgmo: `peak_total_bytes`, "
-                "warm-up and profiling included; CuPy's pool keeps all it took, so its "
-                "total at the end).  *NVML process peak*: the process's device memory "
-                "sampled every 10 ms through NVML over its whole life, CUDA context "
-                "included.", MEMORY_COLUMNS, memory_rows)
+                "built).  Measured the same way for both pools, over the whole run "
+                "(building the model, warm-up, profiling, the switch to the plan and "
+                "re-plans included): *taken, cudaMemGetInfo*: the peak of the device's "
+                "used bytes (total minus free), sampled every 5 ms on a thread and at "
+                "every iteration's end, less what was used once the CUDA context existed "
+                "and before the pool took anything; *taken, NVML*: the same through "
+                "NVML's count for the process (`-` without `nvidia-ml-py`).  *Live bytes*: "
+                "the most bytes in live blocks at once (requests rounded to 512 B, "
+                "counted by a CuPy memory hook under both pools): no pool can hold less.  "
+                "*Pool's own count*: what the pools say they held at their peak (pgmo: "
+                "its `peak_total_bytes` counter; CuPy's pool: its total at iteration "
+                "ends, which only grows): reported, never compared.  pgmo's planned peak, "
+                "lower bound, mode, arena (the kind it chose, when its `stats()` says) "
+                "and fallback requests are its own counters.  *Iterations 1-3*: each "
+                "one's time (pgmo: warm-up, profiling, the first planned one).",
+                MEMORY_COLUMNS, memory_rows)
     if search_rows:
         out += section(
                 "Largest training batch under a memory limit",
@@ -267,8 +296,8 @@ def report(args, env, parts, timings, command, recompute: str = "", runs=()) -> 
         out += section(
                 "seq2seq: variable-length batches",
                 f"NStepLSTM encoder-decoder, vocabulary {args.vocab}, {args.layers} x "
-                f"{args.units} units, sentences of 1-50 words; memory after the last of the "
-                "iterations.", SEQ2SEQ_COLUMNS, seq_rows)
+                f"{args.units} units, sentences of 1-50 words; memory measured as in the table "
+                "of every run, over all the iterations.", SEQ2SEQ_COLUMNS, seq_rows)
     if recompute:
         out.append(recompute)
     run_rows = run_file_rows(args, runs)

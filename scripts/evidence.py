@@ -5,7 +5,9 @@ The folder is what ``scripts/gpu_session.sh`` leaves in ``$OUT`` (``session.log`
 ``results.md`` and ``bench_memory.log`` from step ``bench``, ``traces.tar.gz``),
 as it was copied (``bench_memory-results.md`` for ``results.md``, ``traces/``
 unpacked), plus what an outside probe added (``nvml-process-peaks.md``) and a
-``README.md``.  Nothing is computed here that the files do not say: each
+``README.md``; and the quick check's raw results (``quick-check/quick-check.json``,
+beside the files or in ``traces.tar.gz``, from ``scripts/gpu_quick_check.py``).
+Nothing is computed here that the files do not say: each
 reader returns the tables and lines as written, keyed by their own headers,
 and a file that is missing reads as absent (None or empty), never as zero.
 """
@@ -108,6 +110,7 @@ class Session:
     nvml_probe: str = ""
     readme: str = ""
     traces: dict[str, dict] = field(default_factory=dict)  # file name -> metadata
+    quick_check: dict | None = None  # scripts/gpu_quick_check.py's quick-check.json
 
     @classmethod
     def read(cls, folder: str | Path) -> "Session":
@@ -119,9 +122,10 @@ class Session:
                       read_text(folder, "sanitizer"), read_text(folder, "nvml_probe"),
                       read_text(folder, "readme"))
         session.traces = _trace_metadata(folder)
-        if not (session.session_log or session.results):
-            raise FileNotFoundError(f"{folder}: neither session.log nor results.md: not the "
-                                    "output of scripts/gpu_session.sh")
+        session.quick_check = _quick_check(folder)
+        if not (session.session_log or session.results or session.quick_check):
+            raise FileNotFoundError(f"{folder}: neither session.log nor results.md nor "
+                                    f"{QUICK_CHECK}: not the output of scripts/gpu_session.sh")
         return session
 
     # -- session.log ---------------------------------------------------------------
@@ -222,6 +226,24 @@ def _trace_metadata(folder: Path) -> dict[str, dict]:
                     path.write_bytes(data)
                     out[path.name] = pgmo.read_trace(path).metadata
     return out
+
+
+QUICK_CHECK = "quick-check.json"
+
+
+def _quick_check(folder: Path) -> dict | None:
+    """The quick check's raw results: in the folder, in ``quick-check/``, or in the archive."""
+    import json
+
+    for path in (folder / QUICK_CHECK, folder / "quick-check" / QUICK_CHECK):
+        if path.is_file():
+            return json.loads(path.read_text())
+    if (folder / "traces.tar.gz").is_file():
+        with tarfile.open(folder / "traces.tar.gz") as tar:
+            for member in tar.getmembers():
+                if member.isfile() and Path(member.name).name == QUICK_CHECK:
+                    return json.loads(tar.extractfile(member).read())
+    return None
 
 
 def _first_trace_date(traces: dict[str, dict]) -> str | None:

@@ -2,11 +2,16 @@
 # Reproduce pgmo's GPU results on a machine with an NVIDIA GPU, in one run.
 # docs/reproducing-gpu-results.md says what to install first and what each file holds.
 #
-#   bash scripts/gpu_session.sh [STEP...]     steps: tests traces malloc sanitizer demo mn bench
+#   bash scripts/gpu_session.sh quick         first: the quick check, at most 8 minutes
+#   bash scripts/gpu_session.sh [STEP...]     steps: quick tests traces malloc sanitizer demo mn bench
 #
-# With no STEP it runs: tests traces malloc sanitizer demo mn (2.5 minutes on an
-# H100 on 2026-11-25; 9.5 at most).  "bench", the memory and speed tables, took
-# 7.5 minutes there: run it on its own (bash scripts/gpu_session.sh bench).  Every step runs under
+# Run "quick" first, on its own: scripts/gpu_quick_check.py measures what the
+# device layer must know (which allocation calls wait for queued kernels, the
+# device memory each pool's run takes seen from outside the pool, the first
+# iterations' times) in at most 8 minutes.  With no STEP it runs: tests traces
+# malloc sanitizer demo mn (2.5 minutes on an H100 on 2026-11-25; 9.5 at most).
+# "bench", the memory and speed tables, took 7.5 minutes there: run it on its
+# own too (bash scripts/gpu_session.sh bench).  Every step runs under
 # `timeout`, a step that fails or times out does not stop the next, and the
 # whole run stays within SESSION_SECONDS.
 #
@@ -17,7 +22,10 @@
 #   traces.tar.gz    traces/*.json.gz from scripts/record_traces.py (what was
 #                    written, also when the step timed out), DenseNet-BC with and
 #                    without recomputation among them; after step bench also
-#                    runs/*.run.json.gz, whole runs recorded from process start
+#                    runs/*.run.json.gz, whole runs recorded from process start;
+#                    after step quick also quick-check/quick-check.{json,md}, the
+#                    quick check's raw results and report (its report is also in
+#                    session.log)
 #   bench_malloc.txt scripts/bench_malloc.py --gpu
 #   sanitizer.log    compute-sanitizer --tool memcheck runs (ERROR SUMMARY lines
 #                    are copied into session.log)
@@ -35,14 +43,15 @@
 #   PY               the Python to run (default python3)
 #   SESSION_SECONDS  time for the whole run (default 570); a step gets at most
 #                    what is left less 10 s, and is skipped when under 15 s is left
-#   TIMEOUT_TESTS TIMEOUT_TRACES TIMEOUT_MALLOC TIMEOUT_SANITIZER_ONE_LINER
+#   TIMEOUT_QUICK TIMEOUT_TESTS TIMEOUT_TRACES TIMEOUT_MALLOC TIMEOUT_SANITIZER_ONE_LINER
 #   TIMEOUT_SANITIZER_CHAINER TIMEOUT_DEMO TIMEOUT_MN TIMEOUT_BENCH
-#                    one step's limit in seconds (150 240 60 100 150 60 180 560)
+#                    one step's limit in seconds (480 150 240 60 100 150 60 180 560)
 #   SANITIZER        compute-sanitizer to use (default: on PATH, else /usr/local/cuda*/bin)
 #   MPIEXEC          mpiexec to use (default: the one installed from .whl/, else the
 #                    one beside $PY, else on PATH)
 #
-# Then: python scripts/results_table.py "$OUT" -o docs/results.md
+# Then: python scripts/results_table.py "$OUT" -o docs/results.md (the quick check's results
+# included)
 #
 # pgmo is taken from this checkout (its root goes first on PYTHONPATH; setup compiles its
 # hot path in place: python setup.py build_ext --inplace, which needs Cython).  Wheels
@@ -58,7 +67,7 @@ mkdir -p "$OUT" "$SCRATCH"
 OUT=$(cd "$OUT" && pwd) SCRATCH=$(cd "$SCRATCH" && pwd)  # relative to where it was started
 cd "$(dirname "$0")/.."
 SESSION_SECONDS=${SESSION_SECONDS:-570}
-: "${TIMEOUT_TESTS:=150}" "${TIMEOUT_TRACES:=240}" "${TIMEOUT_MALLOC:=60}" \
+: "${TIMEOUT_QUICK:=480}" "${TIMEOUT_TESTS:=150}" "${TIMEOUT_TRACES:=240}" "${TIMEOUT_MALLOC:=60}" \
   "${TIMEOUT_SANITIZER_ONE_LINER:=100}" "${TIMEOUT_SANITIZER_CHAINER:=150}" \
   "${TIMEOUT_DEMO:=60}" "${TIMEOUT_MN:=180}" "${TIMEOUT_BENCH:=560}"
 START=$(date +%s)
@@ -172,19 +181,30 @@ EOF
     } >>"$LOG" 2>&1
 }
 
+# The quick check: its own budget is the step's limit less 30 s (its start and report), and
+# it writes its files after every measurement, so a cut keeps what was measured.
+run_quick() {
+    local cap; cap=$(budget "$TIMEOUT_QUICK")
+    rm -rf "$SCRATCH/quick-check"
+    step quick "$cap" $PY scripts/gpu_quick_check.py --device 0 --out "$SCRATCH/quick-check" \
+        --budget $(( cap > 60 ? cap - 30 : cap / 2 )) >>"$LOG" 2>&1
+    archive
+}
+
 run_tests() {
     step tests "$TIMEOUT_TESTS" $PY -m pytest -m gpu -q -p no:cacheprovider -o addopts= tests \
         >"$OUT/pytest-gpu.log" 2>&1
     say "pytest: $(grep -E '(passed|failed|error|skipped|deselected)' "$OUT/pytest-gpu.log" | tail -n 1)"
 }
 
-# traces.tar.gz: the recorded traces (traces/) and whole runs (runs/, step bench), whatever
-# was written before a timeout or a failure.
+# traces.tar.gz: the recorded traces (traces/), whole runs (runs/, step bench) and the quick
+# check's results (quick-check/, step quick), whatever was written before a timeout or a failure.
 archive() {
     local parts=() d
     for d in traces runs; do
         compgen -G "$SCRATCH/$d/*.json.gz" >/dev/null && parts+=("$d")
     done
+    compgen -G "$SCRATCH/quick-check/quick-check.*" >/dev/null && parts+=(quick-check)
     (( ${#parts[@]} )) || return 0
     tar -czf "$OUT/traces.tar.gz" -C "$SCRATCH" "${parts[@]}"
     for d in "${parts[@]}"; do
@@ -256,6 +276,7 @@ steps=("$@")
 setup
 for s in "${steps[@]}"; do
     case $s in
+        quick) run_quick ;;
         tests) run_tests ;;
         traces) run_traces ;;
         malloc) run_malloc ;;
@@ -263,7 +284,7 @@ for s in "${steps[@]}"; do
         demo) run_demo ;;
         mn) run_mn ;;
         bench) run_bench ;;
-        *) say "unknown step $s (steps: tests traces malloc sanitizer demo mn bench)" ;;
+        *) say "unknown step $s (steps: quick tests traces malloc sanitizer demo mn bench)" ;;
     esac
 done
 say "done; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"

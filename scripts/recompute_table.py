@@ -7,8 +7,11 @@ off and on, each recorded under CuPy's stock pool and under pgmo), plans each
 one as ``pgmo analyze`` does, and prints one Markdown section: per trace the
 lower bound (the most bytes live at once), the peak of the paper's best-fit
 plan and of ``--method`` (default ``best``), and what the stock pool
-reserved; then, per model and batch size, the four combinations side by side
-with their saving against the stock pool without recomputation.  It needs no
+reserved; then, per model and batch size, recomputation off and on side by
+side, each saving against its own kind: the stock pool's measured
+reservation against its measured reservation without recomputation, pgmo's
+plan against its plan without recomputation.  A plan is not a measurement:
+no cell compares one with the other, and every plan cell says "plan".  It needs no
 GPU: run it where the traces are::
 
     python scripts/recompute_table.py traces/ -o recompute.md
@@ -35,8 +38,8 @@ POOL_LABEL = {"stock": "stock (CuPy)", "pgmo": "pgmo"}
 TRACE_COLUMNS = ("model", "batch", "recompute", "recorded under", "requests",
                  "lower bound (MiB)", "best-fit plan (MiB)", "{method} plan (MiB)",
                  "stock pool reserved (MiB)")
-COMPOSE_COLUMNS = ("model", "batch", "recompute", "stock pool: reserved (MiB)",
-                   "pgmo: {method} plan (MiB)")
+COMPOSE_COLUMNS = ("model", "batch", "recompute", "stock pool: reserved, measured (MiB)",
+                   "lower bound (MiB)", "pgmo: {method} plan, not measured (MiB)")
 
 
 def find_traces(paths) -> list[Path]:
@@ -89,10 +92,13 @@ def mib(value) -> str:
     return "-" if value is None else f"{value / 2**20:,.1f}"
 
 
-def _saving(value, base) -> str:
-    if value is None or not base:
-        return mib(value)
-    return f"{mib(value)} ({100 * (value - base) / base:+.1f} %)"
+def _change(value, base, prefix: str = "") -> str:
+    """``value`` in MiB with its change against ``base`` (the same kind of figure), if any."""
+    if value is None:
+        return "-"
+    if not base:
+        return f"{prefix}{mib(value)}"
+    return f"{prefix}{mib(value)} ({100 * (value - base) / base:+.1f} %)"
 
 
 def markdown(columns, rows, text_columns: int) -> str:
@@ -120,10 +126,12 @@ def trace_rows(entries) -> list[tuple]:
 
 
 def compose_rows(entries) -> list[tuple]:
-    """Per model and batch: recomputation off/on, stock reserved against pgmo's plan.
+    """Per model and batch: recomputation off and on, measured against measured, plan against plan.
 
-    Savings are against the stock pool without recomputation, the usual
-    starting point; a combination whose trace is missing reads ``-``.
+    The stock pool's reservation (measured) changes against its reservation
+    without recomputation; pgmo's plan against its plan without it.  The
+    lower bound is the profile's (pgmo's trace when there is one).  A
+    combination whose trace is missing reads ``-``.
     """
     groups: dict = {}
     for e in entries:
@@ -133,18 +141,22 @@ def compose_rows(entries) -> list[tuple]:
     rows = []
     for (model, batch), group in groups.items():
         dry = any(e["metadata"].get("dry_run") for e in group.values())
-        stock_off = group.get((False, "stock"))
-        base = stock_off["reserved"] if stock_off and not dry else None
+        stock_off, ours_off = group.get((False, "stock")), group.get((False, "pgmo"))
         for recompute in (False, True):
             stock, ours = group.get((recompute, "stock")), group.get((recompute, "pgmo"))
+            head = (model, batch, "on" if recompute else "off")
             if dry:
-                cells = (NA, NA)
-            else:
-                cells = ("-" if stock is None else
-                         (mib(stock["reserved"]) if not recompute
-                          else _saving(stock["reserved"], base)),
-                         "-" if ours is None else _saving(ours["best"], base))
-            rows.append((model, batch, "on" if recompute else "off") + cells)
+                rows.append(head + (NA, NA, NA))
+                continue
+            profile = ours or stock
+            rows.append(head + (
+                "-" if stock is None else _change(
+                    stock["reserved"], stock_off["reserved"] if recompute and stock_off
+                    else None),
+                "-" if profile is None else mib(profile["lower_bound"]),
+                "-" if ours is None else _change(
+                    ours["best"], ours_off["best"] if recompute and ours_off else None,
+                    "plan ")))
     return rows
 
 
@@ -186,9 +198,12 @@ def section(entries, method: str = "best", time_limit: float | None = None,
             "", markdown([c.format(method=method) for c in TRACE_COLUMNS], trace_rows(entries),
                          4),
             "",
-            "The two savings together: the stock pool's reservation against pgmo's plan, "
-            "without and with recomputation (in brackets: the change against the stock "
-            "pool without recomputation).", "",
+            "Recomputation off and on side by side.  In brackets, each figure's change "
+            "against the same kind of figure without recomputation: the stock pool's "
+            "measured reservation against its measured reservation, pgmo's plan against "
+            "its plan.  A plan is what pgmo would hold for that iteration, not a "
+            "measurement of what it held (the GPU memory tables measure that): no cell "
+            "compares a plan with a measurement.", "",
             markdown([c.format(method=method) for c in COMPOSE_COLUMNS], compose_rows(entries),
                      3),
             ""]

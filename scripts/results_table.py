@@ -23,6 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import quick_check_report  # noqa: E402
 from evidence import Session, number, pair, table  # noqa: E402
 
 MISSING = "not measured"
@@ -42,8 +43,20 @@ def md(columns, rows) -> list[str]:
 
 
 # ----------------------------------------------------------------- the data
+#: The columns of bench_memory's report measured from outside the pool (today's format).
+TAKEN, TAKEN_NVML = "taken, cudaMemGetInfo (MiB)", "taken, NVML (MiB)"
+
+
 def cnn_rows(session: Session) -> list[dict]:
-    """One dict per CNN configuration with both pools' numbers (bench_memory, NVML probe)."""
+    """One dict per CNN configuration with both pools' numbers (bench_memory, NVML probe).
+
+    Each pool's ``outside`` is its one figure measured from outside the pool,
+    the same way for both pools over the whole run: bench_memory's *taken*
+    (``cudaMemGetInfo``) where the report has it, else the outside probe's
+    NVML peak (2026-11-25).  Every comparison of the pools uses it and only it;
+    the pools' own counts and the 2026-11-25 report's iteration-end readings
+    are kept to be shown, labelled, never compared.
+    """
     per_run = table(session.results, "Memory and time per iteration")
     side = {(r["model"], r["task"], r["batch"]): r
             for r in table(session.results, "Stock pool and pgmo side by side")}
@@ -53,18 +66,22 @@ def cnn_rows(session: Session) -> list[dict]:
         key = (r["model"], r["task"], r["batch"])
         row = rows.setdefault(key, {"model": key[0], "task": key[1], "batch": key[2]})
         pool = r["pool"]
+        today = TAKEN in r
+        nvml = number(r.get(TAKEN_NVML)) if today else probe.get((*key, pool))
         row[pool] = {
-            "pool_total": number(r.get("peak pool total (MiB)")),
-            "device": number(r.get("peak device in use (MiB)")),
-            "whole_run": number(r.get("whole-run pool peak (MiB)")),
-            "nvml": number(r.get("NVML process peak (MiB)")) or probe.get((*key, pool)),
+            "outside": number(r.get(TAKEN)) if today else nvml,
+            "nvml": nvml,
+            "live": number(r.get("live bytes, peak (MiB)")),
+            "own": number(r.get("pool's own count, peak (MiB)")),
+            # 2026-11-25's format: read at iteration ends, pgmo's only once it had its plan
+            "pool_total_at_ends": None if today else number(r.get("peak pool total (MiB)")),
+            "device_at_ends": None if today else number(r.get("peak device in use (MiB)")),
             "ms": r.get("ms/iter", "-"),
             "planned": number(r.get("planned peak (MiB)")),
             "bound": number(r.get("lower bound (MiB)")),
             "ratio": number(r.get("planned / bound")),
-            "failed": None if number(r.get("peak pool total (MiB)")) is not None
-            else r.get("peak device in use (MiB)"),
         }
+        row["today"] = today
         row["time_ratio"] = side.get(key, {}).get("time pgmo / stock", "-")
     return list(rows.values())
 
@@ -85,65 +102,127 @@ def probe_rows(session: Session) -> list[dict[str, str]]:
     return table(session.nvml_probe, "")
 
 
-def worse(row: dict, field: str) -> float | None:
+def worse(row: dict, field: str = "outside") -> float | None:
     """pgmo / stock for one field of a CNN row; None when either is missing."""
     stock, ours = row.get("stock", {}).get(field), row.get("pgmo", {}).get(field)
     return ours / stock if stock and ours is not None else None
 
 
+def outside_source(session: Session, rows: list[dict]) -> str:
+    """How the figure every comparison uses was measured, in the page's words."""
+    if any(r.get("today") for r in rows):
+        return ("the device memory each run took, `cudaMemGetInfo` sampled every 5 ms inside "
+                "iterations and at their ends, peak over the whole run less the baseline once "
+                "the CUDA context existed")
+    return ("the process's device memory over its whole life, NVML every 10 ms, peak over "
+            "the device's idle use, one process per pool")
+
+
+def seq2seq_outside(session: Session) -> tuple[dict, dict] | None:
+    """(stock, pgmo) rows of seq2seq measured from outside, today's bench_memory or the probe."""
+    seq = {r["pool"]: r for r in table(session.results, "seq2seq")}
+    if "stock" in seq and "pgmo" in seq and TAKEN in seq["stock"]:
+        return ({"mib": number(seq["stock"].get(TAKEN)), "done": True},
+                {"mib": number(seq["pgmo"].get(TAKEN)), "done": True})
+    probe = {r["pool"]: r for r in probe_rows(session) if r.get("model") == "seq2seq"}
+    if "stock" in probe and "pgmo" in probe:
+        def get(r):
+            peak = next((v for k, v in r.items() if k.startswith("peak device MiB")), None)
+            return {"mib": number(peak), "done": r.get("rc") == "0",
+                    "wall": r.get("wall s")}
+        return get(probe["stock"]), get(probe["pgmo"])
+    return None
+
+
+def seq2seq_text(session: Session) -> tuple[str, str] | None:
+    """seq2seq's memory, pgmo against the stock pool, from outside the pool only:
+    (the ratio, "at least 7.5x" when pgmo's run was stopped; the figures behind it)."""
+    both = seq2seq_outside(session)
+    if not both or not both[0]["mib"] or both[1]["mib"] is None:
+        return None
+    stock, ours = both
+    ratio = ours["mib"] / stock["mib"]
+    if ours["done"]:
+        return f"{ratio:.2f}x", f"{mib(ours['mib'], 0)} vs {mib(stock['mib'], 0)} MiB"
+    stopped = f" at {ours['wall']} s" if ours.get("wall") else ""
+    return (f"at least {ratio:.1f}x", f"{mib(ours['mib'], 0)} MiB when stopped at its time "
+            f"limit{stopped}, its batches not finished, against {mib(stock['mib'], 0)} MiB for "
+            "the stock pool's whole run")
+
+
 # ----------------------------------------------------------------- the page
 def headline(session: Session, rows: list[dict]) -> str:
     setup = session.setup()
-    both = [r for r in rows if worse(r, "pool_total") is not None]
-    at_bound = [r for r in both if r["pgmo"]["ratio"] is not None and r["pgmo"]["ratio"] <= 1.0]
-    losing = [r for r in both if worse(r, "pool_total") > 1]
+    both = [r for r in rows if worse(r) is not None]
+    planned = [r for r in rows if r.get("pgmo", {}).get("ratio") is not None]
+    at_bound = [r for r in planned if r["pgmo"]["ratio"] <= 1.0]
     if not both:
-        return f"No memory table in {session.folder.name}: nothing to report yet."
-    top = max(both, key=lambda r: worse(r, "pool_total"))
-    return (f"On one {setup.get('device', 'GPU')} ({setup.get('date', 'date unknown')}), "
-            f"pgmo's plans reached the lower bound in {len(at_bound)} of {len(both)} CNN "
-            f"configurations, yet pgmo held more device memory than CuPy's stock pool in "
-            f"{len(losing)} of {len(both)} (up to {worse(top, 'pool_total'):.2f}x, "
-            f"{top['model']} {top['task']} b{top['batch']}): today pgmo loses on memory.")
+        return (f"No memory measured from outside the pool in {session.folder.name}: nothing "
+                "to compare yet.")
+    losing = [r for r in both if worse(r) > 1]
+    top = max(both, key=worse)
+    where = (f"On one {setup.get('device', 'GPU')} ({setup.get('date', 'date unknown')}), "
+             "measured from outside the pool the same way for both pools over the whole "
+             + ("run (`cudaMemGetInfo`)" if any(r.get("today") for r in rows)
+                else "process (NVML, one process per pool)"))
+    if not losing:
+        verdict = (f"pgmo took no more device memory than CuPy's stock pool in any of "
+                   f"{len(both)} CNN configurations (at most {worse(top):.2f}x)")
+    else:
+        verdict = (f"pgmo took more device memory than CuPy's stock pool in {len(losing)} of "
+                   f"{len(both)} CNN configurations (up to {worse(top):.2f}x, {top['model']} "
+                   f"{top['task']} b{top['batch']}: {mib(top['pgmo']['outside'], 0)} vs "
+                   f"{mib(top['stock']['outside'], 0)} MiB)")
+    seq = seq2seq_text(session)
+    plans = (f"{', though' if losing else ';'} its plans reached the lower bound in "
+             f"{len(at_bound)} of {len(planned)}" if planned else "")
+    tail = ": today pgmo loses on memory." if losing else "."
+    return (where + ", " + verdict + (f" and in seq2seq {seq[0]}" if seq else "")
+            + plans + tail)
 
 
 def losses(session: Session, rows: list[dict]) -> list[str]:
-    """Where pgmo loses, each from the data."""
+    """Where pgmo loses, each from the data; memory only from outside the pool."""
     out = []
-    both = [r for r in rows if worse(r, "pool_total") is not None]
-    bad = sorted((r for r in both if worse(r, "pool_total") > 1),
-                 key=lambda r: -worse(r, "pool_total"))
+    both = [r for r in rows if worse(r) is not None]
+    bad = sorted((r for r in both if worse(r) > 1), key=lambda r: -worse(r))
     if bad:
-        out.append(f"**Pool memory.**  pgmo's peak pool total exceeds the stock pool's in "
-                   f"{len(bad)} of {len(both)} CNN configurations, by up to "
-                   f"{worse(bad[0], 'pool_total'):.2f}x ({describe(bad[0])}).  Its plans "
-                   "need about the lower bound, but the memory it takes before and beside "
-                   "the plan (warm-up, profiling, the arena taken while the profiled "
-                   "iteration's memory is still held) is not given back in time.")
-    nvml = [r for r in rows if worse(r, "nvml") is not None and r["task"] == "train"]
-    nvml_bad = [r for r in nvml if worse(r, "nvml") > 1]
-    if nvml:
-        ratios = sorted(worse(r, "nvml") for r in nvml_bad) or [1.0]
-        out.append(f"**Process memory (NVML).**  Over its whole life a training process held "
-                   f"more device memory with pgmo in {len(nvml_bad)} of {len(nvml)} trainings "
-                   f"measured, {ratios[0]:.2f}x to {ratios[-1]:.2f}x the stock pool's.")
+        same = [r for r in both if worse(r) == 1]
+        ratios = sorted(worse(r) for r in bad)
+        out.append(f"**Device memory, seen from outside the pool.**  Measured the same way for "
+                   f"both pools ({outside_source(session, rows)}): pgmo took more in "
+                   f"{len(bad)} of {len(both)} CNN configurations, {ratios[0]:.2f}x to "
+                   f"{ratios[-1]:.2f}x the stock pool's ({describe(bad[0])}: "
+                   f"{mib(bad[0]['pgmo']['outside'], 0)} vs "
+                   f"{mib(bad[0]['stock']['outside'], 0)} MiB)"
+                   + (f"; the same in {', '.join(describe(r) for r in same)}" if same else "")
+                   + ".  Its plans need about the lower bound: the excess is what it takes "
+                   "before and beside the plan (warm-up, profiling, the arena taken while the "
+                   "profiled iteration's memory is still held).")
+    seq = seq2seq_text(session)
+    rest = {r["pool"]: r for r in table(session.results, "seq2seq")}
+    if seq or ("stock" in rest and "pgmo" in rest):
+        text = "**Variable-length batches (seq2seq).**  "
+        if seq:
+            text += (f"Seen from outside the pool the same way for both, pgmo's process took "
+                     f"{seq[0]} the stock pool's device memory ({seq[1]}).  ")
+        if "stock" in rest and "pgmo" in rest:
+            s, p = rest["stock"], rest["pgmo"]
+            text += (f"In bench_memory's {p.get('iterations')} batches pgmo re-planned "
+                     f"{p.get('re-optimizations')} times and served {p.get('fallback reqs')} "
+                     f"requests outside the plan, at {number(p.get('ms/iter')) or 0:.0f} "
+                     f"against {number(s.get('ms/iter')) or 0:.0f} ms per iteration.")
+        out.append(text.rstrip())
     search = {r["pool"]: r["largest batch that fits"]
               for r in table(session.results, "Largest training batch")}
     if search:
         model = table(session.results, "Largest training batch")[0]["model"]
-        out.append(f"**Largest batch.**  Under the same memory limit the largest {model} "
-                   f"training batch was {search.get('stock', '-')} with the stock pool and "
-                   f"{search.get('pgmo', '-')} with pgmo.")
-    seq = {r["pool"]: r for r in table(session.results, "seq2seq")}
-    if "stock" in seq and "pgmo" in seq:
-        s, p = seq["stock"], seq["pgmo"]
-        out.append(f"**Variable-length batches (seq2seq).**  After "
-                   f"{p.get('iterations')} batches pgmo's pools held "
-                   f"{mib(number(p.get('pool total after (MiB)')))} MiB against "
-                   f"{mib(number(s.get('pool total after (MiB)')))} MiB, after "
-                   f"{p.get('re-optimizations')} re-plans and {p.get('fallback reqs')} "
-                   f"requests served outside the plan, at {number(p.get('ms/iter')) or 0:.0f} "
-                   f"against {number(s.get('ms/iter')) or 0:.0f} ms per iteration.")
+        out.append(f"**Largest batch.**  Under a memory limit the largest {model} training "
+                   f"batch was {search.get('stock', '-')} with the stock pool and "
+                   f"{search.get('pgmo', '-')} with pgmo"
+                   + (" (pgmo judged once it had a plan, the stock pool from the start: see "
+                      "below)." if "profiles its first iterations" in session.results
+                      else " (the limit set from the start for both)."))
     slow = [r for r in rows if ratio_value(r) and ratio_value(r) > 1.1]
     if slow:
         once = all(" runs)" not in str(r.get("stock", {}).get("ms")) for r in slow)
@@ -205,35 +284,81 @@ def malloc_rows(session: Session) -> list[dict[str, str]]:
     return table(session.malloc, "")
 
 
+def ratio_cell(row: dict, field: str = "outside") -> str:
+    value = worse(row, field)
+    return "-" if value is None else f"{value:.2f}x"
+
+
 def figures_section(session: Session, rows: list[dict]) -> list[str]:
-    columns = ("model", "task", "batch", "pool total stock / pgmo (MiB)",
-               "device in use stock / pgmo (MiB)", "NVML process peak stock / pgmo (MiB)",
-               "lower bound (MiB)", "plan / bound", "ms/iter stock / pgmo", "time pgmo / stock")
+    """Figures 2 and 3: the pools compared on the outside measurement only; their own counts
+    (and, for 2026-11-25, the readings at iteration ends) beside it, labelled."""
+    today = any(r.get("today") for r in rows)
+    if today:
+        compared = ("device memory taken, whole run, stock / pgmo (MiB)", "pgmo / stock",
+                    "NVML taken, stock / pgmo (MiB)", "live bytes, peak, stock / pgmo (MiB)")
+        shown = ("pool's own count, peak, stock / pgmo (MiB): reported, not compared",)
+    else:
+        compared = ("NVML process peak, whole process, stock / pgmo (MiB)", "pgmo / stock")
+        shown = ("not comparable: pool total at iteration ends, stock every iteration / "
+                 "pgmo planned ones only (MiB)",
+                 "not comparable: device in use at iteration ends, stock every iteration / "
+                 "pgmo planned ones only (MiB)")
+    columns = ("model", "task", "batch", *compared, "lower bound (MiB)", "plan / bound",
+               "ms/iter stock / pgmo", "time pgmo / stock", *shown)
     body = []
     for r in rows:
         s, p = r.get("stock", {}), r.get("pgmo", {})
-        body.append((r["model"], r["task"], r["batch"],
-                     f"{mib(s.get('pool_total'))} / {mib(p.get('pool_total'))}",
-                     f"{mib(s.get('device'))} / {mib(p.get('device'))}",
-                     f"{mib(s.get('nvml'), 0)} / {mib(p.get('nvml'), 0)}",
-                     mib(p.get("bound")), mib(p.get("ratio"), 3),
-                     f"{s.get('ms', '-')} / {p.get('ms', '-')}", r.get("time_ratio", "-")))
+
+        def both(field, digits=1):
+            return f"{mib(s.get(field), digits)} / {mib(p.get(field), digits)}"
+
+        if today:
+            memory = (both("outside"), ratio_cell(r), both("nvml"), both("live"))
+            labelled = (both("own"),)
+        else:
+            memory = (both("outside", 0), ratio_cell(r))
+            labelled = (both("pool_total_at_ends"), both("device_at_ends"))
+        body.append((r["model"], r["task"], r["batch"], *memory, mib(p.get("bound")),
+                     mib(p.get("ratio"), 3), f"{s.get('ms', '-')} / {p.get('ms', '-')}",
+                     r.get("time_ratio", "-"), *labelled))
+    if today:
+        notes = [
+            "- *device memory taken*: the peak of the device's used bytes (`cudaMemGetInfo`, "
+            "sampled every 5 ms inside iterations and at their ends) over the whole run "
+            "(building the model, warm-up, profiling, the switch to the plan and re-plans "
+            "included), less the baseline once the CUDA context existed: measured the same "
+            "way for both pools, the basis of *pgmo / stock*.",
+            "- *NVML taken*: the same through NVML's count for the process (`-` without "
+            "`nvidia-ml-py`).",
+            "- *live bytes*: the most bytes in live blocks at once, counted by a CuPy memory "
+            "hook under both pools (requests rounded to 512 B): no pool can hold less.",
+            "- *pool's own count*: what the pools say they held at their peak (pgmo: its "
+            "`peak_total_bytes`); their own bookkeeping, shown, never compared."]
+    else:
+        notes = [
+            "- *NVML process peak*: the device memory the driver gave the process, sampled "
+            "every 10 ms through NVML over the whole process, from before CUDA started to "
+            "its end (warm-up, profiling and re-plans included), over the device's idle use, "
+            "one process per pool (the outside probe's separate runs, "
+            "`examples/train_imagenet.py`): measured the same way for both pools, the basis "
+            "of *pgmo / stock*; `-` where it was not measured.",
+            "- *not comparable* (as `bench_memory.py` measured them that day, kept for the "
+            "record): the pools' own count of what they held from `cudaMalloc` and the "
+            "device in use (`cudaMemGetInfo`), both read at iteration ends only, for the "
+            "stock pool at every iteration (its cache makes the end its peak) but for pgmo "
+            "only once it answered from its plan, so its warm-up, profiling and the "
+            "arena taken while its profiled iteration's memory was held are not in them.  "
+            "No ratio on this page uses them."]
     return [
         "## Figures 2 and 3: memory and time per iteration", "",
-        f"Source: `{results_name(session)}` (`scripts/bench_memory.py`), NVML column: "
-        f"{nvml_source(session)}.", "", *md(columns, body), "",
-        "How each column was measured:", "",
-        "- *pool total*: the most bytes the pools held from `cudaMalloc` at an iteration's "
-        "end, for pgmo once it answered from its plan (CuPy's default pool, which holds "
-        "what was allocated before pgmo was installed, included).",
-        "- *device in use*: total minus free device memory (`cudaMemGetInfo`) at the same "
-        "moments: the CUDA context, cuBLAS and every pool included.",
-        "- *NVML process peak*: the device memory the driver gave the process, sampled every "
-        "10 ms through NVML over the whole process (warm-up, profiling and re-plans "
-        "included); `-` where it was not measured.",
+        f"Source: `{results_name(session)}` (`scripts/bench_memory.py`)"
+        + ("" if today else f"; the compared memory column: {nvml_source(session)}") + ".",
+        "", *md(columns, body), "",
+        "How each column was measured:", "", *notes,
         "- *lower bound*: the most bytes live at once in pgmo's profiled iteration, sizes "
         "rounded to 512 B: no pool can serve that iteration in less.",
-        "- *plan / bound*: the peak of pgmo's plan (`best`, 2 s) over the lower bound.",
+        "- *plan / bound*: the peak of pgmo's plan (`best`, 2 s) over the lower bound: pgmo's "
+        "own counters.",
         "- *ms/iter*: the median time per iteration after the first two (pgmo's warm-up "
         "and profiled ones), each configuration a fresh process; with several runs, the "
         "median of their medians and their range.",
@@ -285,6 +410,9 @@ def page(session: Session) -> str:
         "## Where pgmo loses today", "", *[f"- {line}" for line in losses(session, rows)], "",
         *figures_section(session, rows),
     ]
+    if session.quick_check:
+        out += [quick_check_report.render(session.quick_check, "##"),
+                "Source: `quick-check.json` (`scripts/gpu_quick_check.py`, step quick).", ""]
     out += copied_table(
         "Largest batch under a memory limit", f"`{results_name(session)}`",
         table(session.results, "Largest training batch"),
@@ -299,8 +427,12 @@ def page(session: Session) -> str:
     out += copied_table(
         "seq2seq: variable-length batches", f"`{results_name(session)}`",
         table(session.results, "seq2seq"),
-        ["- *pool total after* and *device in use after*: after the last batch; "
-         "*re-optimizations*: re-plans after a departure; *fallback reqs*: requests served "
+        [("- *pool total after* and *device in use after*: read once, after the last batch "
+          "(not a peak over the run; the pool total is each pool's own count): not "
+          "compared on this page; "
+          if "pool total after (MiB)" in session.results else
+          "- memory as in the Figures' table, over all the batches; ")
+         + "*re-optimizations*: re-plans after a departure; *fallback reqs*: requests served "
          "outside the plan; *departures*: iterations that left the plan."])
     probe = [r for r in probe_rows(session) if r.get("model") == "seq2seq"]
     if probe:

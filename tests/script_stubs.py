@@ -23,7 +23,7 @@ import time
 PYTHON_STEPS = {  # script or module -> step name in the plan
     "record_traces.py": "traces", "bench_malloc.py": "malloc", "bench_memory.py": "bench",
     "one_liner.py": "one-liner", "train_imagenet.py": "chainer", "train_mn.py": "mn",
-    "setup.py": "build",
+    "setup.py": "build", "gpu_quick_check.py": "quick",
 }
 
 
@@ -107,6 +107,13 @@ def python(argv: list[str]) -> int:
             fh.write(f'#!/bin/sh\nSTUB_MPIEXEC_PATH="$0" exec "{sys.executable}" -S '
                      f'"{os.path.abspath(__file__)}" mpiexec "$@"\n')
         os.chmod(mpiexec, 0o755)
+    elif step == "quick":  # its raw results and report, written into --out
+        out_dir = _value(argv, "--out")
+        os.makedirs(out_dir, exist_ok=True)
+        for name in ("quick-check.json", "quick-check.md"):
+            with open(os.path.join(out_dir, name), "w") as fh:
+                fh.write(json.dumps({"stub": name}) + "\n")
+        print("# pgmo quick GPU check")
     elif step == "malloc":
         print("| workload | path | us / malloc+free | x cupy MemoryPool | x pgmo optimized |")
     elif step == "bench":

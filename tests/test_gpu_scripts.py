@@ -288,6 +288,24 @@ def test_session_with_every_step_writes_at_most_eight_files(tmp_path):
 
 
 @needs_shell
+def test_the_quick_check_step_writes_into_the_archive_and_its_report_into_the_log(tmp_path):
+    s = Session(tmp_path, "quick", "malloc")
+    assert s.step_events() == ["BEGIN quick", "END quick: exit 0", "BEGIN malloc",
+                               "END malloc: exit 0"]
+    assert "BEGIN quick (timeout 480s): " in s.log
+    # its own budget leaves 30 s of the step's limit for its start and its report
+    assert s.python_calls()["quick"]["argv"] == [
+        "scripts/gpu_quick_check.py", "--device", "0", "--out", str(s.scratch / "quick-check"),
+        "--budget", "450"]
+    assert "# pgmo quick GPU check" in s.log
+    with tarfile.open(s.out / "traces.tar.gz") as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+    assert names == ["quick-check/quick-check.json", "quick-check/quick-check.md"]
+    assert sorted(p.name for p in s.out.iterdir()) == ["bench_malloc.txt", "session.log",
+                                                       "traces.tar.gz"]
+
+
+@needs_shell
 def test_later_steps_are_skipped_when_session_time_is_used_up(tmp_path):
     # On the fake clock: tests take 50 s and traces 60 s of a 130 s session.
     s = Session(tmp_path, plan={"tests": {"advance": 50}, "traces": {"advance": 60}},
@@ -545,10 +563,10 @@ def test_record_traces_dry_run_refuses_the_bundled_folder():
     assert result.returncode == 2 and "must not write into pgmo/traces" in result.stderr
 
 
-MEMORY_HEADER = ("| model | task | batch | pool | peak device in use (MiB) "
-                 "| peak pool total (MiB) | whole-run pool peak (MiB) | NVML process peak (MiB) "
+MEMORY_HEADER = ("| model | task | batch | pool | taken, cudaMemGetInfo (MiB) "
+                 "| taken, NVML (MiB) | live bytes, peak (MiB) | pool's own count, peak (MiB) "
                  "| planned peak (MiB) | lower bound (MiB) | planned / bound | ms/iter "
-                 "| pgmo mode | fallback reqs |")
+                 "| iterations 1-3 (ms) | pgmo mode | arena | fallback reqs |")
 
 
 @needs_chainer
@@ -569,14 +587,14 @@ def test_bench_memory_dry_run_prints_labelled_tables(tmp_path):
     rows = rows[1:]
     for row in rows:  # every measured cell is n/a on the CPU: no stand-in number leaks out
         cells = [c.strip(" |") for c in row[4:]]
-        assert cells == ["n/a (CPU)"] * 10, row
+        assert cells == ["n/a (CPU)"] * 12, row
     search = [line for line in lines if line.startswith("| alexnet | 96.0 |")]
     assert [line.split(" | ")[2] for line in search] == ["stock", "pgmo"]
     assert all(line.endswith("| n/a (CPU) | 1 |") for line in search)
     assert sum(1 for line in lines if re.match(r"- alexnet (stock|pgmo) batch \d+: "
                                                r"(fits|does not fit)$", line)) == 2
     seq = [line for line in lines if re.match(r"\| (stock|pgmo) \| 4 \| 2 \|", line)]
-    assert len(seq) == 2 and all(line.count("n/a (CPU)") == 8 for line in seq)
+    assert len(seq) == 2 and all(line.count("n/a (CPU)") == 9 for line in seq)
     assert "- runs per configuration: up to 2 " in out
     assert re.search(r"time per part: memory and time, first batch size and inference \d+ s, "
                      r"seq2seq \d+ s, largest batch \d+ s, whole runs \d+ s, memory and time, "
@@ -655,23 +673,25 @@ def _import_bench_memory():
     return bench_memory
 
 
-def _child_result(pool, pool_mib, ms, oom=False, nvml_mib=None):
-    """The dict a GPU child prints (shape of ``bench_memory.run_child``), with chosen values."""
+def _child_result(pool, taken_mib, ms, oom=False, nvml_mib=None, own_mib=None):
+    """The dict a GPU child prints (shape of ``bench_memory.run_child``), with chosen values:
+    ``taken_mib`` seen from outside the pool, ``own_mib`` the pool's own count."""
+    own_mib = taken_mib // 2 if own_mib is None else own_mib
     result = {"ok": not oom, "oom": oom, "iterations": 3 if oom else 7, "fits": not oom,
-              "ms_per_iter": ms, "timed_iterations": 5, "peak_pool_bytes": pool_mib * 2**20,
-              "peak_device_bytes": (pool_mib + 600) * 2**20,
-              "whole_run_pool_bytes": 2 * pool_mib * 2**20,
-              "nvml": {"peak_bytes": None if nvml_mib is None else nvml_mib * 2**20,
-                       "source": "process", "idle_bytes": 0, "samples": 500,
-                       "interval_ms": 10.0},
-              "baseline_device_bytes": 500 * 2**20, "final_pool_bytes": pool_mib * 2**20,
-              "final_device_bytes": (pool_mib + 600) * 2**20}
+              "ms_per_iter": ms, "timed_iterations": 5,
+              "laps_ms": [] if ms is None else [3 * ms, 2 * ms, ms + 1, ms, ms, ms, ms],
+              "taken_device_bytes": taken_mib * 2**20,
+              "taken_nvml_bytes": None if nvml_mib is None else nvml_mib * 2**20,
+              "live_peak_bytes": 250 * 2**20, "own_peak_bytes": own_mib * 2**20,
+              "outside": {"readings": {}, "samples": 500, "errors": 0, "interval_ms": 5.0,
+                          "nvml_source": "process", "unavailable": ""}}
     if pool == "pgmo":
         result["pgmo"] = {"mode": "optimized", "planned_peak": 300 * 2**20,
                           "lower_bound": 250 * 2**20, "arena_bytes": 300 * 2**20,
                           "fallback_requests": 0, "reoptimizations": 2, "departures": 3,
                           "planned_requests": 5000, "arena_failures": 0,
-                          "total_bytes": pool_mib * 2**20, "peak_total_bytes": pool_mib * 2**20}
+                          "total_bytes": own_mib * 2**20, "peak_total_bytes": own_mib * 2**20,
+                          "peak_used_bytes": 250 * 2**20, "arena_kind": None}
     return result
 
 
@@ -683,8 +703,8 @@ def test_several_runs_of_a_configuration_give_the_median_time_and_its_range():
     merged = bm.combine(runs)
     assert (merged["runs"], merged["failed_runs"]) == (3, 1)
     assert merged["ms_per_iter"] == 100.0 and merged["ms_runs"] == [104.0, 98.0, 100.0]
-    assert merged["peak_pool_bytes"] == 820 * 2**20  # memory: the worst run
-    assert merged["nvml"]["peak_bytes"] == 1500 * 2**20
+    assert merged["taken_device_bytes"] == 820 * 2**20  # memory: the worst run
+    assert merged["taken_nvml_bytes"] == 1500 * 2**20
     text = _import_script("bench_memory_report")
     assert text.time_text(merged) == "100.0 (98.0-104.0, 3 runs)"
     assert text.time_text(bm.combine([_child_result("stock", 1, 43.5)])) == "43.5 (1 run)"
@@ -704,8 +724,8 @@ def test_gpu_report_formats_child_results():
     runs = [({**base, "batch": 64, "pool": "pgmo"}, bm.combine([_child_result("pgmo", 400,
                                                                               110.0)])),
             ({**base, "batch": 32, "pool": "stock"}, bm.combine(stock_runs)),
-            ({**base, "batch": 32, "pool": "pgmo"},
-             bm.combine([_child_result("pgmo", 400, 110.0, nvml_mib=1200)])),
+            ({**base, "batch": 32, "pool": "pgmo"},  # its own count would say 75 % saved
+             bm.combine([_child_result("pgmo", 400, 110.0, nvml_mib=1200, own_mib=100)])),
             ({**base, "batch": 64, "pool": "stock"},
              bm.combine([_child_result("stock", 0, None, oom=True)]))]
     runs.sort(key=bm.run_order)
@@ -720,24 +740,29 @@ def test_gpu_report_formats_child_results():
                   "run_path": "/x/resnet50-train-b32-stock.run.json.gz"}, run_file)]
     text = bm.report(args, {"device": "NVIDIA H100 80GB HBM3", "device memory": "79.1 GiB",
                             "CUDA runtime": 13000, "cupy": "14.2.0",
-                            "nvml": "process peaks sampled every 10 ms"},
+                            "nvml": "cudaMemGetInfo and NVML sampled every 5 ms"},
                      (runs, seq, search, ["resnet50 pgmo batch 90: fits"]),
                      {"total": 12.0}, "python scripts/bench_memory.py --device 0", "", recorded)
     lines = text.splitlines()
     assert "n/a (CPU)" not in text and "DRY RUN" not in text
     assert "- device: NVIDIA H100 80GB HBM3 (79.1 GiB, CUDA runtime 13000)" in lines
-    assert "- NVML: process peaks sampled every 10 ms" in lines
-    # side by side: only batch 32 ran to the end with both pools
-    assert "| resnet50 | train | 32 | 1,400.0 / 1,000.0 | 800.0 / 400.0 | 1,500.0 / 1,200.0 " \
-           "| 50.0 % | 100.0 (96.0-103.0, 3 runs) / 110.0 (1 run) | 1.100 (1.07-1.15) |" in lines
-    assert "| resnet50 | train | 32 | pgmo | 1,000.0 | 400.0 | 800.0 | 1,200.0 | 300.0 | 250.0 " \
-           "| 1.200 | 110.0 (1 run) | optimized | 0 |" in lines
+    assert "- outside view: cudaMemGetInfo and NVML sampled every 5 ms" in lines
+    # side by side: only batch 32 ran to the end with both pools; the savings are of the
+    # memory taken seen from outside the pools (800 -> 400, 1500 -> 1200), not of their own
+    # counts (400 -> 100)
+    assert "| resnet50 | train | 32 | 800.0 / 400.0 | 1,500.0 / 1,200.0 | 50.0 % | 20.0 % " \
+           "| 100.0 (96.0-103.0, 3 runs) / 110.0 (1 run) | 1.100 (1.07-1.15) |" in lines
+    assert "| resnet50 | train | 32 | pgmo | 400.0 | 1,200.0 | 250.0 | 100.0 | 300.0 | 250.0 " \
+           "| 1.200 | 110.0 (1 run) | 330 / 220 / 111 | optimized | not reported | 0 |" in lines
+    assert "| resnet50 | train | 32 | stock | 800.0 | 1,500.0 | 250.0 | 400.0 | - | - | - " \
+           "| 100.0 (96.0-103.0, 3 runs) | 300 / 200 / 101 | - | - | - |" in lines
     assert any(line.startswith("| resnet50 | train | 64 | stock | out of memory at iteration 4")
                for line in lines)
     assert "| resnet50 | 4,096.0 | pgmo | 90 | 6 |" in lines
-    assert "| pgmo | 64 | 7 | 900.0 | 1,500.0 | 1,800.0 | - | 50.0 | 2 | 0 | 3 |" in lines
+    assert "| pgmo | 64 | 7 | 900.0 | - | 250.0 | 450.0 | 50.0 | 150 / 100 / 51 | 2 | 0 | 3 |" \
+        in lines
     assert "| resnet50-train-b32-stock.run.json.gz | resnet50 | stock | 32 | 10 | 9000 " \
-           "| 1,500.0 |" in lines
+           "| 800.0 |" in lines
 
 
 # ------------------------------------------------------------ NVML, from outside the pool
@@ -761,41 +786,87 @@ class FakeNvml:
         return [self.Process(pid, used) for pid, used in self.processes.items()]
 
 
-def test_the_nvml_probe_keeps_this_process_peak_and_each_interval_peak():
-    probe_module = _import_script("nvml_probe")
-    nvml = FakeNvml(used=1000, processes={99: 5})
-    probe = probe_module.NvmlPeak(nvml, pid=4242, interval=3600).start()  # samples by hand
-    assert probe.idle == 1000
-    nvml.processes[4242] = 300
-    probe.sample()
-    nvml.processes[4242] = 700
-    assert probe.interval_peak() == 700  # the first iteration
-    nvml.processes[4242] = 200
-    assert probe.interval_peak() == 200  # the next one: its own peak
-    summary = probe.stop()
-    assert (summary["peak_bytes"], summary["source"], summary["idle_bytes"]) == (
-        700, "process", 1000)
+def _outside_view():
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    try:
+        import outside_view
+    finally:
+        sys.path.remove(os.path.join(ROOT, "examples"))
+    return outside_view
 
 
-def test_the_nvml_probe_falls_back_to_the_device_less_its_idle_memory():
-    """A container may hide process ids: then the device's used memory over its idle use."""
+def test_the_nvml_reader_reads_this_process_and_keeps_that_source():
+    probe_module = _import_script("nvml_probe")
+    nvml = FakeNvml(used=1000, processes={99: 5, 4242: 300})
+    reader = probe_module.NvmlReader(nvml, pid=4242)
+    assert reader() == 300 and reader.source == "process"
+    del nvml.processes[4242]  # no longer listed: no reading, never the device's instead
+    assert reader() is None and reader.source == "process"
+
+
+def test_the_nvml_reader_falls_back_to_the_device_when_processes_are_hidden():
+    """A container may hide process ids: then the device's used memory (the view's baseline,
+    taken once the CUDA context exists, leaves other processes out)."""
     probe_module = _import_script("nvml_probe")
     nvml = FakeNvml(used=1000, processes={99: 5})
-    probe = probe_module.NvmlPeak(nvml, pid=4242, interval=3600).start()
+    reader = probe_module.NvmlReader(nvml, pid=4242)
+    assert reader() == 1000 and reader.source == "device"
+    nvml.processes[4242] = 300  # the source chosen at the baseline is kept
     nvml.used = 1800
-    probe.sample()
-    nvml.used = 1300
-    assert probe.stop() == {"peak_bytes": 800, "source": "device minus idle",
-                            "idle_bytes": 1000, "samples": 2, "interval_ms": 3600000.0}
+    assert reader() == 1800
 
 
-def test_without_nvidia_ml_py_the_probe_says_why_and_measures_nothing(monkeypatch):
+def test_without_nvidia_ml_py_the_probe_says_why(monkeypatch):
     probe_module = _import_script("nvml_probe")
     monkeypatch.setitem(sys.modules, "pynvml", None)  # as if nvidia-ml-py were not installed
     nvml, why = probe_module.load_nvml()
     assert nvml is None and "nvidia-ml-py is not installed" in why
-    probe = probe_module.NvmlPeak(nvml).start()
-    assert probe.interval_peak() is None and probe.stop() is None
+
+
+def test_the_outside_view_keeps_whole_run_and_interval_peaks_less_the_baseline():
+    """Sampled by hand (a day-long interval): a peak inside an iteration, gone by its end,
+    still counts; a reader that fails is counted and the others go on."""
+    view_module = _outside_view()
+    device = {"used": 500}
+    calls = {"n": 0}
+
+    def broken():
+        calls["n"] += 1
+        raise RuntimeError("NVML went away")
+
+    view = view_module.OutsideView({"device": lambda: device["used"], "broken": broken},
+                                   interval=86400).start()
+    assert view.baseline == {"device": 500, "broken": None}
+    device["used"] = 2000  # the arena taken while the profiled iteration's memory is held
+    view.sample()
+    device["used"] = 900  # ... and given back before the iteration ends
+    assert view.mark() == {"device": 2000, "broken": None}
+    device["used"] = 1100
+    assert view.mark() == {"device": 1100, "broken": None}  # the next iteration's own peak
+    summary = view.stop()
+    assert summary["readings"]["device"] == {"baseline_bytes": 500, "peak_bytes": 2000,
+                                             "taken_bytes": 1500}
+    assert view.taken("broken") is None and summary["errors"] == calls["n"] > 0
+
+
+def test_the_outside_view_samples_on_its_thread_between_marks():
+    view_module = _outside_view()
+    import threading
+
+    seen = threading.Event()
+    device = {"used": 100}
+
+    def read():
+        if device["used"] == 700:
+            seen.set()
+        return device["used"]
+
+    view = view_module.OutsideView({"device": read}, interval=0.001).start()
+    device["used"] = 700
+    assert seen.wait(5)  # read by the thread, no mark needed
+    device["used"] = 100
+    summary = view.stop()
+    assert summary["readings"]["device"]["peak_bytes"] == 700 and summary["samples"] > 2
 
 
 # ------------------------------------------------------------ whole runs from process start
@@ -929,9 +1000,9 @@ def _import_script(name):
         sys.path.remove(SCRIPTS)
 
 
-def test_recompute_table_compares_the_four_combinations(tmp_path):
-    """The table of a GPU recording: its numbers, and the savings against stock without
-    recomputation."""
+def test_recompute_table_compares_measured_with_measured_and_plan_with_plan(tmp_path):
+    """A GPU recording's table: the stock pool's measured reservation changes against its own
+    without recomputation, pgmo's plan against its own plan, and every plan cell says so."""
     table = _import_script("recompute_table")
     mib = 2**20
     # off: two 100 MiB blocks live together; on: they no longer overlap.
@@ -940,7 +1011,7 @@ def test_recompute_table_compares_the_four_combinations(tmp_path):
     paths = [_densenet_trace(tmp_path / "off-stock.json.gz", False, "stock", off, 300 * mib),
              _densenet_trace(tmp_path / "on-pgmo.json.gz", True, "pgmo", on),
              _densenet_trace(tmp_path / "off-pgmo.json.gz", False, "pgmo", off),
-             _densenet_trace(tmp_path / "on-stock.json.gz", True, "stock", on, 200 * mib)]
+             _densenet_trace(tmp_path / "on-stock.json.gz", True, "stock", on, 240 * mib)]
     text = table.section(table.analyse(paths, "best", 1.0), "best", 1.0)
     assert "n/a (CPU)" not in text and "DRY RUN" not in text
     lines = text.splitlines()
@@ -951,11 +1022,16 @@ def test_recompute_table_compares_the_four_combinations(tmp_path):
     assert [line for line in lines if line.startswith(head) and line.count("|") == 10] == [
         head + "off | stock (CuPy) | 2 | 200.0 | 200.0 | 200.0 | 300.0 |",
         head + "off | pgmo | 2 | 200.0 | 200.0 | 200.0 | - |",
-        head + "on | stock (CuPy) | 3 | 150.0 | 150.0 | 150.0 | 200.0 |",
+        head + "on | stock (CuPy) | 3 | 150.0 | 150.0 | 150.0 | 240.0 |",
         head + "on | pgmo | 3 | 150.0 | 150.0 | 150.0 | - |"]
-    assert [line for line in lines if line.startswith(head) and line.count("|") == 6] == [
-        head + "off | 300.0 | 200.0 (-33.3 %) |",
-        head + "on | 200.0 (-33.3 %) | 150.0 (-50.0 %) |"]
+    assert "| model | batch | recompute | stock pool: reserved, measured (MiB) " \
+           "| lower bound (MiB) | pgmo: best plan, not measured (MiB) |" in lines
+    compose = [line for line in lines if line.startswith(head) and line.count("|") == 7]
+    # 240 against 300 measured (-20 %), the plan 150 against the plan 200 (-25 %); never the
+    # plan against the measured reservation (150 against 300 would read -50 %)
+    assert compose == [head + "off | 300.0 | 200.0 | plan 200.0 |",
+                       head + "on | 240.0 (-20.0 %) | 150.0 | plan 150.0 (-25.0 %) |"]
+    assert "-50.0 %" not in text and "-33.3 %" not in text
 
 
 def test_recompute_table_skips_other_traces_in_a_folder_and_refuses_one_named(tmp_path):
@@ -1013,3 +1089,218 @@ def test_record_traces_densenet_on_the_gpu(tmp_path):
         assert stock.metadata["reserved_peak"] >= stock.lower_bound() > 0
     for pool in ("stock", "pgmo"):
         assert traces["on", pool].lower_bound() < traces["off", pool].lower_bound()
+
+
+# ------------------------------------------------------------ the quick GPU check
+def _parameters(doc: str) -> list[str]:
+    """Parameter names from a compiled function's first docstring line, as CuPy and
+    cuda-bindings write it: "malloc(size_t size) -> intptr_t"."""
+    head = doc.splitlines()[0]
+    inner, parts, depth, current = head[head.index("(") + 1:head.rindex(")")], [], 0, ""
+    for ch in inner:
+        depth += ch in "[(" and 1 or (ch in "])" and -1 or 0)
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    return [p.split(":")[0].split()[-1] for p in parts if p.strip()]
+
+
+RUNTIME_CALLS = ("malloc", "free", "memGetInfo", "getDevice", "setDevice", "deviceSynchronize",
+                 "streamSynchronize", "streamQuery", "memPoolCreate", "memPoolDestroy",
+                 "memPoolSetAttribute", "memPoolGetAttribute", "mallocFromPoolAsync",
+                 "freeAsync", "memPoolTrimTo", "MemPoolProps", "runtimeGetVersion",
+                 "getDeviceProperties", "deviceGetAttribute")
+
+
+def test_the_runtime_stand_in_has_cupys_signatures_and_constants():
+    import inspect
+
+    runtime = pytest.importorskip("cupy.cuda.runtime")
+    fake = _import_script("gpu_stand_ins").modules().runtime
+    for name in RUNTIME_CALLS:
+        assert list(inspect.signature(getattr(fake, name)).parameters) == \
+            _parameters(getattr(runtime, name).__doc__), name
+    for name in ("cudaMemPoolAttrReleaseThreshold", "cudaMemAllocationTypePinned",
+                 "cudaMemHandleTypeNone", "cudaMemLocationTypeDevice",
+                 "cudaDevAttrMemoryPoolsSupported"):
+        assert getattr(fake, name) == getattr(runtime, name), name
+
+
+def test_the_driver_stand_in_has_the_bindings_signatures_and_tuples():
+    import inspect
+
+    driver = pytest.importorskip("cuda.bindings.driver")
+    fake = _import_script("gpu_stand_ins").modules().driver
+    for name in (n for n in dir(fake) if n.startswith("cu")):
+        assert list(inspect.signature(getattr(fake, name)).parameters) == \
+            _parameters(getattr(driver, name).__doc__), name
+    for enum in ("CUresult", "CUmemAllocationType", "CUmemLocationType", "CUmemAccess_flags",
+                 "CUmemAllocationGranularity_flags", "CUdevice_attribute"):
+        for key, value in vars(getattr(fake, enum)).items():
+            assert int(getattr(getattr(driver, enum), key)) == value, (enum, key)
+
+
+def test_the_driver_stand_in_answers_in_tuples_and_refuses_what_the_driver_refuses():
+    gpu = _import_script("gpu_stand_ins").modules()
+    d = gpu.driver
+    err, granularity = d.cuMemGetAllocationGranularity(d.CUmemAllocationProp(), 0)
+    assert err == d.CUresult.CUDA_SUCCESS and granularity == 2 * 2**20
+    assert d.cuMemCreate(4096, d.CUmemAllocationProp(), 0)[0] == \
+        d.CUresult.CUDA_ERROR_INVALID_VALUE  # not a whole granule
+    err, handle = d.cuMemCreate(granularity, d.CUmemAllocationProp(), 0)
+    free, total = gpu.runtime.memGetInfo()
+    assert err == 0 and total - free == 512 * 2**20 + granularity  # context + the granule
+    assert d.cuMemRelease(handle) == (d.CUresult.CUDA_SUCCESS,)
+    assert d.cuMemCreate(100 * 2**30, d.CUmemAllocationProp(), 0)[0] == \
+        d.CUresult.CUDA_ERROR_OUT_OF_MEMORY
+
+
+def test_the_allocation_costs_tell_a_waiting_call_from_one_that_does_not():
+    """On the stand-ins, cudaFree and cuMemUnmap sleep until the queued kernels are done:
+    the measurement must say they waited, at every size, and that the others did not."""
+    costs = _import_script("allocator_costs")
+    gpu = _import_script("gpu_stand_ins").modules()
+    result = costs.measure(gpu, sizes=(512, 20 * 2**20), repeats=3, behind_ms=4.0)
+    assert result["problems"] == [] and result["info"]["granularity"] == 2 * 2**20
+    waited = {(r["op"], r["size"]): r["waited"] for r in result["rows"]}
+    assert len(waited) == 11 * 2 and "error" not in str(result["rows"])
+    for (op, size), value in waited.items():
+        assert value == (op in ("cudaFree", "cuMemUnmap")), (op, size)
+    free = [r for r in result["rows"] if r["op"] == "cudaFree"]
+    assert all(r["behind_us"] >= 4000 > r["idle_us"] for r in free)
+    assert gpu.device.allocated == {}  # every measurement gave its memory back
+
+
+def _quick_check():
+    return _import_script("gpu_quick_check")
+
+
+def test_a_quick_check_step_over_the_budget_is_not_started(tmp_path, monkeypatch):
+    qc = _quick_check()
+    args = qc.parse_args(["--dry-run", "--out", str(tmp_path), "--budget", "12"])
+    check = qc.Check(args, "python scripts/gpu_quick_check.py --dry-run")
+    monkeypatch.setattr(qc, "MIN_STEP_S", 0.5)
+    assert check.step("sleeps", 1.0, ["-c", "import time; time.sleep(30)"]) is None
+    assert check.data["steps"][-1]["status"] == "timed out after 1 s"
+    check.started -= 12  # the budget is used up
+    check.run(qc.DRY_WORKLOADS[0], "pgmo")
+    assert check.data["steps"][-1]["status"] == "not started: time budget used up"
+    assert check.data["runs"] == [{"workload": qc.DRY_WORKLOADS[0].name, "pool": "pgmo",
+                                   "config": check.data["runs"][0]["config"],
+                                   "result": {"skipped": "not started: time budget used up"}}]
+    text = check.write()  # what it has, said as such
+    assert "| alexnet b2 (dry run, for resnet50 b32) | pgmo | not started: time budget used " \
+           "up |" in text
+    assert json.loads((tmp_path / "quick-check.json").read_text())["steps"][0]["name"] == \
+        "sleeps"
+
+
+def test_the_quick_check_verdicts_compare_the_pools_on_the_outside_view_only():
+    """GPU-shaped results: pgmo's own count is smaller, but the memory taken seen from outside
+    is larger; the verdict follows the outside view."""
+    report = _import_script("quick_check_report")
+    stock = _child_result("stock", 1000, 100.0, nvml_mib=1100, own_mib=900)
+    ours = _child_result("pgmo", 1500, 100.0, nvml_mib=1650, own_mib=400)
+    ours["pgmo"]["arena_kind"] = "vmm"
+    runs = [{"workload": "resnet50 b32", "pool": "stock", "result": stock},
+            {"workload": "resnet50 b32", "pool": "pgmo", "result": ours},
+            {"workload": "seq2seq", "pool": "stock", "result": {"skipped": "timed out after 150 s"}}]
+    verdicts = {q: (m, v) for q, m, v in report.pool_verdicts(runs)}
+    assert verdicts["resnet50 b32: device memory taken over the whole run, pgmo / stock "
+                    "(cudaMemGetInfo)"] == ("1,500.0 / 1,000.0 MiB",
+                                            "pgmo takes more: 1.50x the stock pool's memory")
+    assert verdicts["resnet50 b32: the arena pgmo chose"][0] == "vmm"
+    assert verdicts["resnet50 b32: iterations 1-3, pgmo / stock"] == (
+        "300 + 200 + 101 / 300 + 200 + 101 ms", "about the same: 1.000x")
+    assert verdicts["seq2seq: memory and time, pgmo / stock"] == (
+        "stock: timed out after 150 s; pgmo: not run", "not compared")
+
+
+@pytest.fixture(scope="module")
+def quick_check_dry_run(tmp_path_factory):
+    _chainer_or_skip()
+    out_dir = tmp_path_factory.mktemp("quick-check")
+    out, err = run_script("gpu_quick_check.py", "--dry-run", "--out", out_dir, timeout=480)
+    return out_dir, out, err
+
+
+def _markdown_rows(text: str, heading: str) -> list[list[str]]:
+    section = text[text.index(heading):]
+    rows = []
+    for line in section.splitlines()[1:]:
+        if line.startswith("#"):
+            break
+        if line.startswith("| ") and not line.startswith("|---"):
+            rows.append([c.strip() for c in line.strip("|").split(" | ")])
+    return rows[1:]  # without the header
+
+
+@needs_chainer
+def test_quick_check_dry_run_prints_its_verdicts_and_writes_its_results(quick_check_dry_run):
+    out_dir, out, err = quick_check_dry_run
+    assert (out_dir / "quick-check.md").read_text().strip() == out.strip()
+    assert "**DRY RUN on the CPU**: stand-in modules" in out
+    assert "- device: stand-in GPU (dry run)" in out
+    data = json.loads((out_dir / "quick-check.json").read_text())
+    assert data["dry_run"] is True and data["budget_s"] == 450
+    assert [s["status"] for s in data["steps"]] == ["done"] * 7
+    assert all(s["limit_s"] <= s_limit for s, s_limit in zip(data["steps"], [90] + [120] * 6))
+    # a. the stand-ins' synchronizing calls are told apart, at every size
+    verdicts = {q: v for q, _, v in _markdown_rows(out, "## Verdicts")}
+    synchronizing = "waits for queued kernels at every size: it synchronizes"
+    for op in ("cudaFree", "cuMemUnmap"):
+        assert synchronizing in [v for q, v in verdicts.items() if f"`{op}`" in q], op
+    never = [q for q, v in verdicts.items() if v == "never waits for queued kernels"]
+    assert len(never) == 9 and not any("`cudaFree`" in q or "`cuMemUnmap`" in q for q in never)
+    costs = _markdown_rows(out, "## a. ")
+    assert len(costs) == 11 * 6
+    assert {row[2] for row in costs} == {"512 B", "64 KiB", "2 MiB", "20 MiB", "256 MiB", "4 GiB"}
+    # b. the same measurement for both pools, each run a process of its own
+    names = [w.name for w in _quick_check().DRY_WORKLOADS]
+    memory = _markdown_rows(out, "## b. ")
+    assert [(row[0], row[1]) for row in memory] == [(n, p) for n in names
+                                                    for p in ("stock", "pgmo")]
+    for row in memory:
+        assert all(re.fullmatch(r"[\d,]+\.\d", cell) for cell in row[2:6]), row
+        assert row[8] == ("not reported" if row[1] == "pgmo" else "-")
+    for run in data["runs"]:
+        result = run["result"]
+        assert result["ok"] and result["taken_device_bytes"] > 0, run["workload"]
+        # sampled inside the iterations, not only at their ends
+        assert result["outside"]["samples"] > 3 * result["iterations"]
+        assert result["live_peak_bytes"] > 0 and len(result["laps_ms"]) == 4
+        assert ("pgmo" in result) == (run["pool"] == "pgmo")
+    for name in names:
+        assert f"{name}: device memory taken over the whole run, pgmo / stock (cudaMemGetInfo)" \
+            in verdicts
+    # c. iterations 1-3 and the steady state under both pools
+    times = _markdown_rows(out, "## c. ")
+    assert len(times) == 6 and all(row[6] == "4" for row in times)
+    assert "failed" not in err
+
+
+def test_a_live_bytes_hook_counts_the_requests_of_any_pool():
+    cupy = pytest.importorskip("cupy")
+    from pgmo.testing import host_pool
+
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    try:
+        from live_bytes import LiveBytes
+    finally:
+        sys.path.remove(os.path.join(ROOT, "examples"))
+    hook = LiveBytes(0)
+    with hook:
+        pool = host_pool(warmup=1)
+        with pool:
+            for _ in range(3):
+                with pool.iteration():
+                    a = cupy.cuda.alloc(1000)  # 1024 once rounded
+                    b = cupy.cuda.alloc(3000)  # 3072
+                    del a
+                    c = cupy.cuda.alloc(100)  # 512
+                    del b, c
+                assert hook.mark() == 4096 and hook.now == 0
+    assert hook.peak == 4096

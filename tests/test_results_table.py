@@ -52,8 +52,24 @@ def test_the_h100_page_says_where_pgmo_loses():
                     "DenseNet-BC with recomputation", "malloc+free against CuPy's pool",
                     "ChainerMN: two ranks", "compute-sanitizer", "Where pgmo loses today"):
         assert f"## {section}" in text, section
-    assert "| resnet50 | train | 128 | 16,873.2 / 30,628.3 | 17,526.8 / 16,632.8 " \
-           "| 17,527 / 31,283 | 13,755.1 | 1.000 | 914.8 / 911.8 | 0.997 |" in text
+    assert "| resnet50 | train | 128 | 17,527 / 31,283 | 1.78x | 13,755.1 | 1.000 " \
+           "| 914.8 / 911.8 | 0.997 | 16,873.2 / 30,628.3 | 17,526.8 / 16,632.8 |" in text
+
+
+def test_the_h100_page_compares_the_pools_only_on_what_both_were_measured_by():
+    """The session's only symmetric memory figure is the outside probe's NVML peak over each
+    whole process: the headline and every ratio come from it; the readings at iteration
+    ends (pgmo's only once it had a plan) are labelled and never compared."""
+    text = RESULTS.read_text()
+    said = headline(text)
+    assert "over the whole process (NVML, one process per pool)" in said
+    assert "in 6 of 7 CNN configurations (up to 1.78x, resnet50 train b128: 31,283 vs " \
+           "17,527 MiB) and in seq2seq at least 7.5x" in said
+    # the ratios of the asymmetric columns (30,628.3 / 16,873.2 = 1.82x) appear nowhere
+    assert "1.82x" not in text and "pool memory saved" not in text
+    header = [line for line in text.splitlines() if line.startswith("| model | task | batch")]
+    assert header[0].count("not comparable:") == 2
+    assert "| pgmo / stock |" in header[0]
 
 
 # -- a session in today's formats, as the next GPU run will write it -----------------------
@@ -71,8 +87,10 @@ pgmo commit: abc1234
 """
 
 
-def _next_session(tmp_path) -> Path:
-    """A folder as gpu_session.sh will leave it: session.log, and results.md from step bench."""
+def _next_session(tmp_path, taken=600, own=300) -> Path:
+    """A folder as gpu_session.sh will leave it: session.log, and results.md from step bench;
+    pgmo's run took ``taken`` MiB seen from outside the pool and counted ``own`` MiB itself,
+    the stock pool's 800 and 400."""
     bm = _script("bench_memory")
     from tests.test_gpu_scripts import _child_result
 
@@ -80,7 +98,8 @@ def _next_session(tmp_path) -> Path:
     base = {"arch": "resnet50", "workload": "cnn-train", "batch": 32}
     runs = [({**base, "pool": "stock"}, bm.combine([_child_result("stock", 800, ms, nvml_mib=1500)
                                                     for ms in (100.0, 96.0, 103.0)])),
-            ({**base, "pool": "pgmo"}, bm.combine([_child_result("pgmo", 600, ms, nvml_mib=1200)
+            ({**base, "pool": "pgmo"}, bm.combine([_child_result("pgmo", taken, ms, nvml_mib=1200,
+                                                                 own_mib=own)
                                                    for ms in (101.0, 99.0)]))]
     text = bm.report(args, {"device": "NVIDIA H200", "device memory": "139.8 GiB",
                             "CUDA runtime": 13020, "nvml": "process peaks sampled every 10 ms"},
@@ -101,16 +120,56 @@ def test_the_next_sessions_folder_gives_its_page(tmp_path):
     text = out.read_text()
     assert "on one NVIDIA H200 (driver 590.10, CUDA runtime 13020): Python 3.12.3" in text
     assert "pgmo 0.3.0 at commit abc1234, hot path compiled" in text
-    # the bench report's own numbers, NVML from its own column, time with its runs' range
-    assert "| resnet50 | train | 32 | 800.0 / 600.0 | 1,400.0 / 1,200.0 | 1,500 / 1,200 " \
-           "| 250.0 | 1.200 | 100.0 (96.0-103.0, 3 runs) / 100.0 (99.0-101.0, 2 runs) " \
-           "| 1.000 (0.96-1.05) |" in text
-    assert re.search(r"pgmo's plans reached the lower bound in 0 of 1 CNN configurations, "
-                     r"yet pgmo held more device memory than CuPy's stock pool in 0 of 1", text)
+    # the bench report's own numbers: the memory taken compared, the pools' own counts last,
+    # time with its runs' range
+    assert "| resnet50 | train | 32 | 800.0 / 600.0 | 0.75x | 1,500.0 / 1,200.0 " \
+           "| 250.0 / 250.0 | 250.0 | 1.200 | 100.0 (96.0-103.0, 3 runs) / 100.0 " \
+           "(99.0-101.0, 2 runs) | 1.000 (0.96-1.05) | 400.0 / 300.0 |" in text
+    assert re.search(r"over the whole run \(`cudaMemGetInfo`\), pgmo took no more device memory "
+                     r"than CuPy's stock pool in any of 1 CNN configurations \(at most 0.75x\); "
+                     r"its plans reached the lower bound in 0 of 1\.", text)
     # what the folder lacks reads as not measured, never as a number
     assert "## ChainerMN: two ranks\n\nnot measured (no step mn in session.log)." in text
     assert "## malloc+free against CuPy's pool\n\nnot measured" in text
     assert "- `pytest -m gpu` (`pytest-gpu.log`): 10 passed, 760 deselected in 29.00s." in text
+
+
+def test_the_headline_follows_the_outside_view_not_the_pools_own_count(tmp_path):
+    """pgmo's own count says it held 100 MiB against the stock pool's 400, but seen from
+    outside its run took 1,000 MiB against 800: the page says pgmo took more."""
+    folder = _next_session(tmp_path, taken=1000, own=100)
+    text = page_of(folder)
+    assert "pgmo took more device memory than CuPy's stock pool in 1 of 1 CNN configurations " \
+           "(up to 1.25x, resnet50 train b32: 1,000 vs 800 MiB)" in headline(text)
+    assert headline(text).endswith("today pgmo loses on memory.")
+
+
+def test_the_quick_check_in_a_sessions_folder_joins_its_page(tmp_path):
+    import json
+
+    qc = _script("quick_check_report")
+    folder = _next_session(tmp_path)
+    (folder / "quick-check").mkdir()
+    data = {"command": "python scripts/gpu_quick_check.py --device 0", "dry_run": False,
+            "date": "2027-01-05 10:00 UTC", "environment": {"device": "NVIDIA H200"},
+            "steps": [{"name": "a. allocation costs", "status": "done", "limit_s": 90,
+                       "seconds": 20}],
+            "costs": {"info": {"behind_ms": 5, "kernels": 5, "repeats": 5},
+                      "rows": [{"way": "cudaMalloc", "op": "cudaFree", "size": 512,
+                                "idle_us": 3.0, "behind_us": 5012.0, "waited": True,
+                                "waits": "5/5"}], "problems": []},
+            "runs": []}
+    (folder / "quick-check" / "quick-check.json").write_text(json.dumps(data))
+    text = page_of(folder)
+    assert "## pgmo quick GPU check" in text and "### Verdicts" in text
+    assert "| cudaMalloc: does `cudaFree` wait for queued kernels? | idle 3.0 us; behind 5 ms " \
+           "of kernels 5,012.0 us | waits for queued kernels at every size: it synchronizes |" \
+        in text
+    assert qc.render(data, "##") in text
+
+
+def page_of(folder: Path) -> str:
+    return _script("results_table").page(_script("evidence").Session.read(folder))
 
 
 def test_a_folder_that_is_no_session_is_refused(tmp_path):

@@ -1,0 +1,297 @@
+"""What taking device memory costs each way, idle and behind queued kernels (quick check, part a).
+
+Three ways a pool can take and give back device memory, each call timed on
+the host at several sizes:
+
+* ``cudaMalloc`` / ``cudaFree`` (what pgmo's raw allocations and CuPy's
+  pool use);
+* a private stream-ordered pool (``cudaMemPoolCreate`` with its release
+  threshold at its maximum, ``cudaMallocFromPoolAsync``, ``cudaFreeAsync``,
+  ``cudaMemPoolTrimTo(0)``), through CuPy's runtime;
+* CUDA virtual memory, one granule-rounded physical allocation mapped into
+  a reserved range (``cuMemCreate``, ``cuMemMap``, ``cuMemSetAccess``,
+  ``cuMemUnmap``, ``cuMemRelease``), through ``cuda.bindings.driver``
+  (``pip install cuda-bindings``; without it that part says why).
+
+Each call is timed idle (nothing queued) and right after queueing
+``behind_ms`` of kernels on the stream the allocations use.  A call that
+returns only once the queue is empty, and took at least half of
+``behind_ms``, *waited*: it synchronizes, and in a training loop it costs
+the CPU/GPU overlap.  ``gpu`` is a namespace of modules: the real ones
+(:func:`real_gpu`) or ``gpu_stand_ins.modules()``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from types import SimpleNamespace
+
+KiB, MiB, GiB = 2**10, 2**20, 2**30
+SIZES = (512, 64 * KiB, 2 * MiB, 20 * MiB, 256 * MiB, 4 * GiB)
+#: Kernels queued before a call "behind queued kernels": 5 of 1 ms each.
+BEHIND_MS = 5.0
+KERNELS = 5
+#: The spin kernel: one thread waits on the global timer for ``ns`` nanoseconds.
+SPIN_SOURCE = r"""
+extern "C" __global__ void spin(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+"""
+MAX_THRESHOLD = (1 << 64) - 1
+
+
+def real_gpu(device_id: int) -> SimpleNamespace:
+    """CuPy's runtime, ``cuda.bindings.driver`` (None, with why, when not installed), a spin
+    kernel on the current (null) stream, the device's name."""
+    import cupy
+    import numpy
+
+    cupy.cuda.Device(device_id).use()
+    kernel = cupy.RawKernel(SPIN_SOURCE, "spin")
+
+    def spin(ms: float) -> None:
+        kernel((1,), (1,), (numpy.uint64(int(ms * 1e6)),))
+
+    spin(0.01)  # compiled and loaded before anything is timed
+    cupy.cuda.runtime.deviceSynchronize()
+    try:
+        from cuda.bindings import driver
+        why = ""
+    except ImportError as error:
+        driver, why = None, f"cuda-bindings is not installed (pip install cuda-bindings): {error}"
+    name = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
+    return SimpleNamespace(runtime=cupy.cuda.runtime, driver=driver, driver_why=why, spin=spin,
+                           stream=0, device_id=device_id, stand_in=False,
+                           name=name.decode() if isinstance(name, bytes) else str(name))
+
+
+# ------------------------------------------------------------------ timing one call
+def _queue(gpu, behind_ms: float) -> None:
+    for _ in range(KERNELS):
+        gpu.spin(behind_ms / KERNELS)
+
+
+def timed(gpu, call, behind_ms: float) -> tuple[float, bool, object]:
+    """``call()`` timed after a device sync (and ``behind_ms`` of kernels queued when > 0):
+    (microseconds, whether it waited for the queue, what it returned)."""
+    gpu.runtime.deviceSynchronize()
+    if behind_ms:
+        _queue(gpu, behind_ms)
+    start = time.perf_counter()
+    value = call()
+    seconds = time.perf_counter() - start
+    done = gpu.runtime.streamQuery(gpu.stream) == 0
+    waited = bool(behind_ms) and done and seconds >= behind_ms / 2e3
+    return seconds * 1e6, waited, value
+
+
+class DriverError(RuntimeError):
+    pass
+
+
+def check(driver, name: str, result):
+    """A driver call's values, or :class:`DriverError` naming the call and its CUresult."""
+    if result[0] != driver.CUresult.CUDA_SUCCESS:
+        raise DriverError(f"{name} returned {result[0]}")
+    return result[1] if len(result) == 2 else result[1:]
+
+
+# ------------------------------------------------------------------ the three ways
+def raw_ops(gpu):
+    """cudaMalloc and cudaFree: (op name, setup, call, cleanup) for one size."""
+    rt = gpu.runtime
+    yield ("cudaMalloc", lambda size: None, lambda size, _: rt.malloc(size),
+           lambda ptr: rt.free(ptr))
+    yield ("cudaFree", lambda size: rt.malloc(size), lambda size, ptr: rt.free(ptr),
+           lambda _: None)
+
+
+def pool_ops(gpu, pool: int):
+    rt, stream = gpu.runtime, gpu.stream
+
+    def fresh(size):
+        rt.deviceSynchronize()
+        rt.memPoolTrimTo(pool, 0)
+
+    def cached(size):
+        ptr = rt.mallocFromPoolAsync(size, pool, stream)
+        rt.freeAsync(ptr, stream)
+        rt.deviceSynchronize()
+
+    def give_back(ptr):
+        rt.freeAsync(ptr, stream)
+        rt.deviceSynchronize()
+
+    def held(size):
+        ptr = rt.mallocFromPoolAsync(size, pool, stream)
+        rt.deviceSynchronize()
+        return ptr
+
+    take = lambda size, _: rt.mallocFromPoolAsync(size, pool, stream)  # noqa: E731
+    yield ("cudaMallocFromPoolAsync (pool grows)", fresh, take, give_back)
+    yield ("cudaMallocFromPoolAsync (reused)", cached, take, give_back)
+    yield ("cudaFreeAsync", held, lambda size, ptr: rt.freeAsync(ptr, stream),
+           lambda _: rt.deviceSynchronize())
+    yield ("cudaMemPoolTrimTo(0)", cached, lambda size, _: rt.memPoolTrimTo(pool, 0),
+           lambda _: None)
+
+
+def new_pool(gpu) -> int:
+    """A private stream-ordered pool that keeps what is freed (release threshold at its max)."""
+    rt = gpu.runtime
+    props = rt.MemPoolProps(rt.cudaMemAllocationTypePinned, rt.cudaMemHandleTypeNone,
+                            rt.cudaMemLocationTypeDevice, gpu.device_id)
+    pool = rt.memPoolCreate(props)
+    rt.memPoolSetAttribute(pool, rt.cudaMemPoolAttrReleaseThreshold, MAX_THRESHOLD)
+    return pool
+
+
+class Granules:
+    """A reserved virtual range and the driver's structures to back part of it with granules."""
+
+    def __init__(self, gpu, largest: int):
+        d = self.driver = gpu.driver
+        check(d, "cuInit", d.cuInit(0))
+        device = check(d, "cuDeviceGet", d.cuDeviceGet(gpu.device_id))
+        attribute = d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+        self.supported = bool(check(d, "cuDeviceGetAttribute",
+                                    d.cuDeviceGetAttribute(attribute, device)))
+        self.prop = d.CUmemAllocationProp()
+        self.prop.type = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        self.prop.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        self.prop.location.id = gpu.device_id
+        self.access = d.CUmemAccessDesc()
+        self.access.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        self.access.location.id = gpu.device_id
+        self.access.flags = d.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        self.granularity = int(check(d, "cuMemGetAllocationGranularity",
+                                     d.cuMemGetAllocationGranularity(
+                                         self.prop, d.CUmemAllocationGranularity_flags
+                                         .CU_MEM_ALLOC_GRANULARITY_MINIMUM)))
+        self.reserved = self.rounded(largest)
+        self.base = check(d, "cuMemAddressReserve",
+                          d.cuMemAddressReserve(self.reserved, 0, 0, 0))
+
+    def rounded(self, size: int) -> int:
+        return -(-size // self.granularity) * self.granularity
+
+    def close(self) -> None:
+        check(self.driver, "cuMemAddressFree",
+              self.driver.cuMemAddressFree(self.base, self.reserved))
+
+    # one step each, so that each can be timed alone
+    def create(self, size):
+        return check(self.driver, "cuMemCreate",
+                     self.driver.cuMemCreate(self.rounded(size), self.prop, 0))
+
+    def map(self, size, handle):
+        check(self.driver, "cuMemMap",
+              self.driver.cuMemMap(self.base, self.rounded(size), 0, handle, 0))
+        return handle
+
+    def set_access(self, size, handle):
+        check(self.driver, "cuMemSetAccess",
+              self.driver.cuMemSetAccess(self.base, self.rounded(size), [self.access], 1))
+        return handle
+
+    def unmap(self, size, handle):
+        check(self.driver, "cuMemUnmap", self.driver.cuMemUnmap(self.base, self.rounded(size)))
+        return handle
+
+    def release(self, handle):
+        check(self.driver, "cuMemRelease", self.driver.cuMemRelease(handle))
+
+
+def granule_ops(granules: Granules, size_of: dict):
+    g = granules
+
+    def mapped(size):
+        return g.set_access(size, g.map(size, g.create(size)))
+
+    def unmapped_release(handle):
+        g.unmap(size_of["size"], handle)
+        g.release(handle)
+
+    yield ("cuMemCreate", lambda size: None, lambda size, _: g.create(size), g.release)
+    yield ("cuMemMap", g.create, lambda size, handle: g.map(size, handle), unmapped_release)
+    yield ("cuMemSetAccess", lambda size: g.map(size, g.create(size)),
+           lambda size, handle: g.set_access(size, handle), unmapped_release)
+    yield ("cuMemUnmap", mapped, lambda size, handle: g.unmap(size, handle), g.release)
+    yield ("cuMemRelease", lambda size: g.unmap(size, mapped(size)),
+           lambda size, handle: g.release(handle), lambda _: None)
+
+
+# ------------------------------------------------------------------ measuring
+def measure_op(gpu, way: str, name: str, setup, call, cleanup, size: int, repeats: int,
+               behind_ms: float, deadline: float) -> dict:
+    """One operation at one size: its median time idle and behind queued kernels."""
+    row = {"way": way, "op": name, "size": size}
+    for condition, behind in (("idle", 0.0), ("behind", behind_ms)):
+        times, waits = [], []
+        for _ in range(repeats):
+            if time.monotonic() > deadline:
+                row["stopped"] = "time budget"
+                break
+            state = setup(size)
+            us, waited, value = timed(gpu, lambda: call(size, state), behind)
+            cleanup(value if value is not None else state)
+            times.append(us)
+            waits.append(waited)
+        if times:
+            row[f"{condition}_us"] = round(statistics.median(times), 2)
+            if behind:
+                row["waited"] = sum(waits) * 2 > len(waits)
+                row["waits"] = f"{sum(waits)}/{len(waits)}"
+    return row
+
+
+def measure(gpu, sizes=SIZES, repeats: int = 5, behind_ms: float = BEHIND_MS,
+            seconds: float = 80.0) -> dict:
+    """Every operation of the three ways at every size; what could not be measured, and why."""
+    deadline = time.monotonic() + seconds
+    rows, problems = [], []
+    info = {"device": gpu.name, "behind_ms": behind_ms, "kernels": KERNELS, "repeats": repeats}
+
+    def run(way, ops, extra=None):
+        for name, setup, call, cleanup in ops:
+            for size in sizes:
+                if extra is not None:
+                    extra["size"] = size
+                n = max(2, repeats // 2) if size >= GiB else repeats
+                try:
+                    rows.append(measure_op(gpu, way, name, setup, call, cleanup, size, n,
+                                           behind_ms, deadline))
+                except Exception as error:  # noqa: BLE001 - one failing call: the others still run
+                    rows.append({"way": way, "op": name, "size": size,
+                                 "error": f"{type(error).__name__}: {error}"[:200]})
+                    gpu.runtime.deviceSynchronize()
+
+    run("cudaMalloc", raw_ops(gpu))
+    try:
+        pool = new_pool(gpu)
+    except Exception as error:  # noqa: BLE001
+        problems.append(f"stream-ordered pool: {type(error).__name__}: {error}")
+    else:
+        run("stream-ordered pool", pool_ops(gpu, pool))
+        gpu.runtime.deviceSynchronize()
+        gpu.runtime.memPoolDestroy(pool)
+    if gpu.driver is None:
+        problems.append(f"virtual memory: {gpu.driver_why}")
+    else:
+        try:
+            granules = Granules(gpu, max(sizes))
+        except Exception as error:  # noqa: BLE001
+            problems.append(f"virtual memory: {type(error).__name__}: {error}")
+        else:
+            info["granularity"] = granules.granularity
+            info["vmm_supported"] = granules.supported
+            if granules.supported:
+                current: dict = {}  # the size being measured, for the cleanups that unmap
+                run("virtual memory", granule_ops(granules, current), current)
+            else:
+                problems.append("virtual memory: the device does not support it")
+            granules.close()
+    return {"info": info, "rows": rows, "problems": problems}
