@@ -239,18 +239,19 @@ class HostMemory:
         """Reserve address space, no memory (``cuMemAddressReserve``); twice the capacity
         by default (an arena and what grows beside it both fit)."""
         if size is None:
-            size = 2 * self.capacity if self.capacity else UNBOUNDED_RESERVATION
+            size = 2 * self.capacity if self.capacity else \
+                min(UNBOUNDED_RESERVATION, self.granule << 21)
         return HostRange(self, size)
 
-    def _map(self, nbytes: int) -> None:
+    def _map(self, nbytes: int, calls: int = 1) -> None:
         with self._lock:
             self._charge(nbytes, f"mapping {nbytes:,} bytes")
-            self.maps += 1
+            self.maps += calls
 
     def _unmap(self, nbytes: int, calls: int = 1) -> None:
         with self._lock:
             self.in_use -= nbytes
-            self.unmaps += 1
+            self.unmaps += calls
             self.sync_calls += calls
 
     def synchronize(self) -> None:
@@ -318,6 +319,8 @@ class HostRange:
     ``unmap(offset, nbytes)`` gives back whole mappings (``cuMemUnmap``, as
     the driver requires: never part of one); ``synchronize()`` waits for
     the stream first.  Reads and writes outside mapped granules fault.
+    :meth:`commit` and :meth:`decommit` are the same without the mapping
+    rule and the call counts: what a driver's own pool does inside one call.
     """
 
     def __init__(self, memory: HostMemory, size: int):
@@ -336,6 +339,7 @@ class HostRange:
         self.ptr = -(-raw // granule) * granule  # granule-aligned, as the driver's
         self.size = size
         self._state = [0]  # bytes mapped, shared with the finalizer
+        self._granted = bytearray(size // granule)  # 1: the granule is backed by memory
         self._offsets: list[int] = []  # mapping starts, sorted
         self._lengths: dict[int, int] = {}  # start -> bytes of that mapping
         self._finalizer = weakref.finalize(self, _release_reservation, memory, self._state, raw,
@@ -352,24 +356,43 @@ class HostRange:
             raise ValueError(f"range [{offset:,}, {offset + nbytes:,}) is not whole granules of "
                              f"{g:,} bytes inside the {self.size:,}-byte reservation")
 
+    # ------------------------------------------------- backing, without the rules
+    def commit(self, offset: int, nbytes: int) -> None:
+        """Back unmapped granules ``[offset, offset + nbytes)`` (MemoryError when full)."""
+        self.memory._map(nbytes, calls=0)
+        if self._protect:
+            _check(_LIBC.mprotect(self.ptr + offset, nbytes, _PROT_RW), "mprotect")
+        g = self.granule
+        self._granted[offset // g:(offset + nbytes) // g] = b"\x01" * (nbytes // g)
+        self._state[0] += nbytes
+
+    def decommit(self, offset: int, nbytes: int, calls: int = 0) -> None:
+        """Give back the memory of granules ``[offset, offset + nbytes)``; they fault now."""
+        if self._protect:
+            base = self.ptr + offset
+            _check(_LIBC.madvise(base, nbytes, mmap.MADV_DONTNEED), "madvise")
+            _check(_LIBC.mprotect(base, nbytes, _PROT_NONE), "mprotect")
+        g = self.granule
+        self._granted[offset // g:(offset + nbytes) // g] = bytes(nbytes // g)
+        self._state[0] -= nbytes
+        self.memory._unmap(nbytes, calls=calls)
+
+    # ------------------------------------------------------- the driver's calls
     def map(self, offset: int, nbytes: int) -> None:
         """Back ``[offset, offset + nbytes)`` with memory; MemoryError when the device is full."""
         self._aligned(offset, nbytes)
-        k = bisect.bisect_left(self._offsets, offset)
-        if (k and self._offsets[k - 1] + self._lengths[self._offsets[k - 1]] > offset) or \
-                (k < len(self._offsets) and self._offsets[k] < offset + nbytes):
+        g = self.granule
+        if 1 in self._granted[offset // g:(offset + nbytes) // g]:
             raise ValueError(f"range [{offset:,}, {offset + nbytes:,}) is already mapped in part")
-        self.memory._map(nbytes)
-        if self._protect:
-            _check(_LIBC.mprotect(self.ptr + offset, nbytes, _PROT_RW), "mprotect")
+        self.commit(offset, nbytes)
+        self.memory.maps += 1
+        k = bisect.bisect_left(self._offsets, offset)
         self._offsets.insert(k, offset)
         self._lengths[offset] = nbytes
-        self._state[0] += nbytes
 
-    def unmap(self, offset: int, nbytes: int, counted: bool = True) -> None:
+    def unmap(self, offset: int, nbytes: int) -> None:
         """Give back the mappings that make up ``[offset, offset + nbytes)`` exactly (one call,
-        after :meth:`synchronize`); the range faults from now on.  ``counted=False``: part of
-        a call counted elsewhere (a pool's trim)."""
+        after :meth:`synchronize`); the range faults from now on."""
         self._aligned(offset, nbytes)
         k = bisect.bisect_left(self._offsets, offset)
         pos, j = offset, k
@@ -382,15 +405,10 @@ class HostRange:
             j += 1
         if pos != offset + nbytes:
             raise ValueError(f"[{offset:,}, {offset + nbytes:,}) ends inside a mapping")
-        base = self.ptr + offset
-        if self._protect:
-            _check(_LIBC.madvise(base, nbytes, mmap.MADV_DONTNEED), "madvise")
-            _check(_LIBC.mprotect(base, nbytes, _PROT_NONE), "mprotect")
         for start in self._offsets[k:j]:
             del self._lengths[start]
         del self._offsets[k:j]
-        self._state[0] -= nbytes
-        self.memory._unmap(nbytes, calls=1 if counted else 0)
+        self.decommit(offset, nbytes, calls=1)
 
     def mappings(self) -> list[tuple[int, int]]:
         """``(offset, nbytes)`` of each mapping, in address order."""
@@ -402,20 +420,10 @@ class HostRange:
     def holds(self, ptr: int, size: int) -> bool:
         """Whether ``[ptr, ptr + size)`` lies in mapped granules of this range."""
         lo = ptr - self.ptr
-        if lo < 0 or lo + size > self.size:
+        if lo < 0 or lo + size > self.size or size <= 0:
             return False
-        pos = lo
-        k = bisect.bisect_right(self._offsets, lo) - 1
-        while pos < lo + size:
-            if k < 0 or k >= len(self._offsets):
-                return False
-            start = self._offsets[k]
-            end = start + self._lengths[start]
-            if not start <= pos < end:
-                return False
-            pos = end
-            k += 1
-        return True
+        g = self.granule
+        return 0 not in self._granted[lo // g:(lo + size - 1) // g + 1]
 
     def close(self) -> None:
         """Unmap everything (after a sync) and give the address space back."""
@@ -423,6 +431,7 @@ class HostRange:
             self.memory._unmap(self._state[0], calls=1)
             self._offsets.clear()
             self._lengths.clear()
+            self._granted[:] = bytes(len(self._granted))
             self._state[0] = 0
         self._finalizer()
 
@@ -462,6 +471,7 @@ class HostAsyncPool:
         self._lock = threading.Lock()
         self._used = 0
         self.trims = 0
+        self.maps = 0
         self._high = 0  # granules from here on were never mapped
 
     @property
@@ -485,9 +495,15 @@ class HostAsyncPool:
             if lo < 0:
                 raise MemoryError(f"stream-ordered pool: no room for {rs:,} bytes in its "
                                   f"{self.range.size:,}-byte range")
+            backed = self._mapped[lo // self.granule:(lo + rs - 1) // self.granule + 1]
             try:
                 self._map_for(lo, lo + rs)
-            except MemoryError:
+            except MemoryError:  # what this call backed goes back: the device is full
+                g = self.granule
+                for k, was in enumerate(backed, lo // g):
+                    if not was and self._mapped[k]:
+                        self.range.decommit(k * g, g)
+                        self._mapped[k] = 0
                 self._free.release(lo, lo + rs)
                 raise
             self._used += rs
@@ -505,14 +521,12 @@ class HostAsyncPool:
             end = min(start + length, high)
             pos = start
             while pos + rs <= end:  # the mapped runs inside the gap, in order
-                k = pos // g
-                if not mapped[k]:
-                    pos = (k + 1) * g
-                    continue
-                run_end = pos
-                while run_end < end and mapped[run_end // g]:
-                    run_end = (run_end // g + 1) * g
-                run_end = min(run_end, end)
+                k = mapped.find(1, pos // g, -(-end // g))
+                if k < 0:
+                    break
+                pos = max(pos, k * g)
+                stop = mapped.find(0, k, -(-end // g))
+                run_end = end if stop < 0 else min(end, stop * g)
                 if run_end - pos >= rs:
                     self._free.take(start, pos, rs)
                     return pos
@@ -520,14 +534,20 @@ class HostAsyncPool:
         return -1
 
     def _map_for(self, lo: int, hi: int) -> None:
-        """Map the granules ``[lo, hi)`` touches that are not mapped yet, one mapping per
-        granule (so that any wholly free granule can be given back on its own)."""
+        """Back the granules ``[lo, hi)`` touches that are not backed yet."""
         g, mapped = self.granule, self._mapped
-        for k in range(lo // g, (hi - 1) // g + 1):
-            if not mapped[k]:
-                self.range.map(k * g, g)
-                mapped[k] = 1
-                self._high = max(self._high, k + 1)
+        k, last = lo // g, (hi - 1) // g + 1
+        while k < last:
+            k = mapped.find(0, k, last)
+            if k < 0:
+                break
+            stop = mapped.find(1, k, last)
+            stop = last if stop < 0 else stop
+            self.range.commit(k * g, (stop - k) * g)
+            mapped[k:stop] = b"\x01" * (stop - k)
+            self.maps += 1
+            k = stop
+        self._high = max(self._high, last)
 
     def _collect(self) -> None:
         returned = self._returned
@@ -544,11 +564,17 @@ class HostAsyncPool:
             g, mapped = self.granule, self._mapped
             released = 0
             for length, start in list(self._free._gaps):
-                for k in range(-(-start // g), min(self._high, (start + length) // g)):
-                    if mapped[k]:
-                        self.range.unmap(k * g, g, counted=False)  # the driver's, inside the trim
-                        mapped[k] = 0
-                        released += g
+                k, last = -(-start // g), min(self._high, (start + length) // g)
+                while k < last:  # runs of backed granules wholly inside the gap
+                    k = mapped.find(1, k, last)
+                    if k < 0:
+                        break
+                    stop = mapped.find(0, k, last)
+                    stop = last if stop < 0 else stop
+                    self.range.decommit(k * g, (stop - k) * g)  # inside the one trim call
+                    mapped[k:stop] = bytes(stop - k)
+                    released += (stop - k) * g
+                    k = stop
             if released:
                 self.memory.count_sync()
             self.trims += 1

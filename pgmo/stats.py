@@ -80,6 +80,8 @@ class PoolStats:
     arena_kind: str  # "reserved range" (virtual memory, grown in place) or "cudaMalloc"
     heap_kind: str  # "stream-ordered pool" or "cudaMalloc per request"
     boundary_releases: int  # memory given back at boundaries: a stream sync + one call each
+    shape_plans: int  # plans made for recurring iteration shapes (buckets, batch sizes...)
+    shape_iterations: int  # iterations served by a shape's own plan
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -107,6 +109,7 @@ class PoolStats:
             ("limit", "none" if not self.limit else mib(self.limit)),
             ("arena from", self.arena_kind or "-"), ("own blocks from", self.heap_kind or "-"),
             ("boundary releases", f"{self.boundary_releases:,}"),
+            ("shape plans", f"{self.shape_plans:,} ({self.shape_iterations:,} iterations)"),
             ("", ""),
             ("plan", f"{self.plan_method or 'none yet'}, {self.planned_blocks:,} blocks, "
                      f"{self.pinned_blocks:,} pinned"),

@@ -52,8 +52,9 @@ from .memory import DeviceMemory
 from .options import Backend, PoolOptions
 from .planner import Planner
 from .queries import PoolQueries
-from .recording import Log, filled, log_of, survivors_of
+from .recording import Log, absorb, filled, log_of, survivors_of
 from .schedule import Schedule
+from .shapes import ShapeBook
 from .state import IterationState
 from .unmarked import LoopWatch, PgmoWarning
 
@@ -122,7 +123,13 @@ class Engine(PoolQueries):
         self.state = IterationState()
         self.completed = 0  # iterations ended
         self._last_log: Log | None = None
-        self.schedule: Schedule | None = None  # installed
+        self.schedule: Schedule | None = None  # installed: the main plan
+        self.current: Schedule | None = None  # the plan this iteration follows (main or a shape's)
+        self._choosing = False  # the iteration's first request picks its shape's plan
+        self._first_request = 0  # its size, once seen (0: not looked at)
+        #: Plans of the recurring iteration shapes (buckets, batch sizes, resolutions).
+        self.shapes = ShapeBook(self.planner.plan_now)
+        self._addresses: dict[int, tuple[int, list]] = {}  # id(schedule) -> (arena ptr, addresses)
         self._pending: Schedule | None = None  # to install at the next boundary
         #: Where iterations come from (marked, detected or none yet).
         self.watch = LoopWatch(options.detect_iterations, options.warn_after)
@@ -241,6 +248,12 @@ class Engine(PoolQueries):
         hot, memory = self.hot, self.memory
         if not self.state.on_plan:
             return hot.serve_unplanned(rs)
+        if self._choosing:  # the first request: its shape's plan, then as usual
+            self._choose(rs)
+            if size < INLINE_MAX:
+                pointer = hot.serve_inline(size, hot.kind)
+                if pointer is not None:
+                    return pointer
         i = hot.n
         cap, o, due = hot.rows[i]
         if rs <= cap:
@@ -268,12 +281,12 @@ class Engine(PoolQueries):
 
     def _diverge(self, i: int, rs: int) -> None:
         """Bigger or more requests than planned: memory of its own for the rest of the iteration."""
-        why = "beyond the planned count" if i >= self.schedule.n else "larger than planned"
+        why = "beyond the planned count" if i >= self.current.n else "larger than planned"
         log.debug("request %d (%d bytes) is %s; off the plan until the iteration ends", i, rs,
                   why)
         self.departures += 1
         self.state.depart()
-        self.memory.start_placing(self.schedule.pinned_sizes)
+        self.memory.start_placing(self.current.pinned_sizes | self.schedule.pinned_sizes)
         self._refresh_kind()
 
     # -------------------------------------------------------------- iterations
@@ -307,12 +320,20 @@ class Engine(PoolQueries):
         self._at_boundary()
         on_plan = self._plan_ready() and self.completed >= self.options.warmup
         state.begin(self._next_mode(), on_plan)
+        # A varying workload's first request names the iteration's shape (it goes to the
+        # slow path, once per iteration): its plan, if the shape recurs.
+        self._choosing = on_plan and self.options.shape_plans and (
+            len(self.shapes) > 0 or self.planner.varying > 0)
+        self._first_request = 0
+        if on_plan:
+            self._follow(None if self._choosing else self.schedule)
         # Planned iterations log into arrays sized for the plan (+1 for the
         # request that goes beyond it); others grow theirs as they go.
         hot.begin(_get_ident(), hot.thread_hooks() if hot.thread_hooks is not None else None,
                   hot.context() if hot.context is not None else None, on_plan,
                   self.watch.period if auto else _NO_LIMIT,
-                  self.schedule.n + 1 if on_plan else max(64, hot.n))
+                  max(self.schedule.n, self.shapes.most_requests()) + 1 if on_plan
+                  else max(64, hot.n))
         self._refresh_kind()
 
     def end_iteration(self, aborted: bool = False) -> None:
@@ -341,13 +362,15 @@ class Engine(PoolQueries):
             return False
         departed = False
         if state.planned:
-            if not set(survivors_of(hot, n)) <= self.schedule.pinned:
+            current = self.current
+            if not set(survivors_of(hot, n)) <= current.pinned:
                 state.departed = True  # planned blocks outlived the iteration
             if not state.departed:  # the usual case: its log is not needed
                 self._at_boundary()
                 return False
             departed = True
-            run_log = filled(log_of(hot, n), self.schedule.profile)
+            run_log = filled(log_of(hot, n), current.profile)
+            self._observe_shape(run_log, current)
             kind = "merge"
         else:
             run_log = self._last_log = log_of(hot, n)
@@ -403,8 +426,62 @@ class Engine(PoolQueries):
         if ready is not None:
             self._install(ready)
         elif self.schedule is not None:
-            self.memory.fit(max(self.schedule.arena_size, self._awaited_size()),
-                            self.planner.varying > 0)
+            self.memory.fit(max(self.schedule.arena_size, self._awaited_size(),
+                                self.shapes.arena_size()), self.planner.varying > 0)
+
+    # ------------------------------------------------------------------ shapes
+    def _main_key(self) -> int:
+        blocks = self.schedule.profile.blocks
+        return blocks[0].size if blocks else -1
+
+    def _choose(self, rs: int) -> None:
+        """The iteration's first request (``rs`` bytes) names its shape: follow its plan."""
+        self._choosing = False
+        self._first_request = rs
+        chosen = None
+        if rs != self._main_key():
+            chosen = self.shapes.schedule_for(rs)
+            arena = self.hot.arena
+            if chosen is not None and (arena is None or chosen.arena_size > arena.size):
+                chosen = None  # the arena cannot hold it yet
+        if chosen is not None:
+            self.shapes.switches += 1
+        self._follow(chosen or self.schedule)
+
+    def _follow(self, schedule: Schedule | None) -> None:
+        """Answer this iteration from ``schedule`` (None: only the first request is known)."""
+        hot = self.hot
+        if schedule is None:
+            self.current = None
+            hot.install(_NO_ROWS)  # the first request goes to the slow path: _choose
+            return
+        if self.current is schedule and hot.rows is schedule.rows:
+            return
+        self.current = schedule
+        arena = hot.arena
+        ptr = arena.ptr if arena is not None else 0
+        cached = self._addresses.get(id(schedule))
+        if cached is None or cached[0] != ptr or cached[2] is not schedule:
+            cached = (ptr, [ptr + row[1] if row[1] >= 0 else 0 for row in schedule.rows],
+                      schedule)
+            self._addresses[id(schedule)] = cached
+        hot.install(schedule.rows, cached[1])
+
+    def _observe_shape(self, run_log: Log, current: Schedule) -> None:
+        """A departed iteration: a shape seen twice gets its plan; a shape whose own plan it
+        left is planned again from the larger of the two."""
+        if not run_log.sizes or not self._first_request:
+            return  # the shape was not looked at (a repeating workload)
+        key = self._first_request
+        if key == self._main_key():
+            return
+        later = self.planner.later if self.planner.mode == "background" else None
+        if current is not self.schedule:  # it left its shape's plan
+            if self.shapes.forget(key):
+                profile, _ = absorb(current.profile, run_log)
+                self.shapes.observe(key, Log(*profile.columns()), later, again=True)
+        else:
+            self.shapes.observe(key, run_log, later)
 
     def _awaited_size(self) -> int:
         """The least arena a profile still being planned needs (its lower bound): the arena
@@ -421,9 +498,11 @@ class Engine(PoolQueries):
         """Use ``schedule`` from this boundary on; the arena grows or shrinks here only."""
         hot = self.hot
         hot.retire()
-        self.memory.fit(schedule.arena_size, self.planner.varying > 0)
+        self.memory.fit(max(schedule.arena_size, self.shapes.arena_size()),
+                        self.planner.varying > 0)
         self.schedule = schedule
-        hot.install(schedule.rows)
+        self._addresses.clear()
+        self._follow(schedule)
         if self.on_install is not None:
             self.on_install(schedule)
 
@@ -478,7 +557,10 @@ class Engine(PoolQueries):
         state.plan_dropped = state.inside and state.planned
         self.planner.reset()
         self.hot.retire()
-        self.schedule = self._pending = None
+        self.schedule = self._pending = self.current = None
+        self.shapes.clear()
+        self._addresses.clear()
+        self._choosing = False
         self.hot.install(_NO_ROWS)
         state.on_plan = False
         self._refresh_kind()

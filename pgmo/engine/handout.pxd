@@ -91,7 +91,7 @@ cdef class HotPath:
 
     cpdef end(self)
 
-    cpdef install(self, list rows)
+    cpdef install(self, list rows, object addresses=*)
 
     cpdef set_arena(self, Arena arena)
 

@@ -203,12 +203,16 @@ class HotPath:
         self.logging_frees = False
         self.placer = None
 
-    def install(self, rows):
-        """Answer from these rows from now on (a new plan; no slot is live)."""
+    def install(self, rows, addresses=None):
+        """Answer from these rows from now on (a new plan; no slot is live); ``addresses``:
+        each row's address in the current arena, when the engine has them already."""
         self.rows = rows
         self.slot = new_slots(len(rows) - 1)
         self.live_slots = 0
-        self.aim()
+        if addresses is None:
+            self.aim()
+        else:
+            self.addresses = addresses
 
     def set_arena(self, arena):
         self.arena = arena

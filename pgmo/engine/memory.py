@@ -130,6 +130,7 @@ class DeviceMemory:
         self.blocked = False  # the last arena was refused: wait for memory to free up
         self.failures = 0  # arenas refused
         self.wanted = 0  # the least arena size: what placing an iteration off plan needed
+        self.planned = 0  # the arena the plans in use need (a reserved arena keeps that much)
         self.placer: Placer | None = None
         self.limit = 0  # 0: none
         self.peak_total = 0  # most bytes held at once
@@ -283,6 +284,10 @@ class DeviceMemory:
         if self.heap is not None and self.heap.held > self.heap.used:
             self._sync()
             self.heap.trim()
+        arena = self.hot.arena
+        if arena is not None and self.range is not None and arena.buffer is self.range:
+            # the arena's end beyond its plan and its live blocks (a departed iteration grew it)
+            self._trim_range(arena, max(self.planned, self._live_end(arena)), budget=False)
 
     # ---------------------------------------------------------------- arenas
     def fit(self, size: int, varying: bool = False) -> bool:
@@ -384,6 +389,7 @@ class DeviceMemory:
 
     def _fit_range(self, size: int) -> bool:
         """Map the reserved arena up to ``size`` bytes, or trim its end down to it (rule 3)."""
+        self.planned = max(size, 0)
         if size <= 0:
             arena = self.hot.arena
             if arena is None:
@@ -450,7 +456,9 @@ class DeviceMemory:
         if arena is None or self.range is None or arena.buffer is not self.range:
             return arena.size if arena is not None else 0
         old = arena.size
-        if not self._grow_range(arena, old + max(extra, int(old * GROW_STEP))):
+        if not self._grow_range(arena, old + max(extra, int(old * GROW_STEP))) \
+                and not self._grow_range(arena, old + extra):
+            self.make_room()  # a full device: what is idle goes back (rule 6), then once more
             self._grow_range(arena, old + extra)
         return arena.size
 
@@ -514,7 +522,7 @@ class DeviceMemory:
             return
         grow = self.grow_for_placer if arena.buffer is self.range and self.range is not None \
             else None
-        self.placer = Placer(arena.size, self._live_spans(arena), apart, grow)
+        self.placer = Placer(arena.size, self._live_spans(arena), apart, grow, snug=True)
         hot.set_placer(self.placer)
 
     def stop_placing(self) -> None:

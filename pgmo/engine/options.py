@@ -87,6 +87,7 @@ class PoolOptions:
     replan: str = "background"  # where plans are computed: background, sync or bestfit
     detect_iterations: bool = True  # find iterations when the user marks none
     warn_after: int = 10_000  # requests without iterations before one warning
+    shape_plans: bool = True  # a recurring iteration shape gets its own plan (see .shapes)
     solver: SolverOptions = field(default_factory=SolverOptions)
 
     def __post_init__(self) -> None:

@@ -222,6 +222,13 @@ class Planner:
             self._ready = None
         return schedule
 
+    def plan_now(self, profile: Trace) -> Schedule | None:
+        """A schedule for a profile other than the pool's (a recurring shape's, see
+        :mod:`.shapes`): the full method in ``sync`` mode, best-fit otherwise (it runs on
+        the planner thread in ``background`` mode); None when the solve fails."""
+        method = self.options.method if self.mode == "sync" else "bestfit"
+        return self._solve_now(profile, self.options.replace(method=method), generation=-1)
+
     def take_ready(self, installed: Schedule | None) -> Schedule | None:
         """A background schedule for the current profile that beats ``installed``."""
         with self._cond:
@@ -302,10 +309,13 @@ class Planner:
             self.generation += 1
         return profile
 
-    def _solve_now(self, profile: Trace, options: SolverOptions) -> Schedule | None:
+    def _solve_now(self, profile: Trace, options: SolverOptions,
+                   generation: int | None = None) -> Schedule | None:
         try:
             plan = solve(profile.without_open(), options)
-            return compile_schedule(profile, plan, self.generation, check=True)
+            return compile_schedule(profile, plan,
+                                    self.generation if generation is None else generation,
+                                    check=True)
         except Exception:
             self.solve_failures += 1
             log.warning("pgmo could not solve the profile; serving from the fallback",

@@ -68,4 +68,6 @@ def pool_stats(engine: Any) -> PoolStats:
         arena_kind=memory.arena_kind,
         heap_kind=memory.heap_kind,
         boundary_releases=memory.releases,
+        shape_plans=engine.shapes.planned,
+        shape_iterations=engine.shapes.switches,
     )

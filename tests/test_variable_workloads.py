@@ -1,0 +1,199 @@
+"""Variable workloads (pgmo.workloads) through the pool: the footprint, the device syncs, the
+capacity wall, in every re-planning mode, every block checked.
+
+The runs are scaled down (a few thousand requests) and replayed on host
+devices of 512-byte pages, so that the 2 MiB pages of a real driver do not
+decide runs of a few MiB; scripts/bench_footprint.py measures the full-size
+runs on 2 MiB pages.  The limit is the one the footprint targets name: the
+largest iteration's lower bound plus the long-lived blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pgmo import footprint, workloads
+
+pytest.importorskip("cupy")
+
+MODES = [{"replan": "sync", "method": "bestfit"}, {"replan": "sync", "method": "best"},
+         {"replan": "bestfit"}, {"replan": "background", "method": "bestfit"},
+         {"replan": "background", "method": "best"}]
+#: The members whose footprint target holds on the CPU model; serving misses it in its first
+#: iteration (docs/footprint.md), and the recorded run is measured at full size by the bench.
+HOLDING = ["lstm-random", "lstm-bucketed", "lstm-growing", "lstm-outliers", "cnn-resolutions"]
+SMALL = {"lstm-random": {"scale": 0.05, "iterations": 10},
+         "lstm-bucketed": {"scale": 0.05, "iterations": 10},
+         "lstm-growing": {"scale": 0.05, "iterations": 12},
+         "lstm-outliers": {"scale": 0.05, "iterations": 12},
+         "serving": {"scale": 0.05, "iterations": 30},
+         "cnn-resolutions": {"scale": 0.05, "iterations": 8}}
+
+
+def small_run(name: str, seed: int):
+    return workloads.make(name, seed=seed, **SMALL[name])
+
+
+def limit_of(run) -> int:
+    bounds = run.bounds()
+    return max(bounds.largest + bounds.long_lived, bounds.physical)
+
+
+def replay(run, capacity=None, **mode):
+    options = {"time_limit": 0.5, "seed": 0, "page": 512, **mode}
+    if options.get("method") is None:
+        options.pop("method", None)
+    pool = footprint.pgmo_pool(**options)(capacity)
+    step = 0.002 if mode.get("replan") == "background" else 0.0
+    try:
+        return footprint.measure(run, pool, step_seconds=step), pool
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: "/".join(m.values()))
+@pytest.mark.parametrize("name", HOLDING)
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2 ** 16))
+def test_a_variable_run_holds_near_its_limit_without_syncing_in_iterations(name, mode, seed):
+    run = small_run(name, seed)
+    result, pool = replay(run, **mode)
+    assert result.completed and result.corrupted == 0, result.error
+    assert result.peak <= 1.10 * limit_of(run)
+    assert result.most_syncs_inside() == 0  # no cudaFree, no unmap inside an iteration
+    assert result.most_syncs_at_a_boundary() <= 2  # one stream sync, one release
+    assert result.raw_share(5) == 0.0  # nothing reaches cudaMalloc
+    st = result.stats
+    assert st.stock_bytes == 0 and st.arena_kind == "reserved range"
+
+
+@pytest.mark.parametrize("name, full", [("lstm-bucketed", False), ("serving", True)])
+def test_it_completes_on_every_device_from_115_percent_of_its_limit(name, full):
+    """Serving at full size (ResNet-50, 2 MiB pages): scaled down, its online first
+    iterations fragment more than a 1.15x device allows (docs/footprint.md)."""
+    run = workloads.make(name, seed=0) if full else small_run(name, 1)
+    limit = limit_of(run)
+    for factor in (1.15, 1.5, 2.0, 4.0):
+        result, _ = replay(run, int(limit * factor), replan="sync", method="bestfit",
+                           **({"page": 2 << 20} if full else {}))
+        assert result.completed and result.corrupted == 0, (factor, result.error)
+        assert result.peak <= int(limit * factor)
+
+
+def test_a_larger_batch_after_the_plan_completes_wherever_cupys_pool_does():
+    """Serving whose largest batch comes after the plan (seed 1): that iteration is placed
+    online in the arena's gaps, which needs 1.25x its limit (docs/footprint.md); CuPy's
+    pool needs more, and pgmo never fails where it completes."""
+    run = workloads.make("serving", seed=1)
+    limit = limit_of(run)
+    for factor in (1.25, 1.5, 2.0):
+        capacity = int(limit * factor)
+        mine, _ = replay(run, capacity, replan="sync", method="bestfit", page=2 << 20)
+        theirs = footprint.measure(run, footprint.stock_pool(capacity), timeline=False)
+        assert mine.completed or not theirs.completed, factor
+        assert mine.completed, (factor, mine.error)
+
+
+def test_a_device_too_small_is_cupys_out_of_memory_error_with_the_numbers():
+    from cupy.cuda.memory import OutOfMemoryError
+
+    import pgmo
+
+    run = small_run("lstm-outliers", 0)
+    pool = footprint.pgmo_pool(replan="sync", method="bestfit", page=512)(limit_of(run) // 2)
+    with pytest.raises(OutOfMemoryError, match=r"Out of memory allocating [\d,]+ bytes \("
+                                               r"allocated so far: [\d,]+ bytes\)"):
+        pgmo.testing.replay_run(run, pool, write=False)
+    assert pool.stats().used_bytes == 0  # every block handed out was checked and freed
+    pool.close()
+
+
+def test_sync_runs_are_deterministic():
+    run = small_run("lstm-random", 3)
+    first, _ = replay(run, replan="sync", method="bestfit")
+    second, _ = replay(run, replan="sync", method="bestfit")
+    assert first.peak == second.peak and first.held == second.held
+    assert first.stats.reoptimizations == second.stats.reoptimizations
+
+
+def test_the_arena_follows_the_largest_iteration_that_ran_and_grows_in_place():
+    """Re-plans only when an iteration larger than the plan's comes; the arena is never more
+    than 1.1x the largest plan made for an iteration that ran, and it never moves."""
+    run = small_run("lstm-growing", 0)
+    pool = footprint.pgmo_pool(replan="sync", method="bestfit", page=512)(None)
+    plans, arenas = [], []
+
+    def on_install(schedule):
+        plans.append(schedule.arena_size)
+
+    pool.engine.on_install = on_install
+    hot = pool.engine.hot
+    bases = set()
+    events = list(run.events())
+
+    def watch(k):
+        arena = hot.arena
+        if arena is not None:
+            arenas.append(arena.size)
+            bases.add(arena.ptr)
+
+    result = pgmo_replay(run, pool, watch)
+    pool.close()
+    assert result["corrupted"] == 0
+    assert plans == sorted(plans) and len(plans) >= 3  # growing lengths: growing plans
+    largest = max(plans)
+    assert max(arenas) <= 1.1 * largest + 512
+    assert len(bases) == 1  # one reserved range, grown in place: no second arena, no copy
+    assert events  # the run was replayed whole
+
+
+def pgmo_replay(run, pool, on_event):
+    from pgmo.testing import replay_run
+
+    return replay_run(run, pool, write=False, on_event=on_event)
+
+
+def test_recurring_shapes_get_plans_of_their_own():
+    """Sorted batches: each bucket that recurs gets a plan, and fewer requests are placed off
+    plan than with one plan for all."""
+    run = workloads.make("lstm-bucketed", seed=0)
+    with_shapes, _ = replay(run, replan="sync", method="bestfit", page=2 << 20)
+    without, _ = replay(run, replan="sync", method="bestfit", shape_plans=False, page=2 << 20)
+    assert with_shapes.completed and without.completed
+    assert with_shapes.stats.shape_plans >= 2 and with_shapes.stats.shape_iterations >= 2
+    assert without.stats.shape_plans == 0
+    assert with_shapes.stats.fallback_requests < 0.6 * without.stats.fallback_requests
+    assert with_shapes.peak <= 1.02 * without.peak
+
+
+def test_the_background_planner_survives_a_varying_run(caplog):
+    """The planner thread once failed with an IndexError when a log planned for one profile
+    was folded into another (sizes logged as "as planned" beyond its end); the engine now fills
+    a log from the schedule its iteration followed before the planner sees it."""
+    run = small_run("lstm-random", 5)
+    caplog.set_level(logging.WARNING, logger="pgmo.pool")
+    pool = footprint.pgmo_pool(replan="background", method="best", page=512, time_limit=0.3)(
+        int(limit_of(run) * 1.25))
+    result = footprint.measure(run, pool)  # no compute between iterations: plans land late
+    st = result.stats
+    pool.engine.planner.shutdown()
+    assert result.completed and result.corrupted == 0
+    assert st.planner_failures == 0 and st.solve_failures == 0
+    assert "planner thread failed" not in caplog.text
+
+
+def test_a_log_planned_for_another_profile_is_filled_from_its_own():
+    import pgmo
+    from pgmo.engine.recording import Log, absorb, filled
+
+    short = pgmo.Trace.from_tuples([(0, 0, 2, 1024), (1, 1, 3, 512)])
+    planned_for = pgmo.Trace.from_tuples([(i, i, i + 2, 2048) for i in range(5)])
+    log = Log([0, 1, 2, 3, 4], [2, 3, 5, 6, 7], [0, 0, 0, 4096, 0])  # 0: "as planned"
+    own = filled(log, planned_for)
+    assert own.sizes == [2048, 2048, 2048, 4096, 2048]
+    profile, varying = absorb(short, own)  # once an IndexError here
+    assert varying and profile.lower_bound() > short.lower_bound()
