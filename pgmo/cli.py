@@ -291,6 +291,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"pgmo: error: {message}", file=sys.stderr)
         return 2
+    except RecursionError:  # a reader that let one through: still one line, not a traceback
+        if os.environ.get("PGMO_DEBUG"):
+            raise
+        print("pgmo: error: input nested too deeply (more levels than Python's recursion "
+              "limit)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("pgmo: interrupted", file=sys.stderr)
         return 130

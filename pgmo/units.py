@@ -7,9 +7,13 @@ saved plans hold rounded sizes.
 
 from __future__ import annotations
 
-__all__ = ["ALIGNMENT", "round_size", "byte_unit", "format_bytes"]
+__all__ = ["ALIGNMENT", "MAX_DEVICE_BYTES", "round_size", "byte_unit", "format_bytes"]
 
 ALIGNMENT = 512
+
+#: 256 TiB: more memory than any device has (the largest GPUs hold a few hundred
+#: GB); a saved plan that needs more was modified or damaged.
+MAX_DEVICE_BYTES = 1 << 48
 
 
 def round_size(size: int) -> int:

@@ -79,6 +79,49 @@ def test_bad_input_is_one_line_on_stderr_without_traceback(tmp_path):
     assert "bad.csv, line 3, field 'upper'" in proc.stderr
 
 
+def _pool_plan_doc(tmp_path) -> dict:
+    path, _ = saved_pool_plan(tmp_path)
+    return json.loads(path.read_bytes())
+
+
+def _bad_files(tmp_path):
+    """(name, content, what the one line says) for input that once ended in a traceback."""
+    import gzip
+
+    from pgmo.formats.files import EXPANSION_FLOOR
+    from pgmo.formats.planfile import _checksum
+
+    deep = b"[" * 1100 + b"]" * 1100
+    doc = _pool_plan_doc(tmp_path)
+    doc["payload"]["offsets"][0] = 10 ** 30  # a consistent checksum, an impossible offset
+    doc["sha256"] = _checksum(doc["payload"])
+    yield "deep.json", deep, "nested too deeply"
+    yield ("deep-trace.json", b'{"format":"pgmo-trace","version":1,"metadata":%s}' % deep,
+           "nested too deeply")
+    yield ("deep-plan.json", b'{"format":"pgmo-pool-plan","version":1,"payload":%s}' % deep,
+           "nested too deeply")
+    yield "far.json", json.dumps(doc).encode(), "more than any device holds"
+    rows = b"[0,0,1,512]," * ((EXPANSION_FLOOR + (1 << 20)) // 12)
+    yield ("bomb.json.gz", gzip.compress(b'{"format":"pgmo-trace","version":1,"columns":'
+                                         b'["id","lower","upper","size"],"rows":[' + rows
+                                         + b'[0,0,1,512]]}'),
+           "decompression bomb")
+
+
+@pytest.mark.parametrize("case", ["deep.json", "deep-trace.json", "deep-plan.json", "far.json",
+                                  "bomb.json.gz"])
+def test_hostile_files_are_one_line_and_exit_2(tmp_path, case):
+    name, content, said = next(c for c in _bad_files(tmp_path) if c[0] == case)
+    path = tmp_path / name
+    path.write_bytes(content)
+    for command in (["solve", str(path)], ["check", str(path), str(path)]):
+        proc = subprocess.run([sys.executable, "-m", "pgmo", *command], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 2, proc.stderr[-1000:]
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+        assert proc.stderr.startswith(f"pgmo: error: {path}") and said in proc.stderr
+
+
 def test_missing_file(capsys):
     assert main(["solve", "does-not-exist.csv"]) == 2
     assert "no such file" in capsys.readouterr().err
