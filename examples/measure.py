@@ -43,9 +43,9 @@ def pick_device(args, quiet=False):
     line naming ``--device -1``, rather than a traceback from the driver.
     ``quiet``: neither the note nor that line (MPI ranks other than 0).
     """
+    count, why = visible_gpus()  # CuPy is needed on the CPU too
     if args.device is not None and args.device < 0:
         return args.device
-    count, why = visible_gpus()
     if args.device is None:
         args.device = 0 if count else -1
         if not count and not quiet:

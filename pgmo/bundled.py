@@ -58,7 +58,8 @@ SESSIONS = {
     "2026-11-25-h100": (
         "scripts/gpu_session.sh (default steps) at pgmo commit 0cd52e9 on one NVIDIA H100 "
         "80GB HBM3, 2026-11-25; its whole output and README are kept as "
-        "gpu-evidence/2026-11-25-h100/, its results are in docs/results.md"),
+        "tests/data/gpu-evidence/2026-11-25-h100/ in the repository, its results in "
+        "docs/results.md"),
 }
 
 #: Every real bundled trace: the session that recorded it and the file it was copied from.

@@ -5,8 +5,10 @@ prints both against the lower bound and against no reuse at all, draws the
 plan, and replays the trace through the pool on host memory, checking every
 byte: through :class:`~pgmo.pool.ProfileGuidedMemoryPool` when CuPy is
 installed, else through the same engine without CuPy
-(:func:`pgmo.testing.host_engine`).  Also the listing of the bundled traces
-(``pgmo traces``, ``pgmo demo --list``).
+(:func:`pgmo.testing.host_engine`).  Each quantity has one name (the lower
+bound of all blocks, that of the blocks the arena serves, the bytes pinned
+beside it) and every byte count one format (:func:`pgmo.units.bytes_text`).
+Also the listing of the bundled traces (``pgmo traces``, ``pgmo demo --list``).
 """
 
 from __future__ import annotations
@@ -162,12 +164,10 @@ def run_demo(trace_name: str | None = None, output: str = "pgmo-demo.png",
         plans[method] = plan
         rows.append((method, bytes_text(plan.peak), f"{plan.ratio:.4f}", f"{plan.seconds:.3f}s"))
     widths = [max(len(r[i]) for r in rows + [_HEADER]) for i in range(4)]
-    print("| " + " | ".join(h.ljust(w) if i == 0 else h.rjust(w)
-                            for i, (h, w) in enumerate(zip(_HEADER, widths))) + " |")
+    print(_table_line(_HEADER, widths))
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in rows:
-        print("| " + " | ".join(v.ljust(w) if i == 0 else v.rjust(w)
-                                for i, (v, w) in enumerate(zip(row, widths))) + " |")
+        print(_table_line(row, widths))
     if verbose:
         for method, plan in plans.items():
             print(f"\n{method}: what the search did")
@@ -186,6 +186,12 @@ def run_demo(trace_name: str | None = None, output: str = "pgmo-demo.png",
 
 
 _HEADER = ("method", "peak", "peak/LB", "time")
+
+
+def _table_line(cells, widths) -> str:
+    """A Markdown table row: the first cell to the left, numbers to the right."""
+    return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(cells, widths))) + " |"
 
 
 def info_lines(plan) -> list[str]:
