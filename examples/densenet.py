@@ -39,7 +39,8 @@ import numpy as np  # noqa: E402
 from chainer import training  # noqa: E402
 
 from measure import (  # noqa: E402
-    NA, add_pgmo_options, print_table, release_cached, require_positive, use_device,
+    NA, add_device_option, add_pgmo_options, pick_device, print_table, release_cached,
+    require_positive, use_device,
 )
 from train_imagenet import run_training  # noqa: E402
 
@@ -217,7 +218,7 @@ def parse_args(argv=None):
                         help="channels each dense layer adds")
     parser.add_argument("--batchsize", "-b", type=int, default=64)
     parser.add_argument("--iterations", "-i", type=int, default=10)
-    parser.add_argument("--device", "-d", type=int, default=0, help="GPU id, or -1 for the CPU")
+    add_device_option(parser)
     parser.add_argument("--insize", type=int, default=32, help="image size (CIFAR: 32)")
     parser.add_argument("--classes", type=int, default=10)
     add_pgmo_options(parser)
@@ -234,6 +235,7 @@ def parse_args(argv=None):
 def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
+    pick_device(args)
     device = use_device(args.device)
     layers = 3 * ((args.depth - 4) // 6)
     rows = []

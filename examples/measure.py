@@ -6,9 +6,61 @@ still marked (so the same code runs unchanged on a GPU), but there are no GPU
 bytes to report and the tables say ``n/a (CPU)``.
 """
 
+import os
+import sys
 import time
 
 NA = "n/a (CPU)"
+
+DEVICE_HELP = ("GPU id, or -1 for the CPU (default: GPU 0 when CuPy sees a GPU, "
+               "else the CPU, with a note)")
+
+
+def add_device_option(parser, choices=None, help=DEVICE_HELP):
+    """``--device``/``-d``; its default (None) is resolved by :func:`pick_device`."""
+    parser.add_argument("--device", "-d", type=int, default=None, choices=choices,
+                        metavar="N", help=help)
+
+
+def visible_gpus():
+    """(GPUs CuPy sees, why none when 0); stops with one line when CuPy is missing."""
+    try:
+        import cupy
+    except ImportError as exc:
+        sys.exit(f"{_program()}: needs CuPy, also on the CPU (pgmo's pool is CuPy's): "
+                 f"{exc}; see examples/README.rst for the install command")
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver, an old driver, no device: CuPy says which
+        return 0, str(exc).split(":")[0] or type(exc).__name__
+    return count, "" if count else "no CUDA device"
+
+
+def pick_device(args, quiet=False):
+    """Resolve ``args.device``: the GPU when CuPy sees one, else the CPU with a one-line note.
+
+    A GPU asked for by number that CuPy cannot see stops the example with one
+    line naming ``--device -1``, rather than a traceback from the driver.
+    ``quiet``: neither the note nor that line (MPI ranks other than 0).
+    """
+    count, why = visible_gpus()  # CuPy is needed on the CPU too
+    if args.device is not None and args.device < 0:
+        return args.device
+    if args.device is None:
+        args.device = 0 if count else -1
+        if not count and not quiet:
+            print(f"No GPU seen by CuPy ({why}): running on the CPU, as --device -1 does.",
+                  flush=True)
+    elif args.device >= count:
+        sys.exit(1 if quiet else
+                 f"{_program()}: --device {args.device}: CuPy sees "
+                 f"{f'{count} GPU(s)' if count else f'no GPU ({why})'}; "
+                 f"run on the CPU with --device -1")
+    return args.device
+
+
+def _program():
+    return os.path.basename(sys.argv[0]) or "example"
 
 
 def make_pool(device_id, **options):

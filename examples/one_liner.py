@@ -4,7 +4,7 @@
 The loop trains a two-layer perceptron written directly in CuPy.  It runs once
 with CuPy's own pool and once with pgmo, and prints the memory each holds::
 
-    python examples/one_liner.py --device 0
+    python examples/one_liner.py              # GPU 0 when CuPy sees one, else the CPU
     python examples/one_liner.py --device -1 --iterations 2 --batchsize 8   # CPU smoke run
 
 All it takes besides the allocator line is marking the hot loop's iterations
@@ -22,7 +22,9 @@ import numpy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from measure import NA, Recorder, make_pool, mib, print_table, release_cached  # noqa: E402
+from measure import (  # noqa: E402
+    NA, Recorder, add_device_option, make_pool, mib, pick_device, print_table, release_cached,
+)
 
 
 def init_weights(xp, args):
@@ -105,7 +107,7 @@ class _nothing:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", "-d", type=int, default=0, help="GPU id, or -1 for the CPU")
+    add_device_option(parser)
     parser.add_argument("--iterations", "-i", type=int, default=20)
     parser.add_argument("--batchsize", "-b", type=int, default=512)
     parser.add_argument("--inputs", type=int, default=4096)
@@ -126,6 +128,7 @@ def parse_args(argv=None):
 def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
+    pick_device(args)
     if args.device < 0:
         print(f"On the CPU the loop runs on NumPy, not CuPy: memory columns read {NA}.")
     rows = []

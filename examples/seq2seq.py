@@ -34,7 +34,7 @@ from chainer.training import extensions  # noqa: E402
 
 from measure import (  # noqa: E402
     NA, add_pgmo_options, make_pool, mib, pgmo_options, print_table, Recorder,
-    release_cached, require_positive, use_device,
+    add_device_option, pick_device, release_cached, require_positive, use_device,
 )
 
 UNK, EOS = 0, 1  # word ids 0 and 1 are reserved; real words are 2 .. vocab-1
@@ -216,7 +216,7 @@ def parse_args(argv=None):
     parser.add_argument("--max-output", type=int, default=100, help="words generated at most")
     parser.add_argument("--log-interval", type=int, default=1,
                         help="iterations per printed line (LogReport averages over them)")
-    parser.add_argument("--device", "-d", type=int, default=0, help="GPU id, or -1 for the CPU")
+    add_device_option(parser)
     add_pgmo_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seeds the data and the weights")
     args = parser.parse_args(argv)
@@ -235,6 +235,7 @@ def parse_args(argv=None):
 def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
+    pick_device(args)
     device = use_device(args.device, "On the CPU Chainer allocates with NumPy, not CuPy: pgmo "
                                       "receives no requests, so its counts and the memory "
                                       f"columns read {NA}.")

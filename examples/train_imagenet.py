@@ -34,7 +34,7 @@ from chainer import training  # noqa: E402
 
 from measure import (  # noqa: E402
     NA, add_pgmo_options, make_pool, mib, pgmo_options, print_table, Recorder,
-    release_cached, require_positive, use_device,
+    add_device_option, pick_device, release_cached, require_positive, use_device,
 )
 from models import ARCHS  # noqa: E402
 
@@ -154,7 +154,7 @@ def parse_args(argv=None):
     parser.add_argument("--iterations", "-i", type=int, default=10)
     parser.add_argument("--inference", action="store_true",
                         help="forward passes only, at batch size 1")
-    parser.add_argument("--device", "-d", type=int, default=0, help="GPU id, or -1 for the CPU")
+    add_device_option(parser)
     parser.add_argument("--insize", type=int, default=None,
                         help="image size (default: the model's published size)")
     parser.add_argument("--classes", type=int, default=1000)
@@ -173,6 +173,7 @@ def parse_args(argv=None):
 def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
+    pick_device(args)
     device = use_device(args.device)
     rows = []
     for arch in args.arch:

@@ -40,7 +40,8 @@ from chainer.training import extensions  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 from measure import (  # noqa: E402
-    NA, add_pgmo_options, mib, pgmo_options, print_table, require_positive,
+    NA, add_device_option, add_pgmo_options, mib, pick_device, pgmo_options, print_table,
+    require_positive,
 )
 from models import ARCHS  # noqa: E402
 from models.base import ImageNetModel  # noqa: E402
@@ -151,9 +152,10 @@ def parse_args(argv=None):
     parser.add_argument("--arch", choices=["mlp", *sorted(ARCHS)], default="resnet50")
     parser.add_argument("--batchsize", "-b", type=int, default=32, help="per rank")
     parser.add_argument("--iterations", "-i", type=int, default=20)
-    parser.add_argument("--device", "-d", type=int, choices=(-1, 0), default=0,
-                        help="0: each rank on the GPU of its intra-node rank (pick GPUs with "
-                             "CUDA_VISIBLE_DEVICES); -1: the CPU")
+    add_device_option(parser, choices=(-1, 0),
+                      help="0: each rank on the GPU of its intra-node rank (pick GPUs with "
+                           "CUDA_VISIBLE_DEVICES); -1: the CPU (default: 0 when CuPy sees a "
+                           "GPU, else -1, with a note)")
     parser.add_argument("--communicator", "-c", choices=pgmo.chainermn.COMMUNICATORS,
                         default="auto", help="auto: naive on the CPU; pure_nccl when every "
                         "rank has its own GPU and NCCL loads; else host_staged")
@@ -181,6 +183,7 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO,
                         format=f"[rank {MPI.COMM_WORLD.rank}] %(name)s: %(message)s")
     args = parse_args(argv)
+    pick_device(args, quiet=MPI.COMM_WORLD.rank != 0)  # one note, from rank 0
     chainermn.global_except_hook.add_hook()  # one rank failing stops them all, none hangs
     comm = pgmo.chainermn.create_communicator(args.communicator, gpu=args.device >= 0)
     with tempfile.TemporaryDirectory() as scratch:

@@ -5,12 +5,18 @@ CuPy.  Everything else is reachable from the package too, loaded on first
 use: ``pgmo.ProfileGuidedMemoryPool``, ``pgmo.TraceRecorder`` and
 ``pgmo.testing`` import CuPy only when asked for, ``pgmo.chainer`` imports
 Chainer, ``pgmo.chainermn`` ChainerMN and MPI.
+
+``pgmo.bundled`` holds the traces shipped with pgmo (real ones recorded on a
+GPU, synthetic ones generated): ``pgmo.bundled.names()`` lists them, and
+``pgmo.read_trace``, ``pgmo.analyze`` and every ``pgmo`` command take their
+names in place of a file.
 """
 
 import importlib as _importlib
 
+from .bundled import read_trace  # a file, or the name of a trace bundled with pgmo
 from .errors import PlanError, PlanFileError, TraceFormatError
-from .formats import read_trace, write_trace
+from .formats import write_trace
 from .plan import Plan, read_plan
 from .solver import METHODS, SolverOptions, solve
 from .trace import Block, Trace
@@ -21,7 +27,7 @@ __all__ = [
     "Block", "Trace", "Plan", "PlanError", "PlanFileError", "TraceFormatError", "METHODS",
     "SolverOptions", "read_trace", "write_trace", "read_plan", "solve",
     "ProfileGuidedMemoryPool", "PoolStats", "replay", "host_pool", "__version__",
-    "analyze", "Analysis", "TraceRecorder", "PgmoWarning",
+    "analyze", "Analysis", "TraceRecorder", "PgmoWarning", "bundled",
 ]
 
 #: Names loaded on first use: (module, attribute or None for the module itself).
@@ -34,7 +40,6 @@ _LAZY = {
     "pool": ("pgmo.pool", None),
     "chainer": ("pgmo.chainer", None),
     "chainermn": ("pgmo.chainermn", None),
-    "bundled": ("pgmo.bundled", None),
     "synth": ("pgmo.synth", None),
     "workloads": ("pgmo.workloads", None),
     "formats": ("pgmo.formats", None),

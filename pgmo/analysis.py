@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import bundled
 from .formats import ReadOptions, detect, load
 from .plan import Plan
 from .solver import SolverOptions, solve
 from .solver.options import solver_options
 from .trace import Block, Trace
-from .units import ALIGNMENT
+from .units import ALIGNMENT, format_bytes
 
 __all__ = ["Analysis", "analyze", "parse_bytes", "human_bytes"]
 
@@ -53,13 +54,8 @@ def parse_bytes(text: str) -> int | None:
 
 
 def human_bytes(nbytes: int | None) -> str:
-    """``2.14 GiB``, ``512 B``: the unit a person reads."""
-    if nbytes is None:
-        return "-"
-    for scale, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(nbytes) >= scale:
-            return f"{nbytes / scale:,.2f} {unit}"
-    return f"{nbytes:,} B"
+    """``2.14 GiB``, ``512 B``: the unit a person reads (``-`` for unknown)."""
+    return "-" if nbytes is None else format_bytes(nbytes)
 
 
 @dataclass
@@ -169,6 +165,10 @@ def _reserved_from(value: Any, options: ReadOptions) -> tuple[int, str]:
             return nbytes, "--reserved"
     if isinstance(value, (str, os.PathLike)):
         path = Path(value)
+        if not path.exists():
+            raise ValueError(f"reserved: {os.fspath(value)!r} is neither a size (bytes, or "
+                             "with a unit: '12GiB', '8 GB') nor a file (a log of the memory "
+                             "under the pool)")
         other = load(path, None, ReadOptions(stream=options.stream)).trace
         return other.lower_bound(), f"{path.name} (its peak of live bytes)"
     raise ValueError(f"reserved must be a byte count or a file, got {value!r}")
@@ -229,7 +229,8 @@ def analyze(source: Trace | str | os.PathLike, *, format: str | None = None,
             options: SolverOptions | None = None, **changes: Any) -> Analysis:
     """Read (or take) a trace, plan it, and compare with what its allocator reserved.
 
-    ``source``: a trace file in any format pgmo reads, or a :class:`Trace`.
+    ``source``: a trace file in any format pgmo reads, the name of a bundled trace
+    (``pgmo.bundled.names()``), or a :class:`Trace`.
     ``device``/``stream``/``inclusive``: how to read it (see
     :class:`~pgmo.formats.ReadOptions`).  ``reserved``: overrides the file's
     reservation; bytes, or a log whose peak of live bytes it is.
@@ -242,8 +243,9 @@ def analyze(source: Trace | str | os.PathLike, *, format: str | None = None,
     if isinstance(source, Trace):
         trace, name, fmt = source, source.source or "<trace>", None
     else:
-        trace = load(source, format, read_options).trace
-        name, fmt = str(source), format or detect(source).name
+        path = bundled.resolve(source)  # a file, or a bundled trace of that name
+        trace = load(path, format, read_options).trace
+        name, fmt = str(source), format or detect(path).name
     metadata = dict(trace.metadata)
     details = dict(metadata.get("import") or {})
     analysed = at_granularity(trace, granularity)

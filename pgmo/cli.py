@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__, bundled
-from .demo import DEMO_TIME_LIMIT
+from .demo import DEMO_TIME_LIMIT, info_lines
 from .errors import PlanError, TraceFormatError
 from .formats import FORMATS, ReadOptions, load
 from .plan import Plan
 from .solver import solve
 from .solver import options as solver_options
 from .trace import Trace
-from .units import ALIGNMENT
+from .units import ALIGNMENT, bytes_text
 from .validate import find_conflict
 
 log = logging.getLogger("pgmo")
@@ -57,9 +57,9 @@ def _read_options(args) -> ReadOptions:
                        stream=getattr(args, "stream", None))
 
 
-def _add_progress_option(p: argparse.ArgumentParser) -> None:
+def _add_progress_option(p: argparse.ArgumentParser, what: str = "long solves") -> None:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar on long solves (default: when stderr is a terminal)")
+                   help=f"progress bar on {what} (default: when stderr is a terminal)")
 
 
 def _read(path: str, args) -> tuple[Trace, list[int] | None]:
@@ -85,15 +85,13 @@ def _report(plan: Plan, verbose: bool, out=None) -> None:
     out = out or sys.stdout
     status = "optimal" if plan.optimal else "feasible"
     print(f"n           {len(plan.trace)}", file=out)
-    print(f"lower bound {plan.lower_bound}", file=out)
-    print(f"peak        {plan.peak}  ({status})", file=out)
+    print(f"lower bound {bytes_text(plan.lower_bound)}", file=out)
+    print(f"peak        {bytes_text(plan.peak)}  ({status})", file=out)
     print(f"peak/LB     {plan.ratio:.4f}", file=out)
     print(f"time        {plan.seconds:.3f} s  ({plan.method})", file=out)
     if verbose:
-        for key, value in plan.info.items():
-            text = value if isinstance(value, (str, int, float, bool)) or value is None \
-                else json.dumps(value, default=str)
-            print(f"  {key:20} {text}", file=out)
+        for line in info_lines(plan):
+            print(line, file=out)
 
 
 def cmd_solve(args) -> int:
@@ -139,8 +137,8 @@ def cmd_check(args) -> int:
         print(f"pgmo: invalid plan {args.plan}: {why}", file=sys.stderr)
         return 1
     plan = Plan(planned, tuple(offsets), method="file")
-    print(f"valid: {len(planned)} blocks, peak {plan.peak}, lower bound {plan.lower_bound}, "
-          f"peak/LB {plan.ratio:.4f}")
+    print(f"valid: {len(planned)} blocks, peak {bytes_text(plan.peak)}, lower bound "
+          f"{bytes_text(plan.lower_bound)}, peak/LB {plan.ratio:.4f}")
     return 0
 
 
@@ -183,14 +181,15 @@ def cmd_analyze(args) -> int:
 def cmd_traces(args) -> int:
     from .demo import list_traces
 
-    return list_traces()
+    return list_traces(verbose=args.verbose)
 
 
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
+    progress = sys.stderr.isatty() if args.progress is None else args.progress
     return run_demo(trace_name=args.trace, output=args.output, time_limit=args.time_limit,
-                    list_only=args.list)
+                    list_only=args.list, progress=progress, verbose=args.verbose)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -256,19 +255,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_options(p)
     p.set_defaults(func=cmd_analyze)
 
-    p = sub.add_parser("traces", parents=[verbose],
+    p = sub.add_parser("traces",
                        help="list the bundled traces: real (recorded on a GPU) or synthetic, "
                             "and where each comes from")
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="also each trace's file, checksum and recorded metadata")
     p.set_defaults(func=cmd_traces)
 
-    p = sub.add_parser("demo", parents=[verbose],
+    p = sub.add_parser("demo",
                        help="solve a bundled trace, compare with the paper's method, "
                             "draw it, and replay it through the pool")
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="also print what each solver's search did and the pool's memory "
+                        "summary after the replay (with --list: each trace's details)")
+    _add_progress_option(p, "the solves and the replay")
     p.add_argument("--trace", default=None, help="bundled trace name (see --list)")
     p.add_argument("--list", action="store_true",
                    help="list the bundled traces (as `pgmo traces`)")
     p.add_argument("-o", "--output", default="pgmo-demo.png", help="picture to write")
-    p.add_argument("--time-limit", type=float, default=DEMO_TIME_LIMIT, metavar="S",
+    p.add_argument("--time-limit", type=solver_options.argument_type("time_limit", False),
+                   default=DEMO_TIME_LIMIT, metavar="S",
                    help=f"seconds for the 'best' method (default: {DEMO_TIME_LIMIT:g})")
     p.set_defaults(func=cmd_demo)
     return parser
@@ -290,6 +296,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"pgmo: error: {message}", file=sys.stderr)
+        return 2
+    except RecursionError:  # a reader that let one through: still one line, not a traceback
+        if os.environ.get("PGMO_DEBUG"):
+            raise
+        print("pgmo: error: input nested too deeply (more levels than Python's recursion "
+              "limit)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("pgmo: interrupted", file=sys.stderr)

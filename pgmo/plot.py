@@ -8,6 +8,7 @@ Needs matplotlib (``pip install pgmo[plot]``); imported only when used.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -104,9 +105,9 @@ def plan_figure(plan: Plan | None, trace: Trace | None = None, title: str | None
         ax.set_ylabel(f"address ({unit})")
         ax.legend(loc="upper right", fontsize=8)
         name = Path(trace.source).name if trace.source else "trace"
-        ax.set_title(title or f"{name}: {plan.method}, {len(trace):,} blocks, peak "
-                              f"{format_bytes(plan.peak)} = {plan.ratio:.4f} x lower bound "
-                              f"{format_bytes(lb)}")
+        _title(ax, title or f"{name}\n{plan.method}, {len(trace):,} blocks, peak "
+                            f"{format_bytes(plan.peak)} = {plan.ratio:.4f} x lower bound "
+                            f"{format_bytes(lb)}")
     ax = axes[-1]
     ticks, live = live_bytes(trace)
     ax.step(ticks, live / scale, where="post", color="tab:blue", lw=1)
@@ -114,5 +115,16 @@ def plan_figure(plan: Plan | None, trace: Trace | None = None, title: str | None
     ax.set_ylabel(f"live ({unit})")
     ax.set_xlabel("event tick (one per alloc and per free)")
     if plan is None:
-        ax.set_title(title or f"bytes live over time; lower bound {format_bytes(lb)}")
+        _title(ax, title or f"bytes live over time; lower bound {format_bytes(lb)}")
     return fig
+
+
+#: Characters per title line: a long trace name and the numbers stay inside the figure.
+TITLE_WIDTH = 80
+
+
+def _title(ax, text: str) -> None:
+    """A title wrapped to lines the figure holds (a long file name once cut both edges)."""
+    lines = [wrapped for line in text.splitlines()
+             for wrapped in textwrap.wrap(line, TITLE_WIDTH, break_on_hyphens=False) or [""]]
+    ax.set_title("\n".join(lines), fontsize="medium")

@@ -351,14 +351,14 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         Raises :class:`PlanFileError` on a damaged or mismatched file; the
         pool then forgets any plan and profiles again.
         """
-        return self._use_saved(lambda: planfile.load(path))
+        return self._use_saved(lambda: planfile.load(path), os.fspath(path))
 
     def state_bytes(self) -> bytes:
         """The content of :meth:`save`, in memory (for snapshots)."""
         return planfile.dumps(*self._saveable())
 
     def load_state_bytes(self, data: bytes) -> Plan:
-        return self._use_saved(lambda: planfile.loads(data))
+        return self._use_saved(lambda: planfile.loads(data), "<bytes>")
 
     def _saveable(self) -> tuple:
         profile, plan = self._engine.profile, self._engine.plan
@@ -369,11 +369,14 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
 
         return profile, plan.offsets, plan.method, {"pgmo": __version__}
 
-    def _use_saved(self, read: Callable[[], planfile.SavedPlan]) -> Plan:
+    def _use_saved(self, read: Callable[[], planfile.SavedPlan], source: str) -> Plan:
         try:
             saved = read()
             plan = Plan(saved.profile.without_open(), tuple(saved.offsets),
                         method=saved.method)
+            if plan.peak > self._device_memory():
+                raise PlanFileError(f"{source}: the plan needs {plan.peak:,} B, more than "
+                                    f"this device's {self._device_memory():,} B")
             self._engine.adopt(saved.profile, plan)
         except PlanFileError:
             self._engine.reset()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import ctypes
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -218,7 +218,7 @@ class Checker:
 
 
 def replay(traces: Trace | Iterable[Trace], pool, *, interrupted: bool = False,
-           check: bool = True) -> dict:
+           check: bool = True, on_event: Callable[[int], None] | None = None) -> dict:
     """Drive ``pool`` through one iteration per trace, checking every block.
 
     Each trace becomes an alloc/free event sequence (sorted by tick, frees
@@ -228,13 +228,14 @@ def replay(traces: Trace | Iterable[Trace], pool, *, interrupted: bool = False,
     whose pattern changed), ``overlaps`` (live blocks sharing addresses),
     ``iterations``, ``requests``, ``checked_bytes``, ``peak_bytes`` (the most
     rounded bytes of its blocks live at once), ``modes`` (the pool mode in each
-    iteration) and ``stats`` (``pool.stats()`` at the end).
+    iteration) and ``stats`` (``pool.stats()`` at the end).  ``on_event(k)`` is
+    called after the ``k``-th alloc or free (a progress bar, say).
     """
     if isinstance(traces, Trace):
         traces = [traces]
     checker = Checker(host=getattr(pool, "host_memory", False))
     modes = []
-    requests = 0
+    requests = done = 0
     for trace in traces:
         blocks = trace.blocks
         live: dict[int, tuple] = {}
@@ -253,6 +254,9 @@ def replay(traces: Trace | Iterable[Trace], pool, *, interrupted: bool = False,
                         if check:
                             checker.free(handle)
                         del handle
+                    if on_event is not None:
+                        on_event(done)
+                    done += 1
         for handle in live.values():  # blocks without a free in the trace
             if check:
                 checker.free(handle)

@@ -4,7 +4,7 @@
 Usage::
 
     python scripts/bench_bestfit.py                       # random traces only
-    python scripts/bench_bestfit.py ../shared/dsa-benchmarks/idealloc/iopddl/Y_1.csv
+    python scripts/bench_bestfit.py tests/data/dsa-benchmarks/idealloc/iopddl/Y_1.csv
     python scripts/bench_bestfit.py --n 10000 --repeat 5 some/folder
 
 Each row is one trace: n, lower bound (LB), the peak of

@@ -3,7 +3,11 @@
 
 Usage::
 
-    python scripts/bench_solver.py ../shared/dsa-benchmarks --bundled --time-limit 10 -o table.md
+    python scripts/bench_solver.py tests/data/dsa-benchmarks --bundled --time-limit 10 -o table.md
+
+The public instances are kept in the repository, in ``tests/data/dsa-benchmarks``
+(``PROVENANCE.md`` there says where each comes from); they are the default
+when nothing else is asked for.
 
 For every instance CSV found (``solutions/`` folders are skipped), with
 ``--bundled`` for pgmo's bundled traces and with ``--random N`` for two
@@ -46,6 +50,8 @@ from pathlib import Path
 import pgmo
 
 BUNDLED_BEST_KNOWN = Path(__file__).with_name("best_known_peaks.csv")
+#: The public DSA instances kept in the repository (licenses and provenance beside them).
+PUBLIC_INSTANCES = Path(__file__).resolve().parents[1] / "tests" / "data" / "dsa-benchmarks"
 SOLUTION_NAME = re.compile(r"^(?P<stem>.+)\.peak(?P<peak>\d+)\.csv$")
 #: The time limit's promise: every method returns within limit x LATE_FACTOR + LATE_SLACK s.
 LATE_FACTOR, LATE_SLACK = 1.05, 0.1
@@ -145,7 +151,9 @@ def fmt_ratio(peak, ref):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("inputs", nargs="*", help="instance CSV files or folders of them")
+    ap.add_argument("inputs", nargs="*", help="instance CSV files or folders of them "
+                    "(default, without --bundled or --random: the public instances in "
+                    "tests/data/dsa-benchmarks)")
     ap.add_argument("--methods", default="bestfit,best",
                     help="comma-separated methods (bestfit,best,exact); default bestfit,best")
     ap.add_argument("--time-limit", type=_seconds, default=pgmo.SolverOptions().time_limit,
@@ -172,7 +180,9 @@ def main(argv=None) -> int:
             ap.error(f"unknown method {m!r}; choose from {', '.join(pgmo.METHODS)}")
     known_files = ([BUNDLED_BEST_KNOWN] if BUNDLED_BEST_KNOWN.exists() else []) + args.best_known
     known = read_best_known(known_files)
-    instances = [(p, p.parent.as_posix()) for p in find_instances(args.inputs)]
+    inputs = args.inputs or ([] if args.bundled or args.random
+                             else [os.path.relpath(PUBLIC_INSTANCES)])
+    instances = [(p, p.parent.as_posix()) for p in find_instances(inputs)]
     if args.bundled:
         instances += [(name, "pgmo bundled traces") for name in pgmo.bundled.names()]
     for n in args.random:

@@ -2,7 +2,7 @@
 """Write ``docs/results.md`` from a GPU session's output folder: the paper's Figures 2 and 3
 as measured, and everything else the session measured, with where pgmo loses.
 
-    python scripts/results_table.py ../shared/gpu-evidence/2026-11-25-h100 -o docs/results.md
+    python scripts/results_table.py tests/data/gpu-evidence/2026-11-25-h100 -o docs/results.md
     python scripts/results_table.py results-gpu/ -o docs/results.md     # after the next run
 
 The folder is what ``scripts/gpu_session.sh`` (all steps, ``bench`` included)

@@ -1,8 +1,8 @@
 """Where the public DSA instances are, for the tests that use them.
 
-They are never copied into the project: ``PGMO_DSA_BENCHMARKS`` names the
-folder, else ``../shared/dsa-benchmarks`` beside the checkout (as in CI).
-Tests that need them skip cleanly without.
+They are kept in the repository, in ``tests/data/dsa-benchmarks`` (licenses and
+provenance beside them); ``PGMO_DSA_BENCHMARKS`` names another folder of the
+same layout.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
-_CANDIDATES = [Path(p) for p in (os.environ.get("PGMO_DSA_BENCHMARKS"),) if p] + [
-    Path(__file__).resolve().parents[2] / "shared" / "dsa-benchmarks",
-]
-
-BENCH: Path | None = next((p for p in _CANDIDATES if p.is_dir()), None)
-needs_bench = pytest.mark.skipif(BENCH is None, reason="shared dsa-benchmarks not present "
-                                                       "(set PGMO_DSA_BENCHMARKS)")
+IN_REPOSITORY = Path(__file__).resolve().parent / "data" / "dsa-benchmarks"
+_FOLDER = Path(os.environ.get("PGMO_DSA_BENCHMARKS") or IN_REPOSITORY)
+BENCH: Path | None = _FOLDER if _FOLDER.is_dir() else None
+needs_bench = pytest.mark.skipif(BENCH is None, reason=f"no DSA instances in {_FOLDER} "
+                                                       "(tests/data is part of the repository)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 
@@ -35,6 +36,21 @@ def test_solve_prints_the_plan_and_writes_a_checkable_csv(trace_file, tmp_path, 
     assert read_plan(out).is_valid()
     assert main(["check", str(trace_file), str(out)]) == 0
     assert "valid: 5 blocks" in capsys.readouterr().out
+
+
+def test_solve_and_check_write_bytes_as_analyze_does(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    name = "h100-alexnet-train-b32"
+    assert main(["solve", name, "--method", "bestfit", "-o", "plan.csv"]) == 0
+    out = capsys.readouterr().out
+    assert "lower bound 1,013,874,176 B (966.91 MiB)" in out
+    assert "peak        1,013,874,176 B (966.91 MiB)  (optimal)" in out
+    assert main(["check", name, "plan.csv"]) == 0
+    assert ("peak 1,013,874,176 B (966.91 MiB), lower bound 1,013,874,176 B (966.91 MiB)"
+            in capsys.readouterr().out)
+    assert main(["analyze", name, "--method", "bestfit"]) == 0
+    assert re.search(r"lower bound \(most bytes live at once\)\s+1,013,874,176\s+966.91 MiB",
+                     capsys.readouterr().out)
 
 
 def test_solve_verbose_reports_the_search(trace_file, capsys):
@@ -77,6 +93,49 @@ def test_bad_input_is_one_line_on_stderr_without_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "bad.csv, line 3, field 'upper'" in proc.stderr
+
+
+def _pool_plan_doc(tmp_path) -> dict:
+    path, _ = saved_pool_plan(tmp_path)
+    return json.loads(path.read_bytes())
+
+
+def _bad_files(tmp_path):
+    """(name, content, what the one line says) for input that once ended in a traceback."""
+    import gzip
+
+    from pgmo.formats.files import EXPANSION_FLOOR
+    from pgmo.formats.planfile import _checksum
+
+    deep = b"[" * 1100 + b"]" * 1100
+    doc = _pool_plan_doc(tmp_path)
+    doc["payload"]["offsets"][0] = 10 ** 30  # a consistent checksum, an impossible offset
+    doc["sha256"] = _checksum(doc["payload"])
+    yield "deep.json", deep, "nested too deeply"
+    yield ("deep-trace.json", b'{"format":"pgmo-trace","version":1,"metadata":%s}' % deep,
+           "nested too deeply")
+    yield ("deep-plan.json", b'{"format":"pgmo-pool-plan","version":1,"payload":%s}' % deep,
+           "nested too deeply")
+    yield "far.json", json.dumps(doc).encode(), "more than any device holds"
+    rows = b"[0,0,1,512]," * ((EXPANSION_FLOOR + (1 << 20)) // 12)
+    yield ("bomb.json.gz", gzip.compress(b'{"format":"pgmo-trace","version":1,"columns":'
+                                         b'["id","lower","upper","size"],"rows":[' + rows
+                                         + b'[0,0,1,512]]}'),
+           "decompression bomb")
+
+
+@pytest.mark.parametrize("case", ["deep.json", "deep-trace.json", "deep-plan.json", "far.json",
+                                  "bomb.json.gz"])
+def test_hostile_files_are_one_line_and_exit_2(tmp_path, case):
+    name, content, said = next(c for c in _bad_files(tmp_path) if c[0] == case)
+    path = tmp_path / name
+    path.write_bytes(content)
+    for command in (["solve", str(path)], ["check", str(path), str(path)]):
+        proc = subprocess.run([sys.executable, "-m", "pgmo", *command], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 2, proc.stderr[-1000:]
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+        assert proc.stderr.startswith(f"pgmo: error: {path}") and said in proc.stderr
 
 
 def test_missing_file(capsys):
@@ -206,11 +265,75 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
 
 def _assert_a_clean_replay(text):
     """The replay's report: no corruption, optimized, and the pool's peak beside the plan's."""
-    assert "corrupted blocks   0" in text and "mode               optimized" in text
-    values = {line.split()[0]: line.split()[1] for line in text.splitlines()
-              if line.startswith("  ") and len(line.split()) == 2}
-    planned, held = int(values["planned_peak"]), int(values["peak_total_bytes"])
-    assert int(values["lower_bound"]) <= planned <= held
+    rows = {key: value.split("  (")[0] for key, value in _replay_rows(text).items()}
+    assert rows["corrupted blocks"] == rows["overlapping blocks"] == "0"
+    assert rows["mode"] == "optimized"
+    arena_lb, planned, held = (_bytes(rows[key]) for key in (
+        "lower bound, arena blocks", "planned peak (the arena)", "peak held"))
+    assert arena_lb <= planned <= held
+    assert "no two live blocks share an address" in text
+
+
+def _replay_rows(text: str) -> dict[str, str]:
+    """The replay block's ``  key  value`` rows."""
+    start = text.index("\nreplay: ")
+    return dict(re.split(r"\s{2,}", line.strip(), maxsplit=1)
+                for line in text[start:].splitlines() if re.match(r"  \S.*\S\s{2,}\S", line))
+
+
+def _bytes(text: str) -> int:
+    """``1,013,874,176 B (966.91 MiB)`` -> 1013874176, checking the one byte format."""
+    m = re.fullmatch(r"([\d,]+) B( \([\d,.]+ [KMGT]iB\))?", text.strip())
+    assert m, f"not the byte format: {text!r}"
+    return int(m.group(1).replace(",", ""))
+
+
+def test_demo_names_each_lower_bound_and_shows_the_pinned_bytes(tmp_path, monkeypatch,
+                                                                capsys):
+    """A trace with blocks never freed: the pool plans the others and pins these beside the
+    arena; the demo says both lower bounds, the pinned bytes, and how they add up."""
+    monkeypatch.setattr(bundled, "TRACE_DIR", tmp_path)
+    mib = 1 << 20
+    rows = [(0, 0, 4, 3 * mib), (1, 1, None, 2 * mib), (2, 2, 3, 4 * mib), (3, 5, 6, 1 * mib)]
+    pgmo.write_trace(pgmo.Trace.from_rows(rows, metadata={"synthetic": True}),
+                     tmp_path / "pinned.json.gz")
+    assert main(["demo", "--trace", "pinned", "-o", str(tmp_path / "d.png"),
+                 "--time-limit", "1", "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "1 of them never freed in the iteration (2,097,152 B (2.00 MiB))" in text
+    assert "lower bound, all blocks: 9,437,184 B (9.00 MiB)" in text
+    _assert_a_clean_replay(text)
+    rows = _replay_rows(text)
+    assert rows["lower bound, arena blocks"].startswith("7,340,032 B (7.00 MiB)  (the 3 blocks")
+    assert rows["+ pinned outside the arena"].startswith("2,097,152 B (2.00 MiB)  (kept bytes")
+    assert rows["= held for the plan"] == "9,437,184 B (9.00 MiB)"
+    assert rows["lower bound, all blocks"] == "9,437,184 B (9.00 MiB)  (pinning costs 0 B more)"
+    assert "lower_bound" not in text  # one name per quantity, as a person reads it
+    for number in re.findall(r"(?<![\d,.])\d{4,}(?![\d,])", text):
+        pytest.fail(f"a byte count without the byte format: {number}")
+
+
+def test_demo_shows_progress_and_verbose_details(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pgmo", "demo", "--trace",
+                           "synthetic-alexnet-train-b32", "-o", str(tmp_path / "d.png"),
+                           "--time-limit", "1", "--progress", "-v"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    n_events = 4 * (2 * 51)  # four iterations of 51 blocks, each allocated and freed
+    assert f"replay: 100%" in proc.stderr and f"{n_events}/{n_events}" in proc.stderr
+    assert "pgmo memory summary" in proc.stdout  # -v: the pool's summary after the replay
+    assert "best: what the search did" in proc.stdout and "  proved_optimal" in proc.stdout
+
+
+def test_traces_verbose_shows_each_file_and_its_metadata(capsys):
+    assert main(["traces"]) == 0
+    plain = capsys.readouterr().out
+    assert main(["traces", "-v"]) == 0
+    verbose = capsys.readouterr().out
+    path = bundled.path("h100-alexnet-train-b32")
+    assert f"file      {path}" in verbose and "file      " not in plain
+    assert f"sha256    {bundled.RECORDINGS['h100-alexnet-train-b32'].sha256}" in verbose
+    assert "command   record_traces.py --device 0 " in verbose
 
 
 def test_demo_replays_through_the_engine_without_cupy(tmp_path):
@@ -223,7 +346,7 @@ def test_demo_replays_through_the_engine_without_cupy(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "replay through pgmo's engine (CuPy is not installed) on host memory" in proc.stdout
+    assert "through pgmo's engine (CuPy is not installed) on host memory" in proc.stdout
     _assert_a_clean_replay(proc.stdout)
 
 
@@ -293,6 +416,27 @@ def test_solver_flags_reach_the_solver_and_bad_values_are_named(trace_file, caps
     with pytest.raises(SystemExit):
         main(["solve", str(trace_file), "--time-limit", "soon"])
     assert "--time-limit expects a number or none, got 'soon'" in capsys.readouterr().err
+    # The option's own check, spelled as the command line spells it (none, not None).
+    with pytest.raises(SystemExit):
+        main(["solve", str(trace_file), "--time-limit", "-1"])
+    assert ("argument --time-limit: must be a number of seconds >= 0 (or none for no limit), "
+            "got '-1'") in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["solve", str(trace_file), "--budget", "0"])
+    assert "argument --budget: must be a positive number of search steps (or none), got '0'" \
+        in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the demo's limit must be a number: no none offered
+        main(["demo", "--time-limit", "-1"])
+    assert "argument --time-limit: must be a number of seconds >= 0, got '-1'" \
+        in capsys.readouterr().err
+
+
+def test_reserved_that_is_neither_a_size_nor_a_file_says_both_are_accepted(trace_file,
+                                                                           capsys):
+    assert main(["analyze", str(trace_file), "--method", "bestfit", "--reserved", "lots"]) == 2
+    err = capsys.readouterr().err
+    assert "'lots' is neither a size (bytes, or with a unit: '12GiB', '8 GB') nor a file" in err
+    assert err.count("\n") == 1
 
 
 def test_plot_and_solve_share_one_default_method(trace_file, tmp_path, capsys):
@@ -301,6 +445,28 @@ def test_plot_and_solve_share_one_default_method(trace_file, tmp_path, capsys):
 
     assert main(["plot", str(trace_file), "-o", str(tmp_path / "p.png")]) == 0
     assert f"({SolverOptions().method}," in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["h100-densenet-bc100-k12-train-b64-recompute-on-stock",
+                                  "pytorch-snapshot-small-cnn-h100.pickle"])
+def test_the_plot_title_stays_inside_the_picture(name, tmp_path):
+    """The issue's two pictures: a long trace name once cut the title at both edges."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from pgmo.plot import plan_figure
+
+    blocks = [(i, i, i + 3, (i % 7 + 1) << 20) for i in range(50)]
+    trace = pgmo.Trace(pgmo.Trace.from_tuples(blocks).blocks, source=f"/some/where/{name}")
+    fig = plan_figure(pgmo.solve(trace, method="bestfit"))
+    try:
+        fig.canvas.draw()
+        title = fig.axes[0].title
+        box, page = title.get_window_extent(), fig.bbox
+        assert name in title.get_text()
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and box.y1 <= page.y1
+    finally:
+        plt.close(fig)
 
 
 def test_the_plot_says_what_it_shows():

@@ -475,6 +475,28 @@ def test_invalid_sizes_raise_like_cupy_in_every_mode(hot_path, size, error, mess
     assert e.stats().requests == len([op for op in HOT if isinstance(op, int)])
 
 
+@pytest.mark.parametrize("size", [1 << 62, 1 << 63, (1 << 64) - 1])
+def test_a_size_no_device_has_is_out_of_memory_in_every_mode(hot_path, size):
+    # The fake device lends any size: only the engine can refuse, and must, the same way
+    # in warm-up, profiling, optimized iterations and outside them (CuPy's pool: its
+    # OutOfMemoryError), rather than overflow a C integer of the hot path.
+    c = Checked(hot_path, warmup=1)
+    e = c.engine
+    modes = []
+    for _ in range(3):
+        e.begin_iteration()
+        modes.append(e.mode)
+        with pytest.raises(MemoryError, match="Out of memory allocating"):
+            e.malloc(size)
+        c.run(HOT)
+        e.end_iteration()
+    with pytest.raises(MemoryError, match="Out of memory allocating"):
+        e.malloc(size)
+    assert modes == ["warmup", "profiling", "optimized"]
+    assert e.stats().requests == 3 * 4  # the refused requests are not requests
+    assert e.stats().planned_requests == 4 and e.mode == "optimized"
+
+
 def test_size_zero_is_a_null_block_and_not_a_request(hot_path):
     c = Checked(hot_path, warmup=0)
     e = c.engine

@@ -36,6 +36,57 @@ def run_example(script, *args, timeout=300):
     return result.stdout
 
 
+#: No GPU for CuPy to see, on any machine: what a newcomer without one gets.
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+
+#: Each example at its smallest, for a run of two iterations.
+SMALL = {
+    "one_liner.py": ["--iterations", 2, "--batchsize", 8, "--inputs", 32, "--hidden", 16,
+                     "--classes", 4],
+    "train_imagenet.py": ["--arch", "alexnet", "--insize", 39, "--batchsize", 2,
+                          "--iterations", 2, "--classes", 10],
+    "seq2seq.py": ["--vocab", 50, "--units", 16, "--layers", 1, "--batchsize", 4,
+                   "--iterations", 2, "--translate", 2],
+    "densenet.py": ["--depth", 10, "--growth-rate", 4, "--insize", 8, "--batchsize", 2,
+                    "--iterations", 2],
+}
+
+
+def run_script(script, *args, env=None, timeout=300):
+    """Run ``examples/<script>``; return the finished process, whatever its exit status."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", **(env or {}))
+    return subprocess.run([sys.executable, os.path.join(EXAMPLES, script), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("script", sorted(SMALL))
+def test_without_a_gpu_every_example_runs_on_the_cpu_with_a_one_line_note(script):
+    done = run_script(script, *SMALL[script], env=NO_GPU)
+    assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    first = done.stdout.splitlines()[0]
+    assert re.fullmatch(r"No GPU seen by CuPy \(.+\): running on the CPU, as --device -1 "
+                        r"does\.", first), first
+    assert "Traceback" not in done.stderr and "n/a (CPU)" in done.stdout
+
+
+@pytest.mark.parametrize("script", sorted(SMALL) + ["train_mn.py"])
+def test_a_gpu_cupy_cannot_see_stops_the_example_with_one_line(script):
+    done = run_script(script, "--device", 0, env=NO_GPU, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"{script}: --device 0: CuPy sees no GPU (")
+    assert done.stderr.rstrip().endswith("run on the CPU with --device -1")
+
+
+@pytest.mark.parametrize("script", sorted(SMALL) + ["train_mn.py"])
+def test_help_says_which_device_runs_by_default(script):
+    done = run_script(script, "--help", timeout=120)
+    assert done.returncode == 0
+    said = " ".join(done.stdout.split())
+    assert re.search(r"\(default: (GPU )?0 when CuPy sees a GPU, else (the CPU|-1), with a "
+                     r"note\)", said), said
+
+
 def summary_rows(output):
     """The summary table's rows, split on runs of spaces."""
     table = output[output.index("Summary"):].splitlines()

@@ -80,6 +80,23 @@ def damaged_variants(data: bytes):
     yield ("overlapping offsets", json.dumps(dict(doc, payload=payload,
                                                   sha256=_checksum(payload))).encode(),
            "overlaps")
+    # Offsets and peaks no device can have, behind a recomputed checksum: refused, where
+    # the pool would otherwise ask for an arena of 10**30 bytes at every iteration.
+    payload = json.loads(json.dumps(doc["payload"]))
+    payload["offsets"][-1] = 10 ** 30
+    yield ("offset beyond any device", json.dumps(dict(doc, payload=payload,
+                                                       sha256=_checksum(payload))).encode(),
+           r"offset 1,000,000,000,000,000,000,000,000,000,000 B \(request \d\): more than any "
+           "device holds")
+    payload = json.loads(json.dumps(doc["payload"]))
+    payload["peak"] = 1 << 60
+    yield ("stated peak beyond any device", json.dumps(dict(doc, payload=payload,
+                                                            sha256=_checksum(payload))).encode(),
+           "field 'peak' .* more than any device holds")
+    yield ("deeply nested", b"[" * 1100 + b"]" * 1100, "nested too deeply")
+    nested = b'{"format":"pgmo-pool-plan","version":1,"payload":{"extra":%s}}' % (
+        b"[" * 1100 + b"]" * 1100)
+    yield "deeply nested payload", nested, "nested too deeply"
     payload = json.loads(json.dumps(doc["payload"]))
     payload["sizes"][0] += 512
     yield ("profile and plan disagree", json.dumps(dict(doc, payload=payload,
@@ -104,6 +121,37 @@ def test_damaged_or_mismatched_files_are_refused_and_the_pool_profiles(tmp_path,
         host_pool().load_state_bytes(data)
 
 
+def test_a_plan_larger_than_the_device_is_refused_and_the_pool_profiles(tmp_path):
+    path = tmp_path / "plan.json"
+    trained_pool().save(path)  # a peak of 6,144 B
+    pool = host_pool(capacity=4096, warmup=0)
+    with pytest.raises(PlanFileError, match=r"plan.json: the plan needs 6,144 B, more than "
+                                            r"this device's 4,096 B"):
+        pool.load(path)
+    assert pool.plan is None and pool.mode == "profiling"
+
+
+def test_a_compressed_plan_may_not_expand_without_limit(tmp_path, monkeypatch):
+    from pgmo.formats import files
+
+    monkeypatch.setattr(files, "EXPANSION_FLOOR", 1 << 20)
+    good = trained_pool().state_bytes()
+    doc = json.loads(good)
+    doc["payload"]["extra"] = {"pad": "x" * (2 << 20)}  # 2 MiB that gzip makes 2 KiB
+    bomb = tmp_path / "plan.json.gz"
+    bomb.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    pool = trained_pool()
+    with pytest.raises(PlanFileError, match=r"plan.json.gz: expands to more than 1,048,576 B "
+                                            r"from [\d,]+ B compressed.*decompression bomb"):
+        pool.load(bomb)
+    assert pool.plan is None and pool.mode == "profiling"
+    res = replay([HOT] * 2, pool)
+    assert res["corrupted"] == 0 and res["modes"][-1] == "optimized"
+    fine = tmp_path / "fine.json.gz"
+    fine.write_bytes(gzip.compress(good))  # below the cap: read as always
+    assert host_pool().load(fine).offsets == pool.plan.offsets
+
+
 def test_damaged_gzip_and_missing_file(tmp_path):
     path = tmp_path / "plan.json.gz"
     path.write_bytes(gzip.compress(b"{}")[:10])
@@ -123,6 +171,10 @@ def test_plan_path_saves_and_reloads(tmp_path, caplog):
     third = host_pool(warmup=0, plan_path=path)  # logged, ignored, profiles
     assert third.plan is None and third.mode == "profiling"
     assert "ignoring saved plan" in caplog.text
+    path.write_bytes(b"[" * 1100 + b"]" * 1100)  # as the README says: logged and ignored
+    fourth = host_pool(warmup=0, plan_path=path)
+    assert fourth.plan is None and "nested too deeply" in caplog.text
+    assert replay([HOT] * 2, fourth)["modes"] == ["profiling", "optimized"]
 
 
 def test_load_in_a_new_process(tmp_path):

@@ -199,6 +199,22 @@ def test_out_of_memory_after_releasing_cached_fallback_blocks():
     del big
 
 
+def test_a_size_no_device_has_is_cupys_out_of_memory_in_every_mode():
+    pool = host_pool(warmup=1)
+    seen = []
+    for _ in range(3):
+        with pool.iteration():
+            seen.append(pool.mode)
+            with pytest.raises(OutOfMemoryError):
+                pool.malloc(1 << 63)
+            block = pool.malloc(1000)  # and the pool goes on serving
+            del block
+    with pytest.raises(OutOfMemoryError):
+        pool.malloc(1 << 63)  # outside iterations: CuPy's stock pool says the same
+    assert seen == ["warmup", "profiling", "optimized"]
+    assert pool.stats().planned_requests == 1 and pool.mode == "optimized"
+
+
 def test_arena_respects_the_limit_and_falls_back():
     pool = host_pool(warmup=0)
     pool.set_limit(size=6000)

@@ -183,6 +183,9 @@ class Engine(PoolQueries):
         if size >= _MAX_SIZE:
             raise OverflowError("Python int too large to convert to C unsigned long")
         with self:
+            if size >= INLINE_MAX:  # no device has it; the hot path's C integers cannot hold it
+                memory = self.memory
+                raise memory.oom_error(size, memory.total_bytes(), memory.limit)
             return self.serve(size)
 
     def serve(self, size: int) -> Any:

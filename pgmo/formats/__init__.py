@@ -125,6 +125,9 @@ def load(path, format: str | None = None, options: ReadOptions | None = None) ->
 def read_trace(path, inclusive: bool = False, format: str | None = None, **options) -> Trace:
     """Read a trace from any supported file (see the table above).
 
+    ``pgmo.read_trace`` (:func:`pgmo.bundled.read_trace`) also takes the name
+    of a bundled trace.
+
     ``inclusive=True`` reads lifetimes that include ``upper`` (IREE's files).
     Other keywords are :class:`ReadOptions` fields.
     """

@@ -1,10 +1,13 @@
 """Opening and writing files safely: gzip by content, atomic replacement.
 
-Every reader opens through :func:`read_head` / :func:`open_text`, so a
-compressed file is recognised by its magic bytes rather than its name, and a
-folder or a missing path gets an error that says what it is.  Every writer
-goes through :func:`write_bytes_atomically`: a failed write never leaves half
-a file behind.
+Every reader opens through :func:`read_head` / :func:`open_text` /
+:func:`read_bytes`, so a compressed file is recognised by its magic bytes
+rather than its name, a folder or a missing path gets an error that says
+what it is, and a compressed file may expand only so far
+(:func:`expansion_cap`): a small file that inflates to gigabytes is refused
+before it fills the memory.  Every writer goes through
+:func:`write_bytes_atomically`: a failed write never leaves half a file
+behind.
 """
 
 from __future__ import annotations
@@ -18,9 +21,60 @@ from pathlib import Path
 from ..errors import TraceFormatError
 
 __all__ = ["check_readable", "is_gzip", "read_head", "open_text", "read_bytes",
-           "write_bytes_atomically", "write_text_atomically"]
+           "write_bytes_atomically", "write_text_atomically", "expansion_cap",
+           "EXPANSION_FLOOR", "EXPANSION_RATIO", "NESTED_TOO_DEEPLY"]
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+#: A compressed file may always expand to this many bytes...
+EXPANSION_FLOOR = 16 << 20
+#: ...and beyond that to this many times its own size.  Traces, runs and plans
+#: compress 2-4x (the bundled ones, the public DSA instances); gzip's most is
+#: about 1000x, which only a file made to inflate reaches.
+EXPANSION_RATIO = 100
+
+
+#: Why a JSON file whose nesting exceeds Python's recursion limit is refused.
+NESTED_TOO_DEEPLY = "JSON nested too deeply: more levels than Python's recursion limit"
+
+
+def expansion_cap(compressed_bytes: int) -> int:
+    """The most bytes a compressed file of ``compressed_bytes`` may expand to."""
+    return max(EXPANSION_FLOOR, EXPANSION_RATIO * compressed_bytes)
+
+
+def _too_expanded(path: Path, compressed: int, cap: int) -> TraceFormatError:
+    return TraceFormatError(
+        f"expands to more than {cap:,} B from {compressed:,} B compressed (pgmo expands a "
+        f"file to {EXPANSION_RATIO} times its size, or {EXPANSION_FLOOR >> 20} MiB if more): "
+        f"refused as a decompression bomb; if it is genuine, decompress it (gunzip -k) and "
+        f"read that", path=str(path))
+
+
+class _CappedGzip(io.RawIOBase):
+    """A gzip stream that raises :class:`TraceFormatError` once past its cap."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.compressed = path.stat().st_size
+        self.cap = expansion_cap(self.compressed)
+        self.expanded = 0
+        self._gz = gzip.open(path, "rb")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self._gz.readinto(buffer)
+        self.expanded += n
+        if self.expanded > self.cap:
+            raise _too_expanded(self.path, self.compressed, self.cap)
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._gz.close()
+        super().close()
 
 
 def check_readable(path: Path) -> None:
@@ -54,7 +108,8 @@ def read_head(path: Path, n: int = 4096) -> bytes:
 def open_text(path: Path):
     """Text in UTF-8; ``utf-8-sig`` skips a byte-order mark (spreadsheet exports)."""
     if is_gzip(path):
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+        return io.TextIOWrapper(io.BufferedReader(_CappedGzip(path)), encoding="utf-8-sig",
+                                newline="")
     return open(path, "r", encoding="utf-8-sig", newline="")
 
 
@@ -62,15 +117,15 @@ def read_bytes(path: Path) -> bytes:
     """The whole (decompressed) content; a damaged gzip stream is a format error."""
     check_readable(path)
     try:
-        data = path.read_bytes()
+        if not is_gzip(path):
+            return path.read_bytes()
     except OSError as exc:
         raise TraceFormatError(f"cannot be read ({exc.strerror})", path=str(path)) from None
-    if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise TraceFormatError(f"damaged gzip data ({exc})", path=str(path)) from None
-    return data
+    try:
+        with _CappedGzip(path) as stream:
+            return stream.readall()
+    except (OSError, EOFError) as exc:
+        raise TraceFormatError(f"damaged gzip data ({exc})", path=str(path)) from None
 
 
 def _new_file_mode(path: Path) -> int:

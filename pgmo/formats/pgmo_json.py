@@ -14,7 +14,7 @@ from typing import Sequence
 
 from ..errors import TraceFormatError
 from ..trace import Trace, block_from_values, to_int
-from .files import open_text, write_text_atomically
+from .files import NESTED_TOO_DEEPLY, open_text, write_text_atomically
 from .minimalloc import OPTIONAL, REQUIRED
 from .model import Loaded, ReadOptions, offsets_for_closed
 
@@ -37,6 +37,8 @@ def read(path: Path, options: ReadOptions) -> Loaded:
             doc = json.load(fh)
     except json.JSONDecodeError as exc:
         raise TraceFormatError(f"not valid JSON: {exc.msg}", path=name, line=exc.lineno) from None
+    except RecursionError:
+        raise TraceFormatError(NESTED_TOO_DEEPLY, path=name) from None
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise TraceFormatError(f"cannot be read: {exc}", path=name) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:

@@ -4,9 +4,10 @@ The file is JSON (gzip when the name ends in ``.gz``) holding the profile's
 columns (``uppers`` null for an open block), the offsets of its closed blocks
 and a SHA-256 checksum of their canonical JSON.  Loading checks, in order: it
 parses, the format and version are ours, the checksum matches, the columns
-are well-formed, and the offsets are a valid packing of exactly the profile's
-closed blocks.  Any failure raises :class:`~pgmo.errors.PlanFileError`
-naming the file and the reason.  Every trace command reads these files too.
+are well-formed and within what a device can hold (``MAX_DEVICE_BYTES``),
+and the offsets are a valid packing of exactly the profile's closed blocks.
+Any failure raises :class:`~pgmo.errors.PlanFileError` naming the file and
+the reason.  Every trace command reads these files too.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from typing import Any, NamedTuple, Sequence
 
 from ..errors import PlanFileError, TraceFormatError
 from ..trace import Block, Trace, packing_peak
-from ..units import ALIGNMENT
+from ..units import ALIGNMENT, MAX_DEVICE_BYTES
 from ..validate import find_conflict
-from .files import read_bytes, write_bytes_atomically
+from .files import NESTED_TOO_DEEPLY, read_bytes, write_bytes_atomically
 from .model import Loaded, ReadOptions
 
 __all__ = ["NAME", "FORMAT", "VERSION", "SavedPlan", "dumps", "loads", "save", "load",
@@ -80,6 +81,8 @@ def loads(data: bytes, source: str = "<bytes>") -> SavedPlan:
 
     try:
         doc = json.loads(data)
+    except RecursionError:
+        raise fail(f"not a pgmo plan file ({NESTED_TOO_DEEPLY})") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise fail(f"not a pgmo plan file (damaged or truncated JSON: {e})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
@@ -88,7 +91,11 @@ def loads(data: bytes, source: str = "<bytes>") -> SavedPlan:
         raise fail(f"plan file version {doc.get('version')!r} is not supported "
                    f"(this pgmo reads version {VERSION})")
     payload = doc.get("payload")
-    if not isinstance(payload, dict) or doc.get("sha256") != _checksum(payload):
+    try:
+        intact = isinstance(payload, dict) and doc.get("sha256") == _checksum(payload)
+    except RecursionError:
+        raise fail(f"not a pgmo plan file ({NESTED_TOO_DEEPLY})") from None
+    if not intact:
         raise fail("checksum mismatch: the file was modified or damaged")
     try:
         sizes, lowers, uppers = payload["sizes"], payload["lowers"], payload["uppers"]
@@ -111,6 +118,10 @@ def loads(data: bytes, source: str = "<bytes>") -> SavedPlan:
         raise fail("field 'uppers' must hold integers after their lowers, or null")
     if any(s <= 0 or s % ALIGNMENT for s in sizes):
         raise fail(f"field 'sizes' must hold positive multiples of {ALIGNMENT}")
+    beyond = _beyond_any_device(sizes, offsets, ids, payload.get("peak"))
+    if beyond:
+        raise fail(f"{beyond}: more than any device holds ({MAX_DEVICE_BYTES:,} B); "
+                   "the file was modified or damaged")
     if ids != [i for i in range(n) if uppers[i] is not None]:
         raise fail("plan ids do not name the profile's closed (freed) requests")
     profile = Trace(tuple(map(Block, range(n), lowers, uppers, sizes)),
@@ -121,6 +132,21 @@ def loads(data: bytes, source: str = "<bytes>") -> SavedPlan:
     extra = payload.get("extra")
     return SavedPlan(profile, list(offsets), str(payload.get("method", "file")),
                      extra if isinstance(extra, dict) else {})
+
+
+def _beyond_any_device(sizes: list[int], offsets: list[int], ids: list[int],
+                       stated_peak: Any) -> str:
+    """What in the file no device can hold ("" when nothing): a size, an offset, a peak."""
+    for name, column in (("size", sizes), ("offset", offsets)):
+        worst = max(column, default=0)
+        if worst > MAX_DEVICE_BYTES:
+            return f"{name} {worst:,} B (request {column.index(worst)})"
+    peak = packing_peak(offsets, [sizes[i] for i in ids])
+    if peak > MAX_DEVICE_BYTES:
+        return f"peak {peak:,} B"
+    if isinstance(stated_peak, int) and stated_peak > MAX_DEVICE_BYTES:
+        return f"field 'peak' {stated_peak:,} B"
+    return ""
 
 
 def save(path, profile: Trace, offsets: Sequence[int], method: str,

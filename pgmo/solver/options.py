@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -90,7 +91,7 @@ def _value_type(hint: Any) -> tuple[type, bool]:
     return hint, False
 
 
-def _parser_for(kind: type, optional: bool, flag: str):
+def _parser_for(kind: type, optional: bool, flag: str, name: str):
     def parse(text: str):
         if optional and text.strip().lower() in ("none", "no", "off"):
             return None
@@ -100,9 +101,26 @@ def _parser_for(kind: type, optional: bool, flag: str):
             raise argparse.ArgumentTypeError(
                 f"{flag} expects {'an integer' if kind is int else 'a number'}"
                 f"{' or none' if optional else ''}, got {text!r}") from None
+        try:  # the option's own check, worded as the command line spells it
+            SolverOptions(method="bestfit", **{name: value})
+        except ValueError as exc:
+            why = str(exc).removeprefix(f"{name} ").replace("None", "none")
+            if not optional:  # the field takes none, this flag does not
+                why = re.sub(r" \(or none[^)]*\)", "", why)
+            raise argparse.ArgumentTypeError(f"{why.split(', got')[0]}, got {text!r}") from None
         return value
     parse.__name__ = kind.__name__
     return parse
+
+
+def argument_type(name: str, optional: bool | None = None):
+    """The ``type=`` of option ``name``'s flag: parses it and checks it as the API does.
+
+    ``optional=False`` refuses ``none`` where the field would take it.
+    """
+    kind, may_be_none = _value_type(typing.get_type_hints(SolverOptions)[name])
+    allow = may_be_none if optional is None else optional and may_be_none
+    return _parser_for(kind, allow, "--" + name.replace("_", "-"), name)
 
 
 def add_arguments(parser: argparse.ArgumentParser, **defaults: Any) -> None:
@@ -120,7 +138,7 @@ def add_arguments(parser: argparse.ArgumentParser, **defaults: Any) -> None:
         if f.metadata.get("choices"):
             kw["choices"] = f.metadata["choices"]
         else:
-            kw["type"] = _parser_for(kind, optional, flag)
+            kw["type"] = _parser_for(kind, optional, flag, f.name)
             kw["metavar"] = "N" if kind is int else "S"
         parser.add_argument(flag, **kw)
 
