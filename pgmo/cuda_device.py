@@ -170,14 +170,15 @@ class CudaRange:
 
 
 class _PoolBlock:
-    """A block of a :class:`CudaAsyncPool`; its death is its ``cudaFreeAsync``."""
+    """A block of a :class:`CudaAsyncPool`; its death is its ``cudaFreeAsync`` on the stream
+    it was allocated on (whatever thread it dies in: the stream orders the reuse)."""
 
-    __slots__ = ("ptr", "size", "_pool")
+    __slots__ = ("ptr", "size", "_pool", "_stream")
 
     def __del__(self):
         pool = self._pool
         try:
-            pool.runtime.freeAsync(self.ptr, pool.stream())
+            pool.runtime.freeAsync(self.ptr, self._stream)
         except Exception:  # at interpreter exit, or a broken context: nothing to do
             return
         pool.used -= self.size  # an int's update: atomic enough for a statistic
@@ -218,14 +219,15 @@ class CudaAsyncPool:
         return int(rt.memPoolGetAttribute(self.handle, rt.cudaMemPoolAttrReservedMemCurrent))
 
     def malloc(self, size: int) -> _PoolBlock:
+        stream = self.stream()
         try:
-            ptr = self.runtime.mallocFromPoolAsync(size, self.handle, self.stream())
+            ptr = self.runtime.mallocFromPoolAsync(size, self.handle, stream)
         except Exception as e:  # CUDARuntimeError: cudaErrorMemoryAllocation
             if getattr(e, "status", None) == _OUT_OF_MEMORY:
                 raise MemoryError(str(e)) from e
             raise
         block = _PoolBlock()
-        block.ptr, block.size, block._pool = ptr, size, self
+        block.ptr, block.size, block._pool, block._stream = ptr, size, self, stream
         self.used += size
         return block
 

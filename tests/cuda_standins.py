@@ -181,6 +181,7 @@ class FakeRuntime:
         return block.ptr
 
     def freeAsync(self, ptr, stream):
+        self.calls.append(("freeAsync", stream))
         del self._blocks[ptr]  # no device sync: the pool keeps the memory
 
     def memPoolTrimTo(self, handle, keep):

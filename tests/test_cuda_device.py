@@ -54,6 +54,16 @@ def test_a_failed_map_releases_its_handle():
     assert driver.handles[-1].released and r.mapped == 0
 
 
+def test_a_pool_block_is_freed_on_the_stream_it_was_allocated_on():
+    runtime = FakeRuntime()
+    current = [5]
+    pool = CudaAsyncPool(0, runtime=runtime, stream=lambda: current[0])
+    block = pool.malloc(MiB)
+    current[0] = 9  # another stream is current when the block dies
+    del block
+    assert ("freeAsync", 5) in runtime.calls and ("freeAsync", 9) not in runtime.calls
+
+
 def test_the_stream_ordered_pool_frees_without_a_sync_and_trims_after_one():
     runtime = FakeRuntime()
     pool = CudaAsyncPool(0, runtime=runtime, stream=lambda: 7)
@@ -144,3 +154,21 @@ def test_a_refused_map_is_cupys_out_of_memory_with_the_numbers():
     with pytest.raises(OutOfMemoryError, match=r"Out of memory allocating [\d,]+ bytes"):
         pgmo.testing.replay_run(run, pool, write=False)
     assert OUT_OF_MEMORY == 2
+
+
+def test_memory_summary_says_why_the_arena_is_a_cudamalloc():
+    pytest.importorskip("cupy")
+    import pgmo
+    from pgmo.host_device import HostStockPool
+
+    memory = HostMemory()
+    layer, reasons = device_layer(0, 1 << 34, driver=FakeDriver(memory, vmm=False),
+                                  runtime=FakeRuntime(memory), stream=lambda: 0)
+    pool = pgmo.ProfileGuidedMemoryPool(memory, fallback=HostStockPool(memory), device_id=0,
+                                        context=None, device_layer=layer, total_memory=1 << 34)
+    pool.device_layer_reasons = reasons  # as the pool's own default layer sets them
+    summary = pool.memory_summary()
+    assert "arena uses cudaMalloc: the device has no virtual memory management" in summary
+    assert pool.stats().arena_kind == "cudaMalloc"
+    assert pool.stats().heap_kind == "stream-ordered pool"
+    pool.close()
