@@ -11,7 +11,6 @@ import contextlib
 import gc
 import logging
 import sys
-import threading
 import warnings
 
 import pytest
@@ -19,6 +18,8 @@ import pytest
 from pgmo.engine import Backend, Engine, PgmoWarning, pool_options, reference_handout
 from pgmo.engine import handout as compiled_handout
 from pgmo.units import round_size
+
+from .threads import CheckedThread
 
 ARENA_BASE = 1 << 40
 FALLBACK_BASE = 1 << 50
@@ -367,7 +368,7 @@ def test_frees_from_other_threads_and_after_the_engine_is_gone(hot_path):
     e.begin_iteration()
     blocks = [c.malloc(1000), c.malloc(2000)]
     c.live.clear()
-    t = threading.Thread(target=blocks.clear)
+    t = CheckedThread(target=blocks.clear)
     t.start()
     t.join()
     e.end_iteration()
@@ -386,7 +387,7 @@ def test_requests_from_another_thread_are_outside_the_plan(hot_path):
     e = c.engine
     e.begin_iteration()
     out = []
-    t = threading.Thread(target=lambda: out.append(e.malloc(4096)))
+    t = CheckedThread(target=lambda: out.append(e.malloc(4096)))
     t.start()
     t.join()
     assert out[0].in_stock

@@ -27,6 +27,7 @@ from pgmo.synth import random_iteration
 from pgmo.testing import Checker, host_engine, replay
 
 from .late_frees import LateFreer
+from .threads import CheckedThread
 
 BACKGROUND = {"replan": "background", "method": "best", "time_limit": 5.0}
 
@@ -177,7 +178,7 @@ def test_background_solving_under_concurrent_mallocs_and_frees():
                 checker.free(handle)
         held.clear()
 
-    threads = [threading.Thread(target=other_thread, daemon=True) for _ in range(2)]
+    threads = [CheckedThread(target=other_thread, daemon=True) for _ in range(2)]
     for t in threads:
         t.start()
     freer = LateFreer(checker, lock, errors)
@@ -197,7 +198,7 @@ def test_background_solving_under_concurrent_mallocs_and_frees():
     finally:
         stop.set()
         for t in threads:
-            t.join()
+            t.join(60)  # raises what failed on it
         freer.stop()
     assert not errors
     assert checker.corrupted == 0 and checker.overlaps == 0
