@@ -167,8 +167,8 @@ class Checker:
             self._starts.insert(k, key)
             self._ends[serial] = end
             if self.device is not None and not self.device.holds(ptr, end - ptr):
-                self.corrupted += 1  # handed out in memory the pool does not hold
-            if self.write:
+                self.corrupted += 1  # handed out in memory the pool does not hold: never touched
+            elif self.write:
                 self._write(memptr, size, serial)
             self.live_bytes += round_size(size)
             self.peak_bytes = max(self.peak_bytes, self.live_bytes)
@@ -179,9 +179,10 @@ class Checker:
         memptr, size, serial = handle
         ok = True
         if size > 0:
-            ok = self._verify(memptr, size, serial) if self.write else True
             if self.device is not None and not self.device.holds(memptr.ptr, size):
-                ok = False  # its memory went back to the device while it lived
+                ok = False  # its memory went back to the device while it lived: not read
+            elif self.write:
+                ok = self._verify(memptr, size, serial)
             if not ok:
                 self.corrupted += 1
             self.checked_bytes += size
