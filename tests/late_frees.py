@@ -13,7 +13,9 @@ class LateFreer:
 
     ``checker.free`` runs under ``lock`` (the tests' shared bookkeeping), and
     the block is dropped under it too, so that whoever holds ``lock`` sees
-    the checker's count of live bytes and the pool's agree.  A corrupted
+    the checker's count of live bytes and the pool's agree (provided the
+    caller also puts under ``lock``: until ``put`` returns, the caller holds
+    a reference, and the block would be freed when it lets go, not here).  A corrupted
     block is noted in ``errors``.  ``wait()`` returns once every handle put
     so far is freed; ``stop()`` frees what is left and ends.  Both raise
     what went wrong on the thread (the first exception), so that a failure

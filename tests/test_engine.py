@@ -397,6 +397,36 @@ def test_requests_from_another_thread_are_outside_the_plan(hot_path):
     assert e.stats().reoptimizations == 0
 
 
+#: The queries that read or change what the engine holds: each waits for the engine.
+LOCKED_QUERIES = ["stats", "used_bytes", "free_bytes", "total_bytes", "n_free_blocks",
+                  "reset_peak_stats", "free_all_blocks"]
+
+
+@pytest.mark.parametrize("query", LOCKED_QUERIES)
+def test_a_query_waits_while_another_thread_holds_the_engine(hot_path, query):
+    """A query answered in the middle of a malloc or free on another thread would read
+    half-updated counters (or a set changing size under it)."""
+    import threading
+
+    c = Checked(hot_path, warmup=0)
+    c.iteration(HOT)
+    e = c.engine
+    asked, answered = threading.Event(), threading.Event()
+
+    def ask():
+        asked.set()
+        getattr(e, query)()
+        answered.set()
+
+    with e:  # as a malloc or a free on another thread holds it
+        thread = CheckedThread(target=ask, name=f"{query}-asker")
+        thread.start()
+        assert asked.wait(30)
+        assert not answered.wait(0.2), f"{query}() answered while the engine was held"
+    thread.join(30)
+    assert answered.is_set()
+
+
 def test_other_context_is_outside_the_plan(hot_path):
     ctx = {"stream": 1}
     c = Checked(hot_path, warmup=0, context=lambda: ctx["stream"])

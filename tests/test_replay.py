@@ -6,6 +6,7 @@ The random workloads, in every re-planning mode, are in ``test_pool_properties.p
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 
@@ -205,31 +206,36 @@ def test_concurrent_stats_and_frees_from_other_threads(make_pool):
 
     def watcher():
         while not stop.is_set():
-            st = pool.stats()  # races the other threads
-            assert 0 <= st.used_bytes <= st.total_bytes, st
-            assert st.used_bytes % 512 == 0 and st.peak_used_bytes >= st.used_bytes, st
+            for _ in range(20):
+                st = pool.stats()  # races the other threads
+                assert 0 <= st.used_bytes <= st.total_bytes, st
+                assert st.used_bytes % 512 == 0 and st.peak_used_bytes >= st.used_bytes, st
             with lock:
                 used = pool.stats().used_bytes
                 assert used == checker.live_bytes, (used, checker.live_bytes)
                 compared.append(used)
 
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads take turns every few bytecodes: races show up
     watching = CheckedThread(target=watcher, name="stats-watcher")
     watching.start()
     freer = LateFreer(checker, lock, errors)
     events = sorted([(b.upper, 0, i) for i, b in enumerate(trace.blocks)]
                     + [(b.lower, 1, i) for i, b in enumerate(trace.blocks)])
     try:
-        for _ in range(30):
+        for _ in range(100):
             live = {}
             with pool.iteration():
                 for _, kind, i in events:
                     if kind:
                         with lock:
                             live[i] = checker.alloc(pool, trace.blocks[i].size)
-                    else:
-                        freer.put(live.pop(i))  # freed by the other thread, later
+                    else:  # freed by the other thread, later; handed over under the
+                        with lock:  # lock, so that only the freer holds it when it frees
+                            freer.put(live.pop(i))
     finally:
         stop.set()
+        sys.setswitchinterval(switch)
         watching.join(60)
         freer.stop()
     assert not errors
