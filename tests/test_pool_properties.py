@@ -15,7 +15,7 @@ an example never has more than :data:`LIVE_CAP` bytes live.
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import pgmo
@@ -168,7 +168,12 @@ def drive(pool, workload, planner: HeldPlanner, config: str) -> tuple[Checker, i
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(w=workloads())
+@example(w=[([("f", 0), ("a", 1), ("a", 1)], False), ([("f", 0), ("a", 1), ("a", 1)], False),
+            ([("s", 0), ("a", 1)], False), ([("a", 1), ("a", 1), ("a", 1)], False)])  # see below
 def test_non_hot_workloads_never_corrupt(kind, config, w):
+    """Random iterations never corrupt a block, the pool's counts are the checker's, and the
+    planner never fails.  (The explicit example once failed the background planner: a
+    departure's "as planned" sizes were read in a newer profile than its plan's.)"""
     pool = make_pool(kind, config)
     try:
         with HeldPlanner(pool) as planner:

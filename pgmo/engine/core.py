@@ -339,7 +339,7 @@ class Engine(PoolQueries):
                 self._at_boundary()
                 return False
             departed = True
-            run_log = log_of(hot, n)
+            run_log = log_of(hot, n, self.schedule.profile)
             kind = "merge"
         else:
             run_log = self._last_log = log_of(hot, n)
