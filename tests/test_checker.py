@@ -98,3 +98,30 @@ def test_the_checker_counts_live_bytes_rounded_on_its_own():
     for handle in handles:
         assert checker.free(handle)
     assert checker.live_bytes == 0 and checker.peak_bytes == 3 * MIB + 2560
+
+
+class ScribblingPool(HostBlocks):
+    """A broken pool that writes a byte past the end it keeps for each block: into the last
+    byte of the block it handed out before (no two blocks share an address)."""
+
+    def malloc(self, size: int):
+        memptr = super().malloc(size)
+        if len(self.buffers) > 1 and self.last_size:
+            poke(self.last, self.last_size - 1)
+        self.last, self.last_size = memptr, size
+        return memptr
+
+    last_size = 0
+
+
+def test_footprint_replays_catch_a_scribbled_block_by_default():
+    """A block's bytes changed behind the pool's addresses are caught by the stamps that
+    footprint.measure writes unless told not to."""
+    from pgmo import footprint
+    from pgmo.runs import run_from_iteration
+
+    run = run_from_iteration(pgmo.Trace.from_rows([(0, 3, 4096), (1, 2, 100_000)]), 2)
+    caught = footprint.measure(run, ScribblingPool())
+    assert not caught.completed and caught.corrupted > 0
+    unseen = footprint.measure(run, ScribblingPool(), write=False)  # addresses alone
+    assert unseen.completed and unseen.corrupted == 0
