@@ -1,5 +1,5 @@
 """A failure on a helper thread fails the test: joined threads re-raise, and the suite's
-configuration turns an unhandled thread exception into an error."""
+configuration turns an unhandled thread exception (or one in a destructor) into an error."""
 
 from __future__ import annotations
 
@@ -39,19 +39,29 @@ def test_join_says_when_the_thread_is_still_running():
     thread.join(10)
 
 
-def test_an_exception_in_a_thread_nobody_joins_fails_the_suite(tmp_path):
-    test = tmp_path / "test_unjoined.py"
+def test_an_exception_in_a_thread_nobody_joins_or_in_a_destructor_fails_the_suite(tmp_path):
+    test = tmp_path / "test_swallowed.py"
     test.write_text(textwrap.dedent("""
+        import gc
         import threading
 
         def test_with_a_failing_helper():
             thread = threading.Thread(target=lambda: 1 / 0)
             thread.start()
             thread.join()
+
+        class Block:
+            def __del__(self):  # as a block's free would fail
+                raise KeyError("freed twice")
+
+        def test_with_a_failing_destructor():
+            Block()
+            gc.collect()
     """))
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           "-c", str(ROOT / "setup.cfg"), "--rootdir", str(tmp_path), str(test)],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
+    assert "2 failed" in out.stdout, out.stdout
     assert "PytestUnhandledThreadExceptionWarning" in out.stdout
-    assert "ZeroDivisionError" in out.stdout
+    assert "PytestUnraisableExceptionWarning" in out.stdout
