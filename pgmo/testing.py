@@ -28,7 +28,9 @@ __all__ = ["HostMemory", "HostStockPool", "HostFallback", "host_pool", "host_eng
            "Checker", "events", "replay_run", "host_device_of", "TEST_DEFAULTS", "WRITES", "STAMP"]
 
 #: What the host backends use unless told otherwise: plans made at the
-#: boundary (deterministic) by the fast paper's best-fit.
+#: boundary (deterministic) by the fast paper's best-fit.  The pool's own
+#: defaults (``replan="background", method="best"``) and every other mode are
+#: covered by ``tests/test_pool_properties.py``.
 TEST_DEFAULTS = {"replan": "sync", "method": "bestfit"}
 
 
