@@ -351,3 +351,33 @@ def test_a_departure_from_an_older_plan_is_folded_into_a_newer_profile():
     assert len(engine.profile) == 3  # a plan for all three...
     assert st.planned_requests - before.planned_requests == 3  # ...served the last iteration
     engine.close()
+
+
+@pytest.mark.xfail(strict=True, reason="known: Engine._end profiles an iteration again without "
+                   "seeing the plan that became ready during it (issue 29 report)")
+def test_a_plan_that_arrives_during_a_planning_iteration_is_kept():
+    """The iteration served while the plan was made is not profiled again: its log would
+    replace the profile the arrived plan was made for, and that plan would be superseded."""
+    from .held_planner import HeldPlanner
+
+    engine = host_engine(warmup=1, replan="background", method="bestfit")
+    engine.planner.sync_blocks = 0  # every profile is planned on the planner thread
+
+    def iteration(requests, settle=None):
+        with engine.iteration():
+            if settle is not None:
+                settle()
+            blocks = [engine.malloc(512) for _ in range(requests)]
+            del blocks
+
+    with HeldPlanner(engine) as planner:
+        iteration(2)  # warm-up
+        iteration(2)  # profiled
+        iteration(1, planner.settle)  # the plan arrives while this (shorter) one runs
+        planner.settle()
+        iteration(2)
+    try:
+        assert len(engine.planner.profile) == 2
+        assert engine.stats().departures == 0
+    finally:
+        engine.close()
