@@ -85,14 +85,17 @@ class Footprint:
 
 
 def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float = 0.0,
-            write: bool = False) -> Footprint:
+            write: bool | str = "ends") -> Footprint:
     """Replay ``run`` through ``pool`` (on a host device), checking every block.
 
     ``timeline``: record the most bytes held during each event (for the
     moment-by-moment comparison); ``step_seconds``: time each iteration
     takes besides allocating (a background planner works meanwhile);
-    ``write``: also write and check a pattern in every byte (slow on large
-    runs; without it every byte is checked by address).  A run that runs out
+    ``write``: which bytes of each block carry a pattern checked at its free
+    (:class:`pgmo.testing.Checker`).  By default both ends of every block
+    are stamped: writing every byte made a ResNet-50 run's replay 200 times
+    slower (108 s instead of 0.5 s) and touched 4.8 GB of host memory,
+    while address checks cover every byte either way.  A run that runs out
     of memory is not completed.
     """
     from .testing import replay_run

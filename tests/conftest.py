@@ -10,10 +10,31 @@ import pytest
 from hypothesis import settings
 
 # Slow 2-core CI machines: no per-example deadline; under CI the examples are
-# derandomized so that a run can be reproduced exactly.
+# derandomized so that a run can be reproduced exactly.  The nightly profile
+# (``python -m pytest --hypothesis-profile=pgmo-nightly``, see README.rst,
+# "Tests") draws new examples every run, NIGHTLY_FACTOR times as many.
 settings.register_profile("pgmo", deadline=None, print_blob=True)
 settings.register_profile("pgmo-ci", parent=settings.get_profile("pgmo"), derandomize=True)
+NIGHTLY_FACTOR = 10
+settings.register_profile("pgmo-nightly", parent=settings.get_profile("pgmo"),
+                          derandomize=False, max_examples=100 * NIGHTLY_FACTOR)
 settings.load_profile("pgmo-ci" if os.environ.get("CI") else "pgmo")
+
+
+def _more_examples(items) -> None:
+    """Under the nightly profile, tests that name their number of examples run
+    NIGHTLY_FACTOR times as many (the profile alone would not change them)."""
+    if settings.default.max_examples != settings.get_profile("pgmo-nightly").max_examples:
+        return
+    scaled = set()
+    for item in items:
+        test = getattr(item, "obj", None)
+        own = getattr(test, "_hypothesis_internal_use_settings", None)  # @settings(...)
+        if own is None or id(test) in scaled or own.max_examples == settings.default.max_examples:
+            continue
+        scaled.add(id(test))
+        test._hypothesis_internal_use_settings = settings(
+            own, max_examples=own.max_examples * NIGHTLY_FACTOR)
 
 
 @functools.lru_cache(maxsize=None)
@@ -27,6 +48,7 @@ def gpu_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    _more_examples(items)
     if gpu_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device (cupy.cuda.runtime.getDeviceCount() "

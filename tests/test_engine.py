@@ -11,7 +11,6 @@ import contextlib
 import gc
 import logging
 import sys
-import threading
 import warnings
 
 import pytest
@@ -19,6 +18,8 @@ import pytest
 from pgmo.engine import Backend, Engine, PgmoWarning, pool_options, reference_handout
 from pgmo.engine import handout as compiled_handout
 from pgmo.units import round_size
+
+from .threads import CheckedThread
 
 ARENA_BASE = 1 << 40
 FALLBACK_BASE = 1 << 50
@@ -367,7 +368,7 @@ def test_frees_from_other_threads_and_after_the_engine_is_gone(hot_path):
     e.begin_iteration()
     blocks = [c.malloc(1000), c.malloc(2000)]
     c.live.clear()
-    t = threading.Thread(target=blocks.clear)
+    t = CheckedThread(target=blocks.clear)
     t.start()
     t.join()
     e.end_iteration()
@@ -386,7 +387,7 @@ def test_requests_from_another_thread_are_outside_the_plan(hot_path):
     e = c.engine
     e.begin_iteration()
     out = []
-    t = threading.Thread(target=lambda: out.append(e.malloc(4096)))
+    t = CheckedThread(target=lambda: out.append(e.malloc(4096)))
     t.start()
     t.join()
     assert out[0].in_stock
@@ -394,6 +395,36 @@ def test_requests_from_another_thread_are_outside_the_plan(hot_path):
     out.clear()
     e.end_iteration()
     assert e.stats().reoptimizations == 0
+
+
+#: The queries that read or change what the engine holds: each waits for the engine.
+LOCKED_QUERIES = ["stats", "used_bytes", "free_bytes", "total_bytes", "n_free_blocks",
+                  "reset_peak_stats", "free_all_blocks"]
+
+
+@pytest.mark.parametrize("query", LOCKED_QUERIES)
+def test_a_query_waits_while_another_thread_holds_the_engine(hot_path, query):
+    """A query answered in the middle of a malloc or free on another thread would read
+    half-updated counters (or a set changing size under it)."""
+    import threading
+
+    c = Checked(hot_path, warmup=0)
+    c.iteration(HOT)
+    e = c.engine
+    asked, answered = threading.Event(), threading.Event()
+
+    def ask():
+        asked.set()
+        getattr(e, query)()
+        answered.set()
+
+    with e:  # as a malloc or a free on another thread holds it
+        thread = CheckedThread(target=ask, name=f"{query}-asker")
+        thread.start()
+        assert asked.wait(30)
+        assert not answered.wait(0.2), f"{query}() answered while the engine was held"
+    thread.join(30)
+    assert answered.is_set()
 
 
 def test_other_context_is_outside_the_plan(hot_path):

@@ -155,3 +155,35 @@ def test_pool_names_load_lazily_from_the_package():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120).stdout
     assert out.split() == ["pgmo.pool", "True"]
+
+
+def imported_by(name: str, edges: dict[str, set[str]]) -> set[str]:
+    """Every module that importing ``name`` loads through its own imports, directly or not.
+
+    The top package (``pgmo``) is left out: Python loads it before any of its
+    modules, so every module would reach everything through it.
+    """
+    top = name.split(".")[0]
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for nxt in edges.get(todo.pop(), ()):
+            if nxt != top and nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_the_validator_never_imports_the_solver():
+    """validate.py is the independent check of every plan: it must not share the solver's code."""
+    reached = imported_by("pgmo.validate", graph())
+    solver = sorted(m for m in reached if m == "pgmo.solver" or m.startswith("pgmo.solver."))
+    assert not solver, f"pgmo.validate imports the solver: {solver}"
+    assert "pgmo.trace" in reached  # the graph was read
+
+
+def test_an_import_of_the_solver_through_another_module_counts():
+    edges = {"pgmo.validate": {"pgmo.trace", "pgmo"}, "pgmo.trace": {"pgmo.units"},
+             "pgmo.units": {"pgmo.solver.packing"}, "pgmo": {"pgmo.solver"}}
+    assert imported_by("pgmo.validate", edges) == {"pgmo.trace", "pgmo.units",
+                                                   "pgmo.solver.packing"}

@@ -27,6 +27,7 @@ from pgmo.synth import random_iteration
 from pgmo.testing import Checker, host_engine, replay
 
 from .late_frees import LateFreer
+from .threads import CheckedThread
 
 BACKGROUND = {"replan": "background", "method": "best", "time_limit": 5.0}
 
@@ -178,7 +179,7 @@ def test_background_solving_under_concurrent_mallocs_and_frees():
                 checker.free(handle)
         held.clear()
 
-    threads = [threading.Thread(target=other_thread, daemon=True) for _ in range(2)]
+    threads = [CheckedThread(target=other_thread, daemon=True) for _ in range(2)]
     for t in threads:
         t.start()
     freer = LateFreer(checker, lock, errors)
@@ -198,7 +199,7 @@ def test_background_solving_under_concurrent_mallocs_and_frees():
     finally:
         stop.set()
         for t in threads:
-            t.join()
+            t.join(60)  # raises what failed on it
         freer.stop()
     assert not errors
     assert checker.corrupted == 0 and checker.overlaps == 0
@@ -318,3 +319,66 @@ def test_the_profiled_iteration_leaves_no_cache_beside_the_arena():
     assert st.peak_total_bytes == max(st.arena_bytes, lower)
     assert_clean(results)
     engine.close()
+
+
+def test_a_departure_from_an_older_plan_is_folded_into_a_newer_profile():
+    """The planner's profile may be newer than the plan an iteration was served from: here
+    the first plan arrives during an iteration that is then profiled again.  A departure
+    from that plan logs its sizes "as planned"; they must be read in the plan it was served
+    from (the newer profile has one request: reading them there failed the planner)."""
+    from .held_planner import HeldPlanner
+
+    engine = host_engine(warmup=1, replan="background", method="bestfit")
+    engine.planner.sync_blocks = 0  # every profile is planned on the planner thread
+
+    def iteration(requests, settle=None):
+        with engine.iteration():
+            if settle is not None:
+                settle()
+            blocks = [engine.malloc(1) for _ in range(requests)]
+            del blocks
+
+    with HeldPlanner(engine) as planner:
+        iteration(2)  # warm-up
+        iteration(2)  # profiled: two requests
+        iteration(1, planner.settle)  # their plan arrives; this one is profiled again
+        assert engine.stats().plan_method == "bestfit"  # the two-request plan, installed
+        iteration(3)  # departs from it: two requests as planned, one beyond
+        planner.settle()
+        before = engine.stats()
+        iteration(3)
+    st = engine.stats()
+    assert st.planner_failures == 0 and st.solve_failures == 0
+    assert len(engine.profile) == 3  # a plan for all three...
+    assert st.planned_requests - before.planned_requests == 3  # ...served the last iteration
+    engine.close()
+
+
+@pytest.mark.xfail(strict=True, reason="known: Engine._end profiles an iteration again without "
+                   "seeing the plan that became ready during it (issue 29 report)")
+def test_a_plan_that_arrives_during_a_planning_iteration_is_kept():
+    """The iteration served while the plan was made is not profiled again: its log would
+    replace the profile the arrived plan was made for, and that plan would be superseded."""
+    from .held_planner import HeldPlanner
+
+    engine = host_engine(warmup=1, replan="background", method="bestfit")
+    engine.planner.sync_blocks = 0  # every profile is planned on the planner thread
+
+    def iteration(requests, settle=None):
+        with engine.iteration():
+            if settle is not None:
+                settle()
+            blocks = [engine.malloc(512) for _ in range(requests)]
+            del blocks
+
+    with HeldPlanner(engine) as planner:
+        iteration(2)  # warm-up
+        iteration(2)  # profiled
+        iteration(1, planner.settle)  # the plan arrives while this (shorter) one runs
+        planner.settle()
+        iteration(2)
+    try:
+        assert len(engine.planner.profile) == 2
+        assert engine.stats().departures == 0
+    finally:
+        engine.close()

@@ -52,7 +52,7 @@ from .memory import DeviceMemory
 from .options import Backend, PoolOptions
 from .planner import Planner
 from .queries import PoolQueries
-from .recording import Log, absorb, filled, log_of, survivors_of
+from .recording import Log, absorb, log_of, survivors_of
 from .schedule import Schedule
 from .shapes import ShapeBook
 from .state import IterationState
@@ -372,7 +372,7 @@ class Engine(PoolQueries):
                 self._at_boundary()
                 return False
             departed = True
-            run_log = filled(log_of(hot, n), current.profile)
+            run_log = log_of(hot, n, current.profile)  # "as planned" sizes: that plan's
             self._observe_shape(run_log, current)
             kind = "merge"
         else:

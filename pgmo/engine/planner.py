@@ -155,6 +155,7 @@ class Planner:
         self._worker: _Worker | None = None
         self._stop = False
         self._active = False  # the planner thread is folding logs or solving
+        self._working = False  # the planner thread is doing anything it took (see wait_idle)
         self._wanted: tuple[int, Trace] | None = None  # the profile to solve next
         self._pid = os.getpid()
 
@@ -261,6 +262,23 @@ class Planner:
             return bool(self._jobs) or self._active or self._wanted is not None or (
                 worker is not None and worker.job == self.generation)
 
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no background work is queued, running, or awaited from the worker.
+
+        For tests and benchmarks that need a background plan to arrive at a
+        known boundary: what is ready then is installed at the next one.
+        Returns False when ``timeout`` seconds passed first.
+        """
+        with self._cond:
+            return self._cond.wait_for(self._idle, timeout)
+
+    def _idle(self) -> bool:
+        """Nothing left to do in the background (lock held)."""
+        worker = self._worker
+        return self._stop or not (self._jobs or self._messages or self._chores or self._working
+                                  or self._wanted is not None
+                                  or (worker is not None and not worker.idle))
+
     # -------------------------------------------------------------- lifecycle
     def stop_idle_worker(self) -> None:
         with self._cond:
@@ -351,6 +369,7 @@ class Planner:
                 chores, self._chores = self._chores, []
                 worker = self._worker
                 self._active = bool(jobs)
+                self._working = True
             try:
                 for chore in chores:
                     chore()
@@ -365,7 +384,8 @@ class Planner:
                 log.debug("planner thread error", exc_info=True)
             finally:
                 with self._cond:
-                    self._active = False
+                    self._active = self._working = False
+                    self._cond.notify_all()  # for wait_idle
 
     def _start(self, jobs: list[tuple[str, Any, bool]]) -> None:
         """Fold the logs into the profile, plan it with best-fit, then solve it fully."""

@@ -38,13 +38,20 @@ class Log(NamedTuple):
         return {i for i, u in enumerate(self.uppers) if u is None}
 
 
-def log_of(hot: Any, n: int) -> Log:
-    """The first ``n`` requests of the hot path's log (its C arrays) as a :class:`Log`."""
+def log_of(hot: Any, n: int, planned: Trace | None = None) -> Log:
+    """The first ``n`` requests of the hot path's log (its C arrays) as a :class:`Log`.
+
+    ``planned``: the profile of the plan the iteration was served from; each
+    size logged "as planned" (0) becomes its size there.  The planner may fold
+    the log into a newer profile than that one (in the background, or after
+    a failed solve), where request ``i`` has another size or does not exist.
+    """
     lowers, uppers, sizes = hot.log_arrays
     ups = uppers[:n].tolist()
     if NOT_FREED in ups:
         ups = [None if u == NOT_FREED else u for u in ups]
-    return Log(lowers[:n].tolist(), ups, sizes[:n].tolist())
+    log = Log(lowers[:n].tolist(), ups, sizes[:n].tolist())
+    return filled(log, planned) if planned is not None else log
 
 
 def survivors_of(hot: Any, n: int) -> list[int]:
