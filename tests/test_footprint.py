@@ -127,9 +127,10 @@ def test_moments_above_compare_each_event_with_what_cupy_held_by_then():
     assert footprint.moments_above([5, 9, 9, 7], [6, 6, 8, 8]) == (2, 3)
 
 
-def test_profiling_with_allocations_of_their_own_holds_the_live_bytes():
-    """What the pool held from the device through warm-up and profiling, measured, is the
-    per-request candidate: the most bytes live then, below every other candidate."""
+def test_profiling_in_the_stream_ordered_heap_holds_near_the_live_bytes():
+    """What the pool held from the device through warm-up and profiling, measured in pages,
+    is within 5 % of the most bytes live then (best fit in the heap, no device sync),
+    and below what CuPy's caching pool held for the same iterations."""
     run = real_run("densenet-bc100-k12-train-b64-recompute-on-stock", iterations=3)
     peaks = footprint.profiling_candidates(run)
     pool = footprint.pgmo_pool(replan="sync", method="bestfit")(None)
@@ -137,5 +138,7 @@ def test_profiling_with_allocations_of_their_own_holds_the_live_bytes():
     pool.close()
     profiled_end = [k for k, (kind, _) in enumerate(run.events()) if kind == "end"][1]
     assert mine.completed
-    assert max(mine.held[:profiled_end]) == peaks["exact"]  # before the arena is taken
-    assert min(peaks.values()) == peaks["exact"] < peaks["stock"]
+    held = max(mine.held[:profiled_end])  # before the arena is taken
+    assert peaks["exact"] <= held <= 1.05 * peaks["exact"]
+    assert held < peaks["stock"]
+    assert sum(mine.syncs_inside[:2]) == 0  # and nothing waited for the device meanwhile

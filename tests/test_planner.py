@@ -205,7 +205,9 @@ def test_background_solving_under_concurrent_mallocs_and_frees():
     assert checker.corrupted == 0 and checker.overlaps == 0
     st = engine.stats()
     assert st.used_bytes == st.live_bytes == 0
-    assert st.foreign_requests > 0 and st.planned_requests > 0 and st.reoptimizations >= 9
+    # each growth is a new profile, or a plan of its own once the grown shape recurs
+    assert st.foreign_requests > 0 and st.planned_requests > 0
+    assert st.reoptimizations + st.shape_plans >= 9
     engine.close()
 
 
@@ -354,8 +356,6 @@ def test_a_departure_from_an_older_plan_is_folded_into_a_newer_profile():
     engine.close()
 
 
-@pytest.mark.xfail(strict=True, reason="known: Engine._end profiles an iteration again without "
-                   "seeing the plan that became ready during it (issue 29 report)")
 def test_a_plan_that_arrives_during_a_planning_iteration_is_kept():
     """The iteration served while the plan was made is not profiled again: its log would
     replace the profile the arrived plan was made for, and that plan would be superseded."""

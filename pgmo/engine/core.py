@@ -377,6 +377,10 @@ class Engine(PoolQueries):
             kind = "merge"
         else:
             run_log = self._last_log = log_of(hot, n)
+            if self._pending is None and self.schedule is None:
+                # a plan that became ready during this (planning) iteration is the one to
+                # install: profiling the iteration again would supersede it
+                self._pending = self.planner.take_ready(None)
             if not (self.completed > self.options.warmup and self.schedule is None
                     and self._pending is None and not self.planner.busy):
                 self._at_boundary()
