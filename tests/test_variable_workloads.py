@@ -197,3 +197,33 @@ def test_a_log_planned_for_another_profile_is_filled_from_its_own():
     assert own.sizes == [2048, 2048, 2048, 4096, 2048]
     profile, varying = absorb(short, own)  # once an IndexError here
     assert varying and profile.lower_bound() > short.lower_bound()
+
+
+def test_a_block_alive_at_a_boundary_keeps_its_granules_when_the_arena_is_trimmed():
+    """A departed iteration grows the reserved arena and places a block in the new part; that
+    block outlives the iteration (a loss kept for logging).  The boundary trims the arena
+    back toward its plan, but never under a live block: its memory stays mapped, written and
+    checked, until it is freed (a stale access to an unmapped granule would fault)."""
+    from pgmo.testing import Checker, host_engine
+
+    MiB = 1 << 20
+    engine = host_engine(warmup=0, replan="sync", method="bestfit")
+    device = engine.host_device
+    checker = Checker(host=True, device=device, write=True)
+    with engine.iteration():  # profiled: 1 MiB, then 2 MiB
+        for size in (MiB, 2 * MiB):
+            checker.free(checker.alloc(engine, size))
+    assert engine.hot.arena is not None and engine.hot.arena.size == 2 * MiB
+    with engine.iteration():  # larger than planned: placed off plan, the arena grows
+        kept = checker.alloc(engine, 24 * MiB)  # outlives the iteration
+        checker.free(checker.alloc(engine, MiB))
+    arena = engine.hot.arena
+    lo = kept[0].ptr - arena.ptr
+    assert lo + 24 * MiB <= arena.size  # still mapped under the live block
+    assert device.holds(kept[0].ptr, 24 * MiB)
+    with engine.iteration():  # the next boundary too
+        checker.free(checker.alloc(engine, MiB))
+    assert device.holds(kept[0].ptr, 24 * MiB)
+    assert checker.free(kept)  # its pattern intact, its memory held until now
+    assert checker.corrupted == 0 and checker.overlaps == 0
+    engine.close()
