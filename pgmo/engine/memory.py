@@ -411,9 +411,12 @@ class DeviceMemory:
             self.blocked = False
             return True
         self.blocked = False
-        need = max(size, self._live_end(arena))
-        if arena.size - need >= TRIM_SLACK * need and self._trim_range(arena, need):
-            return True
+        # The live blocks' end is looked for only when the arena is worth trimming (an O(n)
+        # scan of the plan's slots: not at every boundary of a repeating run).
+        if arena.size - size >= TRIM_SLACK * size:
+            need = max(size, self._live_end(arena))
+            if arena.size - need >= TRIM_SLACK * need and self._trim_range(arena, need):
+                return True
         self._trim_heap()
         return False
 
@@ -618,7 +621,7 @@ class DeviceMemory:
         """``(start, end)`` of every block alive in ``arena``: overdue, or in its planned slot."""
         spans = [(start, end) for start, end, _ in arena.overdue.values()]
         hot = self.hot
-        if arena is hot.arena:
+        if arena is hot.arena and hot.live_slots:
             rows = hot.rows
             spans += [(rows[j][1], rows[j][1] + rows[j][0])
                       for j, it in enumerate(hot.slot) if it != NO_SLOT]
