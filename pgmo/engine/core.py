@@ -482,6 +482,9 @@ class Engine(PoolQueries):
         key = self._first_request
         if key == self._main_key():
             return
+        newest = self.planner.profile  # a newer main profile may be this shape already
+        if newest is not None and newest.blocks and newest.blocks[0].size == key:
+            return  # its plan is on its way: no second plan for the same shape
         later = self.planner.later if self.planner.mode == "background" else None
         if current is not self.schedule:  # it left its shape's plan
             if self.shapes.forget(key):
