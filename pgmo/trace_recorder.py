@@ -108,7 +108,7 @@ class TraceRecorder(memory_hook.MemoryHook):
 
     def trace(self, device: int | None = None) -> Trace:
         """The recording as a trace of one device (default: the one with the most events)."""
-        log = [e for e in self._log if e[0] <= _DEVICE_ALLOC]  # a snapshot, without marks
+        log = [e for e in list(self._log) if e[0] <= _DEVICE_ALLOC]  # a snapshot, no marks
         device = self._device(log, device)
         counts = Counter(e[1] for e in log if e[0] != _DEVICE_ALLOC)
         pairing = AllocationLog()
@@ -169,14 +169,14 @@ class TraceRecorder(memory_hook.MemoryHook):
     def run(self, device: int | None = None, /, **metadata: Any) -> Run:
         """Everything heard on one device, with the iterations marked, as a whole :class:`Run`.
 
-        ``device`` (the id, given by position): as for :meth:`trace`; the
-        metadata may name the device too (``device="NVIDIA H100"``).
-        ``metadata`` (provenance) goes into
-        the run's metadata, with ``heard``: the events of the device, frees
-        not heard (a request at an address still live: its free came from
-        another thread), frees of memory allocated before the recorder was
-        installed (left out: the run starts with the recorder) and blocks
-        still live at the end (open).  An iteration still open ends now.
+        ``device`` (the id, given by position): as for :meth:`trace`.
+        ``metadata`` (provenance, which may name the device too:
+        ``device="NVIDIA H100"``) goes into the run's metadata, with
+        ``heard``: the events of the device, frees not heard (a request at an
+        address still live: its free came from another thread), frees of
+        memory allocated before the recorder was installed (left out: the run
+        starts with the recorder) and blocks still live at the end (open).
+        An iteration still open ends now.
         """
         log = list(self._log)
         device = self._device(log, device)

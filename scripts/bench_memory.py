@@ -59,7 +59,7 @@ from pgmo.runs import write_run
 
 from . import children, examples, nvml_probe
 from .bench_memory_report import (  # the report's tables, tested apart
-    ARCHS, NA, POOLS, combine, gpu_cell, mib, report, run_order, seq2seq_row)
+    ARCHS, POOLS, combine, gpu_cell, mib, report, run_order, seq2seq_row)
 
 SIZE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3,
               "mb": 10**6, "gb": 10**9}

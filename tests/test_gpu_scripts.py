@@ -1136,7 +1136,7 @@ def test_a_quick_check_step_over_the_budget_is_not_started(tmp_path, monkeypatch
     args = qc.parse_args(["--dry-run", "--out", str(tmp_path), "--budget", "12"])
     check = qc.Check(args, "python -m scripts.gpu_quick_check --dry-run")
     monkeypatch.setattr(qc, "MIN_STEP_S", 0.5)
-    assert check.step("sleeps", 1.0, ["-c", "import time; time.sleep(30)"]) is None
+    assert check.step("sleeps", 1.0, [sys.executable, "-c", "import time; time.sleep(30)"]) is None
     assert check.data["steps"][-1]["status"] == "timed out after 1 s"
     check.started -= 12  # the budget is used up
     check.run(qc.DRY_WORKLOADS[0], "pgmo")

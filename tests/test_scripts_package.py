@@ -124,10 +124,12 @@ def test_only_the_examples_helper_touches_sys_path():
                             f"(load the examples through {PATH_HELPER})"
 
 
-def test_the_package_docstring_lists_every_program():
+def test_the_package_docstring_lists_every_program_and_module():
     doc = ast.get_docstring(ast.parse((PACKAGE / "__init__.py").read_text()))
     listed = set(re.findall(r"^``(\w+)``", doc, re.M))
     assert listed == set(programs())
+    shared = set(re.findall(r":mod:`~scripts\.(\w+)`", doc))
+    assert shared == {p.stem for p in PACKAGE.glob("*.py")} - listed - {"__init__"}
 
 
 # ------------------------------------------------------------------ every program runs
