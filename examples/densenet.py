@@ -18,9 +18,9 @@ combination::
 Runs with the same ``--seed`` start from the same weights and data, so
 ``--recompute off`` and ``on`` compute the same losses (the summary's last
 column; on a GPU to within rounding, as some cuDNN kernels are not
-deterministic).  ``scripts/record_traces.py --densenet B`` records one
-iteration of each combination as a trace, and ``scripts/recompute_table.py``
-compares them.
+deterministic).  ``python -m scripts.record_traces --densenet B`` records
+one iteration of each combination as a trace, and ``python -m
+scripts.recompute_table`` compares them.
 """
 
 import argparse

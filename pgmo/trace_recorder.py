@@ -21,6 +21,11 @@ per-thread) ends the old block there.  Frees of memory allocated before the
 ``with`` block are kept as blocks live from the start, blocks still live at
 the end as open blocks (see :mod:`pgmo.formats.allocation_log`).
 
+A whole run (:mod:`pgmo.runs`: weights, warm-up and every iteration on one
+event clock) is recorded the same way: install the recorder before the model
+is built, mark each iteration with :meth:`TraceRecorder.begin` and
+:meth:`~TraceRecorder.end`, and take :meth:`~TraceRecorder.run`.
+
 The hooks only append to a list (they run inside CuPy's allocator, and a
 free may come from garbage collection in the middle of anything); the trace
 is built when asked for.  This module imports CuPy; the rest of pgmo does not.
@@ -35,11 +40,12 @@ from cupy.cuda import memory_hook
 
 from .formats import write_trace
 from .formats.allocation_log import AllocationLog
+from .runs import Run, RunRecorder
 from .trace import Trace
 
 __all__ = ["TraceRecorder"]
 
-_MALLOC, _FREE, _DEVICE_ALLOC = 0, 1, 2
+_MALLOC, _FREE, _DEVICE_ALLOC, _BEGIN, _END = range(5)
 
 
 class TraceRecorder(memory_hook.MemoryHook):
@@ -86,17 +92,25 @@ class TraceRecorder(memory_hook.MemoryHook):
         if mem_ptr:  # 0: the device allocation failed
             self._log.append((_DEVICE_ALLOC, device_id, mem_ptr, mem_size, mem_size, 0))
 
+    # -- iterations of a whole run -------------------------------------------------
+    def begin(self) -> None:
+        """An iteration starts now (a mark for :meth:`run`; :meth:`trace` ignores it)."""
+        self._log.append((_BEGIN, None, 0, 0, 0, 0))
+
+    def end(self) -> None:
+        """The iteration begun last ends now."""
+        self._log.append((_END, None, 0, 0, 0, 0))
+
     # -- results ----------------------------------------------------------------
     def __len__(self) -> int:
-        """Events heard so far (mallocs, frees and device allocations)."""
+        """Events heard so far (mallocs, frees, device allocations and iteration marks)."""
         return len(self._log)
 
     def trace(self, device: int | None = None) -> Trace:
         """The recording as a trace of one device (default: the one with the most events)."""
-        log = list(self._log)  # a snapshot: hooks may still append
+        log = [e for e in list(self._log) if e[0] <= _DEVICE_ALLOC]  # a snapshot, no marks
+        device = self._device(log, device)
         counts = Counter(e[1] for e in log if e[0] != _DEVICE_ALLOC)
-        if device is None:
-            device = min(counts, key=lambda d: (-counts[d], d)) if counts else 0
         pairing = AllocationLog()
         pooled_id: dict[int, int] = {}
         zero_size = failed = failed_bytes = unheard = 0
@@ -143,6 +157,58 @@ class TraceRecorder(memory_hook.MemoryHook):
                     f"the end): the reservation shown is an upper bound, its memory at the "
                     f"start plus every device allocation heard")
         return pairing.trace(**metadata)
+
+    @staticmethod
+    def _device(log: list[tuple], device: int | None) -> int:
+        """``device``, or by default the device with the most mallocs and frees."""
+        if device is not None:
+            return device
+        counts = Counter(e[1] for e in log if e[0] in (_MALLOC, _FREE))
+        return min(counts, key=lambda d: (-counts[d], d)) if counts else 0
+
+    def run(self, device: int | None = None, /, **metadata: Any) -> Run:
+        """Everything heard on one device, with the iterations marked, as a whole :class:`Run`.
+
+        ``device`` (the id, given by position): as for :meth:`trace`.
+        ``metadata`` (provenance, which may name the device too:
+        ``device="NVIDIA H100"``) goes into the run's metadata, with
+        ``heard``: the events of the device, frees not heard (a request at an
+        address still live: its free came from another thread), frees of
+        memory allocated before the recorder was installed (left out: the run
+        starts with the recorder) and blocks still live at the end (open).
+        An iteration still open ends now.
+        """
+        log = list(self._log)
+        device = self._device(log, device)
+        recorder = RunRecorder()
+        live: dict[int, tuple[int, int]] = {}  # address -> (handle, pooled memory id)
+        events = not_heard = before = 0
+        for kind, dev, ptr, size, mem_size, pmem_id in log:
+            if kind == _BEGIN:
+                recorder.begin()
+            elif kind == _END:
+                recorder.end()
+            elif dev != device:
+                continue
+            elif kind == _MALLOC:
+                if size <= 0 or not ptr:  # zero-size or failed: no memory handed out
+                    continue
+                if ptr in live:  # its free came from another thread
+                    recorder.free(live.pop(ptr)[0])
+                    not_heard += 1
+                live[ptr] = (recorder.alloc(size), pmem_id)
+            elif kind == _FREE:
+                if ptr in live and live[ptr][1] == pmem_id:
+                    recorder.free(live.pop(ptr)[0])
+                elif ptr not in live:
+                    before += 1  # allocated before the recorder was installed
+            else:
+                continue  # the pool taking device memory: not a request
+            events += 1
+        heard = {"device": device, "events": events, "frees_not_heard": not_heard,
+                 "frees_of_memory_from_before": before, "live_at_end": len(live)}
+        return recorder.run(**{"recorded_by": "pgmo.TraceRecorder", **metadata,
+                               "heard": heard})
 
     def save(self, path, device: int | None = None) -> Trace:
         """Write the trace (pgmo JSON for ``.json``/``.json.gz``, else CSV); returns it."""

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Device memory and device syncs over whole runs: pgmo against CuPy's stock pool and the physical limit.
 
 Workloads (each a whole run, :mod:`pgmo.runs`):
@@ -28,7 +27,7 @@ device that completes, for pgmo and for CuPy's pool.  Then the targets.
 
 No GPU is needed: these are figures of the CPU model, not GPU measurements.
 
-    python scripts/bench_footprint.py [--only NAME ...] [--modes M ...] [--no-limits]
+    python -m scripts.bench_footprint [--only NAME ...] [--modes M ...] [--no-limits]
         [--smallest-modes M ...] [--iterations N] [--time-limit S] [--step-ms MS]
         [--jobs N] [-o report.md]
 """
@@ -95,11 +94,13 @@ class Workload:
 def _model_weights(arch: str) -> list[int]:
     """A model's parameter sizes, from examples/models after one step's heads (Chainer's
     lazy layers make their weights in the first forward pass)."""
-    sys.path.insert(0, str(ROOT / "examples"))
     import numpy as np
 
     import pgmo.chainer  # noqa: F401,I001  (the compatibility layer first)
-    from models import ARCHS
+
+    from .examples import load
+
+    ARCHS = load("models").ARCHS  # noqa: N806
 
     model = ARCHS[arch](n_classes=1000)
     model.heads(np.zeros((1, 3, model.insize, model.insize), np.float32))
@@ -406,7 +407,7 @@ def main(argv=None) -> int:
             rows.append(_bench_one(item))
             print(f"{rows[-1]['name']}: {rows[-1]['seconds']:.0f} s", file=sys.stderr,
                   flush=True)
-    command = "python scripts/bench_footprint.py " + " ".join(sys.argv[1:] if argv is None
+    command = "python -m scripts.bench_footprint " + " ".join(sys.argv[1:] if argv is None
                                                                else argv)
     body = tables(rows, args.modes)
     targets = verdicts(rows, args.modes)

@@ -1,10 +1,9 @@
-#!/usr/bin/env python
 """Import and analyze a generated 100,000-event PyTorch snapshot; print a Markdown table.
 
 Usage::
 
-    python scripts/bench_import.py                 # 100,000 events, best within 10 s
-    python scripts/bench_import.py --events 300000 --time-limit 5
+    python -m scripts.bench_import                 # 100,000 events, best within 10 s
+    python -m scripts.bench_import --events 300000 --time-limit 5
 
 The snapshot is *synthetic* (:mod:`pgmo.synth_logs`): a bundled trace
 repeated for as many iterations as needed, addresses from a model of

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Cost of one malloc+free pair in each of pgmo's paths, as ratios to baselines measured in the same run.
 
 On the CPU (host backend, no GPU needed) the baseline is a trivial Python
@@ -21,8 +20,8 @@ best of ``--repeat`` runs, in CPU time of the calling thread (robust on a busy
 machine).  Targets: optimized <= 2x the trivial allocator; profiling and
 fallback < 2x optimized.
 
-    python scripts/bench_malloc.py              # CPU host backend
-    python scripts/bench_malloc.py --gpu        # CUDA device, against CuPy's pool
+    python -m scripts.bench_malloc              # CPU host backend
+    python -m scripts.bench_malloc --gpu        # CUDA device, against CuPy's pool
 """
 
 from __future__ import annotations
@@ -183,13 +182,13 @@ def report(table, baseline: str, pool_alone: str) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", action="store_true", help="benchmark on the CUDA device")
     ap.add_argument("-n", type=int, default=2000, help="requests per iteration")
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=5)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     table, baseline, pool_alone = (gpu_table if args.gpu else cpu_table)(
         args.n, args.iterations, args.repeat)
     print(report(table, baseline, pool_alone))

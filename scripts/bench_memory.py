@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """The paper's memory and speed experiments (Figures 2 and 3) in one run: stock pool vs pgmo.
 
 For each model and batch size, and for each pool, a fresh subprocess trains
@@ -17,23 +16,23 @@ their range.  Then, per ``--search-arch``, a bounded binary search finds the
 largest training batch that runs under ``--memory-limit`` (``set_limit`` on
 either pool from the start: the same criterion for both), and seq2seq trains
 ``--seq2seq-iterations`` variable-length batches, reporting memory the
-same way, time and pgmo's re-optimizations.  ``scripts/record_traces.py
+same way, time and pgmo's re-optimizations.  ``scripts.record_traces
 --densenet`` records DenseNet-BC at ``--densenet-batchsize`` with and
-without recomputation, under each pool, and ``scripts/recompute_table.py``
+without recomputation, under each pool, and ``scripts.recompute_table``
 tabulates the traces.  With ``--run-dir``, whole runs (every malloc and
-free from process start, iterations marked; ``scripts/run_hook.py``) of
+free from process start, iterations marked; :class:`pgmo.TraceRecorder`) of
 ``--run-arch`` and seq2seq are recorded under each pool as run files.
 Markdown tables go to stdout and, with ``-o``, to a file with the command,
-device, versions and date (``scripts/bench_memory_report.py``)::
+device, versions and date (:mod:`scripts.bench_memory_report`)::
 
-    python scripts/bench_memory.py --device 0 -o results.md --run-dir runs
-    python scripts/bench_memory.py --device 0 --arch resnet50 --batchsize 32 \\
+    python -m scripts.bench_memory --device 0 -o results.md --run-dir runs
+    python -m scripts.bench_memory --device 0 --arch resnet50 --batchsize 32 \\
         --search-arch resnet50 --seq2seq-iterations 0        # a quick look
-    python scripts/bench_memory.py --device -1               # CPU dry run, tiny sizes
+    python -m scripts.bench_memory --device -1               # CPU dry run, tiny sizes
 
 ``--device -1`` runs the same subprocesses at tiny sizes on the CPU, where
 Chainer's NumPy arrays reach the pools through CuPy's allocator by the
-stand-in hook of ``record_traces.NumpyMirror``; every number that needs a
+stand-in hook of :class:`scripts.numpy_mirror.NumpyMirror`; every number that needs a
 GPU reads ``n/a (CPU)``.  ``--budget`` bounds the whole run: configurations
 not started in time are listed as skipped.
 """
@@ -46,7 +45,6 @@ import datetime
 import json
 import logging
 import math
-import os
 import platform
 import re
 import shlex
@@ -57,12 +55,12 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from bench_memory_report import (  # noqa: E402  (the report's tables, tested apart)
-    ARCHS, NA, POOLS, combine, gpu_cell, mib, report, run_order, seq2seq_row)
+from pgmo.runs import write_run
 
-RESULT_TAG = "BENCH-RESULT "
+from . import children, examples, nvml_probe
+from .bench_memory_report import (  # the report's tables, tested apart
+    ARCHS, POOLS, combine, gpu_cell, mib, report, run_order, seq2seq_row)
+
 SIZE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3,
               "mb": 10**6, "gb": 10**9}
 
@@ -72,12 +70,9 @@ log = logging.getLogger("bench_memory")
 # ====================================================================== child
 def _child_imports():
     """Chainer, the examples and the workloads: only the subprocesses need them."""
-    sys.path.insert(0, str(HERE))
-    import record_traces  # also puts examples/ on sys.path and patches Chainer's imports
+    from . import chainer_workloads  # patches Chainer's imports first
 
-    import measure
-
-    return record_traces, measure
+    return chainer_workloads, examples.load("measure")
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
@@ -91,22 +86,22 @@ def _is_out_of_memory(error: BaseException) -> bool:
     return "ALLOC_FAILED" in str(error)  # cuBLAS, cuSOLVER, cuDNN: no room for a workspace
 
 
-def _child_pool(cfg: dict, record_traces):
+def _child_pool(cfg: dict, workloads):
     """(pgmo's pool or None, the pool a dry run installs as CuPy's allocator or None).
 
     Both pools get the limit from the start: the same criterion for both.  On
     a GPU the stock pool is CuPy's default pool.  In a dry run every request
-    reaches its pool through CuPy's allocator (``record_traces.mirror_for``):
+    reaches its pool through CuPy's allocator (``chainer_workloads.mirror_for``):
     pgmo's host pool with its own defaults, or, standing in for CuPy's pool,
     one kept interrupted (its fallback is a caching host pool).
     """
     device, limit = cfg["device"], cfg.get("limit") or 0
     if cfg["pool"] == "pgmo":
-        pool = record_traces.new_pool(device, warmup=1, method=cfg["method"],
+        pool = workloads.new_pool(device, warmup=1, method=cfg["method"],
                                       time_limit=cfg["time_limit"])
         installed = pool
     elif device < 0:
-        pool, installed = None, record_traces.new_pool(device, warmup=0)
+        pool, installed = None, workloads.new_pool(device, warmup=0)
         installed.interrupt()
     else:
         import cupy
@@ -121,22 +116,20 @@ def _child_pool(cfg: dict, record_traces):
     return pool, installed
 
 
-def _build(cfg: dict, record_traces, device):
+def _build(cfg: dict, workloads, device):
     kind = cfg["workload"]
     if cfg.get("arch") and not cfg.get("insize"):
-        from models import ARCHS
-
-        cfg = {**cfg, "insize": ARCHS[cfg["arch"]].insize}
+        cfg = {**cfg, "insize": workloads.ARCHS[cfg["arch"]].insize}
     if kind == "cnn-train":
-        return record_traces.cnn_training(cfg["arch"], cfg["batch"], device, cfg["insize"],
+        return workloads.cnn_training(cfg["arch"], cfg["batch"], device, cfg["insize"],
                                           cfg["classes"])
     if kind == "cnn-infer":
-        return record_traces.cnn_inference(cfg["arch"], device, cfg["insize"], cfg["classes"])
+        return workloads.cnn_inference(cfg["arch"], device, cfg["insize"], cfg["classes"])
     if kind == "seq2seq-train":
         args = argparse.Namespace(vocab=cfg["vocab"], units=cfg["units"], layers=cfg["layers"],
                                   sentences=cfg["sentences"], min_length=1, max_length=50,
                                   seed=0, seq2seq_batchsize=cfg["batch"])
-        return record_traces.seq2seq_training(device, args)
+        return workloads.seq2seq_training(device, args)
     raise ValueError(f"unknown workload {kind!r}")
 
 
@@ -149,10 +142,10 @@ def run_child(cfg: dict) -> dict:
     iterations as well as at their ends, until the run is over (warm-up,
     profiling and re-plans included); a ``LiveBytes`` hook counts the bytes in
     live blocks.  Each pool's own count is read at iteration ends and reported
-    beside them, never compared.  With ``cfg["run_path"]`` a :class:`RunHook`
+    beside them, never compared.  With ``cfg["run_path"]`` a :class:`pgmo.TraceRecorder`
     hears every request and the whole run is written there.
     """
-    record_traces, measure = _child_imports()
+    workloads, measure = _child_imports()
     import chainer
 
     device_id = cfg["device"]
@@ -169,12 +162,12 @@ def run_child(cfg: dict) -> dict:
     try:
         with hook if hook is not None else contextlib.nullcontext(), \
                 live if live is not None else contextlib.nullcontext(), \
-                record_traces.mirror_for(device_id):
-            pool, installed = _child_pool(cfg, record_traces)
+                workloads.mirror_for(device_id):
+            pool, installed = _child_pool(cfg, workloads)
             count = _own_count(cfg, pool, installed, measure)
             if gpu is not None and gpu.stand_in:
                 gpu.device.track(lambda: count() or 0)  # the stand-in device holds the pools
-            workload = _build(cfg, record_traces, device)
+            workload = _build(cfg, workloads, device)
             recorder = measure.Recorder(device_id, pool)
             recorder.start()
             for i in range(cfg["iterations"]):
@@ -226,7 +219,7 @@ def run_child(cfg: dict) -> dict:
     # on the pool from the start (the pool keeps under it or runs out of memory).
     result["fits"] = bool(result["ok"])
     if hook is not None:
-        _save_run(hook, cfg, result, per_iteration, record_traces)
+        _save_run(hook, cfg, result, per_iteration, workloads)
     return result
 
 
@@ -265,7 +258,7 @@ class Peak:
 def _device_modules(cfg: dict):
     """The GPU's modules: None on a plain CPU dry run; the stand-ins when the config asks."""
     if cfg.get("stand_ins"):
-        import gpu_stand_ins
+        from . import gpu_stand_ins
 
         return gpu_stand_ins.modules()
     if cfg["device"] < 0:
@@ -281,24 +274,20 @@ def _measures(cfg: dict, gpu):
     Called once the CUDA context exists (the baseline leaves it out) and
     before the pool takes anything.
     """
-    sys.path.insert(0, str(HERE))
-    import nvml_probe
-    from outside_view import OutsideView, mem_info_reader
+    outside_view = examples.load("outside_view")
 
     device_id = max(cfg["device"], 0)
     readers, why = {}, "CPU dry run"
     if gpu is not None:
-        readers[MEMINFO] = mem_info_reader(gpu.runtime, device_id)
+        readers[MEMINFO] = outside_view.mem_info_reader(gpu.runtime, device_id)
         readers[MEMINFO]()  # the CUDA context exists from here on
         nvml, why = (gpu.nvml, "") if gpu.stand_in else nvml_probe.load_nvml()
         if nvml is not None:
             readers[NVML] = nvml_probe.NvmlReader(nvml, device_id)
     live = None
     if gpu is not None or cfg.get("live_bytes"):
-        from live_bytes import LiveBytes
-
-        live = LiveBytes(device_id)
-    return OutsideView(readers).start(), live, why
+        live = examples.load("live_bytes").LiveBytes(device_id)
+    return outside_view.OutsideView(readers).start(), live, why
 
 
 def _own_count(cfg: dict, pool, installed, measure):
@@ -321,18 +310,18 @@ def _own_peak(cfg: dict, pool, own: Peak, measure) -> int | None:
 
 
 def _run_hook(cfg: dict):
-    """A RunHook installed now (process start) when the configuration records its run."""
+    """A :class:`pgmo.TraceRecorder` to install now (process start) when the configuration
+    records its whole run."""
     if not cfg.get("run_path"):
         return None
-    sys.path.insert(0, str(HERE))
-    from run_hook import RunHook
+    from pgmo.trace_recorder import TraceRecorder
 
-    return RunHook(max(cfg["device"], 0))
+    return TraceRecorder()
 
 
-def _save_run(hook, cfg: dict, result: dict, per_iteration: dict, record_traces) -> None:
+def _save_run(hook, cfg: dict, result: dict, per_iteration: dict, workloads) -> None:
     """The whole run, with where, when, how and what the pool and the device held."""
-    env = record_traces.environment(cfg["device"])
+    env = workloads.environment(cfg["device"])
     dry = cfg["device"] < 0
     metadata = {
         **env, "model": cfg.get("arch") or "seq2seq", "workload": cfg["workload"],
@@ -342,20 +331,21 @@ def _save_run(hook, cfg: dict, result: dict, per_iteration: dict, record_traces)
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "per_iteration": per_iteration, "outside": result["outside"],
         "pgmo_stats": result.get("pgmo"), "synthetic": dry, "dry_run": dry,
+        "recorded_by": "pgmo.TraceRecorder: a CuPy memory hook installed at process start",
     }
     if dry:
-        metadata["note"] = record_traces.DRY_RUN_NOTE
+        metadata["note"] = workloads.DRY_RUN_NOTE
     path = Path(cfg["run_path"])
     path.parent.mkdir(parents=True, exist_ok=True)
-    run = hook.save(path, **metadata)
+    run = hook.run(max(cfg["device"], 0), **metadata)
+    write_run(run, path)
     result["run_file"] = {"path": str(path), "requests": len(run),
                           "iterations": len(run.iterations)}
 
 
 def child_main(cfg_json: str) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    result = run_child(json.loads(cfg_json))
-    print(RESULT_TAG + json.dumps(result), flush=True)
+    children.print_result(run_child(json.loads(cfg_json)))
     return 0
 
 
@@ -371,17 +361,18 @@ class Runner:
     def remaining(self) -> float:
         return self.args.budget - (time.monotonic() - self.started)
 
-    def run_script(self, what: str, argv: list[str], cwd: Path | None = None) -> str | None:
-        """Run a Python script in a subprocess; None when it succeeded, else why not."""
+    def run_program(self, what: str, command: list[str], cwd: Path | None = None) -> str | None:
+        """Run another program of this package (:func:`children.command`) in a subprocess;
+        None when it succeeded, else why not."""
         remaining = self.remaining()
         if remaining < 5:
             return "budget"
         timeout = min(self.args.child_timeout, remaining)
-        env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
+        env = children.environment(PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
         start = time.monotonic()
         self.children += 1
         try:
-            done = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
+            done = subprocess.run(command, capture_output=True, text=True,
                                   timeout=timeout, env=env, cwd=cwd)
         except subprocess.TimeoutExpired:
             log.warning("%s: timed out after %.0f s", what, timeout)
@@ -400,8 +391,8 @@ class Runner:
         if remaining < 5:
             return {"skipped": "budget"}
         timeout = min(self.args.child_timeout, remaining)
-        command = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(cfg)]
-        env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
+        command = children.command("bench_memory", "--child", json.dumps(cfg))
+        env = children.environment(PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
         start = time.monotonic()
         self.children += 1
         try:
@@ -411,14 +402,13 @@ class Runner:
             log.warning("%s: timed out after %.0f s", describe(cfg), timeout)
             return {"skipped": f"timeout {timeout:.0f} s"}
         seconds = time.monotonic() - start
-        for line in done.stdout.splitlines():
-            if line.startswith(RESULT_TAG):
-                result = json.loads(line[len(RESULT_TAG):])
-                result["seconds"] = seconds
-                log.info("%s: %s in %.1f s", describe(cfg),
-                         "fits" if result["fits"] else ("OOM" if result["oom"] else "done"),
-                         seconds)
-                return result
+        result = children.result_of(done.stdout)
+        if result is not None:
+            result["seconds"] = seconds
+            log.info("%s: %s in %.1f s", describe(cfg),
+                     "fits" if result["fits"] else ("OOM" if result["oom"] else "done"),
+                     seconds)
+            return result
         log.warning("%s failed (exit %s) in %.1f s:\n%s", describe(cfg), done.returncode,
                     seconds, (done.stdout + done.stderr)[-2500:])
         return {"skipped": f"failed (exit {done.returncode})"}
@@ -441,11 +431,11 @@ def insize_of(args, arch: str) -> int | None:
     """The image size asked for; None: the model's own (the child knows it)."""
     if args.insize:
         return args.insize
-    return TINY_INSIZE[arch] if args.device < 0 else None
+    if args.device >= 0:
+        return None
+    from .chainer_workloads import TINY_INSIZE  # the smallest the models accept
 
-
-#: Smallest image sizes the models accept: the CPU dry run's.
-TINY_INSIZE = {"alexnet": 39, "googlenet": 32, "resnet50": 32, "inception-resnet-v2": 75}
+    return TINY_INSIZE[arch]
 
 
 # ------------------------------------------------------------------ the parts
@@ -517,18 +507,18 @@ def part_runs(args, runner, command: str) -> list:
 
 def part_recompute(args, runner) -> str:
     """DenseNet-BC, recomputation off and on, under each pool: the traces' Markdown table."""
-    sys.path.insert(0, str(HERE))
-    import recompute_table
+    from . import recompute_table
 
     with contextlib.ExitStack() as stack:
         out_dir = args.trace_dir or Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="pgmo-densenet-")))
         out_dir.mkdir(parents=True, exist_ok=True)
         # Run in the output folder: the command the traces record names no path.
-        argv = [str(HERE / "record_traces.py"), "--device", str(args.device), "--out-dir", ".",
-                "--arch", "--batchsize", "--densenet", str(args.densenet_batchsize)]
-        failed = runner.run_script(f"densenet b{args.densenet_batchsize} traces", argv,
-                                   cwd=out_dir)
+        command = children.command("record_traces", "--device", args.device, "--out-dir", ".",
+                                   "--arch", "--batchsize", "--densenet",
+                                   args.densenet_batchsize)
+        failed = runner.run_program(f"densenet b{args.densenet_batchsize} traces", command,
+                                    cwd=out_dir)
         entries = recompute_table.analyse(recompute_table.find_traces([out_dir]), args.method,
                                           args.time_limit)
     text = recompute_table.section(entries, args.method, args.time_limit)
@@ -606,21 +596,17 @@ def environment(args) -> dict:
             "    env['CUDA runtime'] = cupy.cuda.runtime.runtimeGetVersion()\n"
             "print(json.dumps(env))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONWARNINGS="ignore"), timeout=120)
+                          env=children.environment(PYTHONWARNINGS="ignore"), timeout=120)
     env = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
     if args.device < 0:
         env["device"] = f"CPU ({platform.machine()}), DRY RUN: no GPU numbers"
         env["nvml"] = "not used in a CPU dry run"
     else:
-        import nvml_probe
-
-        sys.path.insert(0, str(HERE.parent / "examples"))
-        from outside_view import INTERVAL
-
+        interval = examples.load("outside_view").INTERVAL
         nvml, why = nvml_probe.load_nvml()
-        env["nvml"] = (f"cudaMemGetInfo and NVML sampled every {INTERVAL * 1e3:g} ms and at "
+        env["nvml"] = (f"cudaMemGetInfo and NVML sampled every {interval * 1e3:g} ms and at "
                        "iteration ends, the same for both pools" if nvml else
-                       f"cudaMemGetInfo sampled every {INTERVAL * 1e3:g} ms and at iteration "
+                       f"cudaMemGetInfo sampled every {interval * 1e3:g} ms and at iteration "
                        f"ends, the same for both pools; NVML unavailable ({why}): its "
                        "columns read -")
     return env
@@ -720,7 +706,7 @@ def main(argv=None) -> int:
     if args.child is not None:
         return child_main(args.child)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    command = shlex.join(["python", "scripts/bench_memory.py", *argv])
+    command = shlex.join(["python", "-m", "scripts.bench_memory", *argv])
     env = environment(args)
     log.info("device: %s; budget %.0f s", env.get("device", "unknown"), args.budget)
     runner = Runner(args)

@@ -1,4 +1,4 @@
-"""The Markdown report of ``scripts/bench_memory.py``: its tables, from the children's results.
+"""The Markdown report of ``scripts.bench_memory``: its tables, from the children's results.
 
 Kept apart from the runs so that formatting is tested on results shaped as
 a GPU child prints them, without a GPU.  Every comparison of the two pools
@@ -18,27 +18,17 @@ from __future__ import annotations
 import datetime
 import statistics
 
-NA = "n/a (CPU)"
+from .markdown import NA, mib, table
+
 ARCHS = ("alexnet", "googlenet", "resnet50", "inception-resnet-v2")
 POOLS = ("stock", "pgmo")
 #: Peaks taken as the largest over a configuration's runs.
 PEAK_KEYS = ("taken_device_bytes", "taken_nvml_bytes", "live_peak_bytes", "own_peak_bytes")
 
 
-def mib(value) -> str:
-    return "-" if value is None else f"{value / 2**20:,.1f}"
-
-
 def gpu_cell(args, text: str) -> str:
     """Numbers measured in a dry run are stand-ins: never print them as results."""
     return NA if args.device < 0 else text
-
-
-def markdown(columns, rows) -> str:
-    lines = ["| " + " | ".join(columns) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|"]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- several runs
@@ -241,7 +231,7 @@ def header(args, env, timings, command) -> list[str]:
 
 def section(title: str, prose: str, columns, rows) -> list[str]:
     """A section of the report: its title, how its table was measured, the table."""
-    return [f"## {title}", "", prose, "", markdown(columns, rows), ""]
+    return [f"## {title}", "", prose, "", *table(columns, rows), ""]
 
 
 def report(args, env, parts, timings, command, recompute: str = "", runs=()) -> str:
@@ -305,7 +295,7 @@ def report(args, env, parts, timings, command, recompute: str = "", runs=()) -> 
         out += section(
                 "Whole runs recorded",
                 "Every malloc and free from the start of the process, with the iterations "
-                "marked, heard by a CuPy memory hook (`scripts/run_hook.py`): run files of "
+                "marked, heard by a CuPy memory hook (`pgmo.TraceRecorder`): run files of "
                 "`pgmo.runs` (`read_run`), with each iteration's pool total, device in "
                 "use and NVML peak in their metadata, for checking the CPU models of the "
                 "footprint against the device.", RUNS_COLUMNS, run_rows)

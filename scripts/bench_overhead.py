@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """What re-planning costs a training loop: boundary stalls, synchronous against background.
 
 A bundled trace (or, with ``--trace random``, a generated iteration of 400
@@ -19,7 +18,7 @@ full method in a worker process), and prints per mode:
 Goal: the worst stall under 20 ms in background mode, and the same final
 peak as the synchronous run.
 
-    python scripts/bench_overhead.py [--trace NAME] [--iterations N] [--time-limit S]
+    python -m scripts.bench_overhead [--trace NAME] [--iterations N] [--time-limit S]
 """
 
 from __future__ import annotations
@@ -91,7 +90,7 @@ def run(mode: str, traces: list[pgmo.Trace], args) -> dict:
             "final_method": st.plan_method, "arena": arena}
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default="synthetic-inception_resnet_v2-train-b32",
                     help=f"bundled trace ({', '.join(bundled.names())}) or 'random'")
@@ -99,7 +98,7 @@ def main() -> None:
     ap.add_argument("--growth", type=int, default=5, help="size increases in the first half")
     ap.add_argument("--method", default="best")
     ap.add_argument("--time-limit", type=float, default=2.0, metavar="S")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.trace == "random":
         from pgmo.synth import random_iteration
 

@@ -1,9 +1,10 @@
-#!/usr/bin/env python
 """Benchmark pgmo's packing methods on DSA instances; print Markdown tables.
 
 Usage::
 
-    python scripts/bench_solver.py tests/data/dsa-benchmarks --bundled --time-limit 10 -o table.md
+    python -m scripts.bench_solver tests/data/dsa-benchmarks --bundled --time-limit 10 -o table.md
+    python -m scripts.bench_solver --bestfit-timing                    # best-fit alone, timed
+    python -m scripts.bench_solver --bestfit-timing --n 10000 --repeat 5 some/folder
 
 The public instances are kept in the repository, in ``tests/data/dsa-benchmarks``
 (``PROVENANCE.md`` there says where each comes from); they are the default
@@ -11,8 +12,9 @@ when nothing else is asked for.
 
 For every instance CSV found (``solutions/`` folders are skipped), with
 ``--bundled`` for pgmo's bundled traces and with ``--random N`` for two
-random traces of N blocks (``bench_bestfit.py``'s ``long`` and ``short``),
-it solves with each method through :func:`pgmo.solve` and prints one table
+random traces of N blocks (``long`` and ``short`` lifetimes,
+:mod:`scripts.dsa_instances`), it solves with each method through
+:func:`pgmo.solve` and prints one table
 per folder: n, lower bound (LB), best known peak, then per method the peak,
 the seconds, the overrun past the time limit (seconds; negative: it returned
 early; ``LATE`` past the promise, limit x 1.05 + 0.1 s), the ratios peak/LB
@@ -32,15 +34,18 @@ the lowest of them counts.
 Files matching ``--inclusive`` (default ``*/iree/*``) have inclusive
 lifetimes.  ``exact`` only runs on instances with at most ``--exact-max-n``
 blocks, and a missing or failing exact solver is reported, not fatal.
+
+``--bestfit-timing`` times the paper's best-fit heuristic alone instead
+(:mod:`scripts.bestfit_timing`): random traces of ``--n`` blocks (default
+1000, 10000 and 30000) with ``--dist`` lifetimes, then the trace files
+given, best of ``--repeat`` runs each, and its speed targets.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import fnmatch
 import os
-import re
 import subprocess
 import sys
 import time
@@ -49,72 +54,13 @@ from pathlib import Path
 
 import pgmo
 
-BUNDLED_BEST_KNOWN = Path(__file__).with_name("best_known_peaks.csv")
-#: The public DSA instances kept in the repository (licenses and provenance beside them).
-PUBLIC_INSTANCES = Path(__file__).resolve().parents[1] / "tests" / "data" / "dsa-benchmarks"
-SOLUTION_NAME = re.compile(r"^(?P<stem>.+)\.peak(?P<peak>\d+)\.csv$")
+from . import bestfit_timing
+from .dsa_instances import (BUNDLED_BEST_KNOWN, DISTRIBUTIONS, PUBLIC_INSTANCES, best_known_for,
+                            find_instances, random_traces, read_best_known)
+
 #: The time limit's promise: every method returns within limit x LATE_FACTOR + LATE_SLACK s.
 LATE_FACTOR, LATE_SLACK = 1.05, 0.1
 CHALLENGING_MEAN, CHALLENGING_MAX, REAL_MAX = 1.005, 1.02, 1.002
-
-
-def find_instances(inputs: list[str]) -> list[Path]:
-    """CSV files given or found under the given folders, skipping ``solutions/``."""
-    found = []
-    for item in inputs:
-        path = Path(item)
-        if path.is_dir():
-            for csv_path in sorted(path.rglob("*.csv")):
-                if "solutions" not in csv_path.relative_to(path).parts[:-1]:
-                    found.append(csv_path)
-        elif path.is_file():
-            found.append(path)
-        else:
-            raise SystemExit(f"bench_solver: no such file or folder: {item}")
-    return found
-
-
-def read_best_known(paths: list[Path]) -> dict[str, int]:
-    """``instance -> peak`` from CSVs with columns ``instance,peak``."""
-    known: dict[str, int] = {}
-    for path in paths:
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                known[row["instance"].strip().removesuffix(".csv")] = int(row["peak"])
-    return known
-
-
-def solution_peaks(instance: Path) -> dict[str, int]:
-    """Peaks named by ``solutions/*.peakN.csv`` beside the instance (or its folder)."""
-    peaks = {}
-    for folder in (instance.parent / "solutions", instance.parent.parent / "solutions"):
-        if folder.is_dir():
-            for sol in folder.glob("*.peak*.csv"):
-                m = SOLUTION_NAME.match(sol.name)
-                if m:
-                    peaks[m["stem"]] = int(m["peak"])
-    return peaks
-
-
-def best_known_for(instance: Path, known: dict[str, int]) -> int | None:
-    """The lowest peak known: from a ``solutions/`` file name or a best-known CSV."""
-    stem = instance.name.removesuffix(".csv")
-    peaks = [solution_peaks(instance).get(stem)]
-    key_path = instance.as_posix().removesuffix(".csv")
-    matches = [k for k in known if key_path == k or key_path.endswith("/" + k)]
-    if matches:
-        peaks.append(known[max(matches, key=len)])
-    peaks = [p for p in peaks if p is not None]
-    return min(peaks) if peaks else None
-
-
-def random_traces(n: int) -> list[tuple[str, pgmo.Trace]]:
-    """``bench_bestfit.py``'s random traces of ``n`` blocks (long and short lifetimes)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_bestfit import random_trace
-
-    return [(f"random-{dist}-{n}", pgmo.Trace.from_columns(*random_trace(n, dist, n + k)))
-            for k, dist in enumerate(("long", "short"))]
 
 
 def load_average() -> str:
@@ -149,11 +95,11 @@ def fmt_ratio(peak, ref):
     return f"{peak / ref:.4f}" if peak is not None and ref else "-"
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("inputs", nargs="*", help="instance CSV files or folders of them "
                     "(default, without --bundled or --random: the public instances in "
-                    "tests/data/dsa-benchmarks)")
+                    "tests/data/dsa-benchmarks; with --bestfit-timing: none)")
     ap.add_argument("--methods", default="bestfit,best",
                     help="comma-separated methods (bestfit,best,exact); default bestfit,best")
     ap.add_argument("--time-limit", type=_seconds, default=pgmo.SolverOptions().time_limit,
@@ -172,12 +118,47 @@ def main(argv=None) -> int:
     ap.add_argument("--busy-core", action="store_true",
                     help="keep one core busy with another process during the run")
     ap.add_argument("-o", "--output", type=Path, help="also write the tables to this Markdown file")
+    timing = ap.add_argument_group(
+        "best-fit timing", "--bestfit-timing: time the paper's best-fit heuristic alone on "
+        "random traces and the trace files given (the options above but --inclusive do not "
+        "apply)")
+    timing.add_argument("--bestfit-timing", action="store_true",
+                        help="print best-fit's times and its speed targets instead")
+    timing.add_argument("--n", type=int, action="append",
+                        help="random trace size (repeatable); default 1000, 10000, 30000")
+    timing.add_argument("--dist", default=None,
+                        help="comma-separated random lifetime distributions (default "
+                             f"{','.join(DISTRIBUTIONS)})")
+    timing.add_argument("--repeat", type=int, default=None,
+                        help="runs per trace; the best is shown (default 3)")
     args = ap.parse_args(argv)
+    if not args.bestfit_timing:
+        given = [f"--{name}" for name in ("n", "dist", "repeat")
+                 if getattr(args, name) is not None]
+        if given:
+            ap.error(f"{', '.join(given)}: only with --bestfit-timing")
+        args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        for m in args.methods:
+            if m not in pgmo.METHODS:
+                ap.error(f"unknown method {m!r}; choose from {', '.join(pgmo.METHODS)}")
+        return args
+    args.dist = [d.strip() for d in (args.dist or ",".join(DISTRIBUTIONS)).split(",")
+                 if d.strip()]
+    for d in args.dist:
+        if d not in DISTRIBUTIONS:
+            ap.error(f"unknown distribution {d!r}; choose from {', '.join(DISTRIBUTIONS)}")
+    args.repeat = 3 if args.repeat is None else args.repeat
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    return args
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    for m in methods:
-        if m not in pgmo.METHODS:
-            ap.error(f"unknown method {m!r}; choose from {', '.join(pgmo.METHODS)}")
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.bestfit_timing:
+        return bestfit_timing.run(args.inputs, args.n or bestfit_timing.DEFAULT_SIZES,
+                                  args.dist, args.repeat, args.inclusive)
+    methods = args.methods
     known_files = ([BUNDLED_BEST_KNOWN] if BUNDLED_BEST_KNOWN.exists() else []) + args.best_known
     known = read_best_known(known_files)
     inputs = args.inputs or ([] if args.bundled or args.random

@@ -1,4 +1,4 @@
-"""Read a GPU session's output folder into plain data, for ``scripts/results_table.py``.
+"""Read a GPU session's output folder into plain data, for ``scripts.results_table``.
 
 The folder is what ``scripts/gpu_session.sh`` leaves in ``$OUT`` (``session.log``,
 ``pytest-gpu.log``, ``bench_malloc.txt``, ``sanitizer.log``, ``demo.log``,
@@ -6,10 +6,11 @@ The folder is what ``scripts/gpu_session.sh`` leaves in ``$OUT`` (``session.log`
 as it was copied (``bench_memory-results.md`` for ``results.md``, ``traces/``
 unpacked), plus what an outside probe added (``nvml-process-peaks.md``) and a
 ``README.md``; and the quick check's raw results (``quick-check/quick-check.json``,
-beside the files or in ``traces.tar.gz``, from ``scripts/gpu_quick_check.py``).
+beside the files or in ``traces.tar.gz``, from ``scripts.gpu_quick_check``).
 Nothing is computed here that the files do not say: each
-reader returns the tables and lines as written, keyed by their own headers,
-and a file that is missing reads as absent (None or empty), never as zero.
+reader returns the tables and lines as written (:mod:`scripts.markdown` reads
+the tables, keyed by their own headers), and a file that is missing reads as
+absent (None or empty), never as zero.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import re
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .markdown import bullets
 
 #: What each file may be called in a session's folder, first match wins.
 NAMES = {
@@ -43,59 +46,6 @@ def read_text(folder: Path, what: str) -> str:
     return path.read_text() if path else ""
 
 
-# ------------------------------------------------------------------ Markdown
-def tables(text: str) -> list[tuple[str, list[dict[str, str]]]]:
-    """Every Markdown table in ``text``: (the heading above it, its rows keyed by header)."""
-    out, heading, lines = [], "", text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("#"):
-            heading = line.lstrip("#").strip()
-        if line.startswith("|") and i + 1 < len(lines) and re.match(r"^\|[-:| ]+\|$",
-                                                                    lines[i + 1].strip()):
-            header = cells(line)
-            rows, i = [], i + 2
-            while i < len(lines) and lines[i].startswith("|"):
-                rows.append(dict(zip(header, cells(lines[i]))))
-                i += 1
-            out.append((heading, rows))
-            continue
-        i += 1
-    return out
-
-
-def cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
-
-
-def table(text: str, heading_start: str, index: int = 0) -> list[dict[str, str]]:
-    """The ``index``-th table under the first heading that starts with ``heading_start``."""
-    found = [rows for heading, rows in tables(text) if heading.startswith(heading_start)]
-    return found[index] if len(found) > index else []
-
-
-def bullets(text: str) -> dict[str, str]:
-    """``- key: value`` lines (the report's header: command, device, versions, date)."""
-    return {m[1]: m[2].strip("` ") for m in re.finditer(r"(?m)^- ([\w /]+): (.*)$", text)}
-
-
-def number(cell: str | None) -> float | None:
-    """The first number in a cell ("1,688.1 / 2,417.1" -> 1688.1); None for "-" or text."""
-    if cell is None:
-        return None
-    m = re.search(r"-?\d[\d,]*\.?\d*", cell)
-    return float(m[0].replace(",", "")) if m else None
-
-
-def pair(cell: str | None) -> tuple[float | None, float | None]:
-    """"stock / pgmo" cells: both numbers."""
-    if not cell or "/" not in cell:
-        return None, None
-    a, b = cell.split("/", 1)
-    return number(a), number(b)
-
-
 # ------------------------------------------------------------------ the files
 @dataclass
 class Session:
@@ -110,7 +60,7 @@ class Session:
     nvml_probe: str = ""
     readme: str = ""
     traces: dict[str, dict] = field(default_factory=dict)  # file name -> metadata
-    quick_check: dict | None = None  # scripts/gpu_quick_check.py's quick-check.json
+    quick_check: dict | None = None  # scripts.gpu_quick_check's quick-check.json
 
     @classmethod
     def read(cls, folder: str | Path) -> "Session":
@@ -251,4 +201,4 @@ def _first_trace_date(traces: dict[str, dict]) -> str | None:
     return dates[0] if dates else None
 
 
-__all__ = ["Session", "tables", "table", "bullets", "number", "pair"]
+__all__ = ["Session", "find"]

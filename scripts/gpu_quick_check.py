@@ -1,35 +1,34 @@
-#!/usr/bin/env python
 """The quick GPU check: what pgmo's device layer must know, in one command under 8 minutes.
 
 Run it first on a machine with a GPU::
 
-    python scripts/gpu_quick_check.py --device 0 --out quick-check     # at most 7.5 min
-    python scripts/gpu_quick_check.py --dry-run --out /tmp/qc          # the CPU, stand-ins
+    python -m scripts.gpu_quick_check --device 0 --out quick-check     # at most 7.5 min
+    python -m scripts.gpu_quick_check --dry-run --out /tmp/qc          # the CPU, stand-ins
 
 It measures
 
 a. what ``cudaMalloc``/``cudaFree``, a private stream-ordered pool and CUDA
    virtual-memory granules cost at 512 B, 64 KiB, 2 MiB, 20 MiB, 256 MiB and
    4 GiB, idle and behind 5 ms of queued kernels, and which calls wait for
-   the queue (``scripts/allocator_costs.py``);
+   the queue (:mod:`scripts.allocator_costs`);
 b. the device memory each run takes, seen from outside the pool the same way
    for both pools (``cudaMemGetInfo`` sampled inside iterations and NVML,
    peak over the whole run less the baseline once the CUDA context exists),
    beside each pool's own count and the bytes in live blocks, for ResNet-50
    at batch 32 and 128 and seq2seq (30 variable-length batches), under pgmo
    and under CuPy's pool, each run a process of its own
-   (``scripts/bench_memory.py``'s child, the same measurement);
+   (``scripts.bench_memory``'s child, the same measurement);
 c. the time of iterations 1-3 and of the steady state under both pools,
 
-then prints a verdict table and the tables (``scripts/quick_check_report.py``)
+then prints a verdict table and the tables (:mod:`scripts.quick_check_report`)
 and writes ``quick-check.json`` (every raw result) and ``quick-check.md``
 (the report) into ``--out``, after every step, so that a cut keeps what was
-measured; ``python scripts/results_table.py`` brings them into
+measured; ``python -m scripts.results_table`` brings them into
 ``docs/results.md``.  Every step has its own time limit and the whole run
 ``--budget`` seconds (default 450: with the start and the report, under 8
 minutes on an H100); a step that times out or fails is reported as such and
 the next one starts.  ``--dry-run`` runs every step on the CPU with the
-stand-ins of ``scripts/gpu_stand_ins.py`` for ``cupy.cuda.runtime``, NVML
+stand-ins of :mod:`scripts.gpu_stand_ins` for ``cupy.cuda.runtime``, NVML
 and ``cuda.bindings.driver``, and tiny workloads: every number is labelled a
 stand-in's.
 """
@@ -40,7 +39,6 @@ import argparse
 import datetime
 import json
 import logging
-import os
 import shlex
 import signal
 import subprocess
@@ -49,11 +47,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import quick_check_report  # noqa: E402
+from . import children, quick_check_report
 
-RESULT_TAG = "BENCH-RESULT "  # as scripts/bench_memory.py's children print theirs
 JSON_NAME, REPORT_NAME = "quick-check.json", "quick-check.md"
 
 log = logging.getLogger("gpu_quick_check")
@@ -61,7 +56,7 @@ log = logging.getLogger("gpu_quick_check")
 
 @dataclass
 class Workload:
-    """One workload of parts b and c: a ``bench_memory.py --child`` configuration."""
+    """One workload of parts b and c: a ``scripts.bench_memory --child`` configuration."""
 
     name: str
     config: dict
@@ -94,7 +89,7 @@ MIN_STEP_S = 10.0
 
 
 def base_config(args) -> dict:
-    """What every run of parts b and c shares (``bench_memory.py``'s child configuration)."""
+    """What every run of parts b and c shares (``scripts.bench_memory``'s child configuration)."""
     if args.dry_run:
         return {"device": -1, "stand_ins": True, "skip": 3, "method": "best",
                 "time_limit": 1.0, "classes": 10, "vocab": 50, "units": 16, "layers": 1,
@@ -107,10 +102,10 @@ def base_config(args) -> dict:
 # ------------------------------------------------------------------ part a, in a child
 def costs_child(options: dict) -> dict:
     """Part a in this (fresh) process, with the environment it ran in."""
-    import allocator_costs
+    from . import allocator_costs
 
     if options["dry_run"]:
-        import gpu_stand_ins
+        from . import gpu_stand_ins
 
         gpu = gpu_stand_ins.modules()
         env = {"device": gpu.name, "device memory": f"{gpu.device.total / 2**30:.0f} GiB",
@@ -159,8 +154,9 @@ class Check:
     def remaining(self) -> float:
         return self.args.budget - (time.monotonic() - self.started)
 
-    def step(self, name: str, limit_s: float, argv: list[str]) -> dict | None:
-        """Run one child under its limit (and what is left of the budget); its result or None."""
+    def step(self, name: str, limit_s: float, command: list[str]) -> dict | None:
+        """Run one child (a command line) under its limit (and what is left of the budget); its
+        result or None."""
         limit = min(limit_s, self.remaining() - 5)
         status = {"name": name, "limit_s": max(limit, 0.0), "seconds": 0.0}
         self.data["steps"].append(status)
@@ -170,9 +166,9 @@ class Check:
             return None
         log.info("%s: started (limit %.0f s)", name, limit)
         start = time.monotonic()
-        env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
+        env = children.environment(PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
         try:
-            done = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
+            done = subprocess.run(command, capture_output=True, text=True,
                                   timeout=limit, env=env)
         except subprocess.TimeoutExpired:
             status.update(status=f"timed out after {limit:.0f} s",
@@ -180,11 +176,11 @@ class Check:
             log.warning("%s: timed out after %.0f s", name, limit)
             return None
         status["seconds"] = time.monotonic() - start
-        for line in done.stdout.splitlines():
-            if line.startswith(RESULT_TAG):
-                status["status"] = "done"
-                log.info("%s: done in %.1f s", name, status["seconds"])
-                return json.loads(line[len(RESULT_TAG):])
+        result = children.result_of(done.stdout)
+        if result is not None:
+            status["status"] = "done"
+            log.info("%s: done in %.1f s", name, status["seconds"])
+            return result
         status["status"] = f"failed (exit {done.returncode})"
         status["error"] = (done.stdout + done.stderr)[-1500:]
         log.warning("%s failed (exit %s):\n%s", name, done.returncode, status["error"])
@@ -194,7 +190,8 @@ class Check:
         options = {"device": self.args.device, "dry_run": self.args.dry_run,
                    "seconds": COSTS_LIMIT_S - 15}
         result = self.step("a. allocation costs", COSTS_LIMIT_S,
-                           [str(Path(__file__).resolve()), "--costs-child", json.dumps(options)])
+                           children.command("gpu_quick_check", "--costs-child",
+                                            json.dumps(options)))
         if result is not None:
             self.data["environment"] = result["environment"]
             self.data["costs"] = result["costs"]
@@ -202,7 +199,7 @@ class Check:
     def run(self, workload: Workload, pool: str) -> None:
         cfg = {**base_config(self.args), **workload.config, "pool": pool}
         result = self.step(f"b/c. {workload.name} {pool}", workload.limit_s,
-                           [str(HERE / "bench_memory.py"), "--child", json.dumps(cfg)])
+                           children.command("bench_memory", "--child", json.dumps(cfg)))
         last = self.data["steps"][-1]
         self.data["runs"].append({"workload": workload.name, "pool": pool, "config": cfg,
                                   "result": result if result is not None
@@ -225,11 +222,10 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.costs_child is not None:
-        result = costs_child(json.loads(args.costs_child))
-        print(RESULT_TAG + json.dumps(result), flush=True)
+        children.print_result(costs_child(json.loads(args.costs_child)))
         return 0
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    check = Check(args, shlex.join(["python", "scripts/gpu_quick_check.py", *argv]))
+    check = Check(args, shlex.join(["python", "-m", "scripts.gpu_quick_check", *argv]))
 
     def stop(signum, frame):  # a session's timeout: report what was measured
         raise KeyboardInterrupt(f"signal {signum}")

@@ -5,7 +5,7 @@
 #   bash scripts/gpu_session.sh quick         first: the quick check, at most 8 minutes
 #   bash scripts/gpu_session.sh [STEP...]     steps: quick tests traces malloc sanitizer demo mn bench
 #
-# Run "quick" first, on its own: scripts/gpu_quick_check.py measures what the
+# Run "quick" first, on its own: python -m scripts.gpu_quick_check measures what the
 # device layer must know (which allocation calls wait for queued kernels, the
 # device memory each pool's run takes seen from outside the pool, the first
 # iterations' times) in at most 8 minutes.  With no STEP it runs: tests traces
@@ -19,20 +19,20 @@
 #   session.log      every step's start, end and exit status, the GPU, the versions,
 #                    and the summaries of the other files
 #   pytest-gpu.log   pytest -m gpu (pass/fail counts on its last line)
-#   traces.tar.gz    traces/*.json.gz from scripts/record_traces.py (what was
+#   traces.tar.gz    traces/*.json.gz from scripts.record_traces (what was
 #                    written, also when the step timed out), DenseNet-BC with and
 #                    without recomputation among them; after step bench also
 #                    runs/*.run.json.gz, whole runs recorded from process start;
 #                    after step quick also quick-check/quick-check.{json,md}, the
 #                    quick check's raw results and report (its report is also in
 #                    session.log)
-#   bench_malloc.txt scripts/bench_malloc.py --gpu
+#   bench_malloc.txt python -m scripts.bench_malloc --gpu
 #   sanitizer.log    compute-sanitizer --tool memcheck runs (ERROR SUMMARY lines
 #                    are copied into session.log)
 #   demo.log         python -m pgmo demo
 #   (step mn, two MPI ranks training on one GPU with a pgmo pool each, writes
 #   its output into session.log)
-#   results.md, bench_memory.log   scripts/bench_memory.py (step "bench" only; the
+#   results.md, bench_memory.log   scripts.bench_memory (step "bench" only; the
 #                    DenseNet-BC recomputation table is its last section)
 #
 # Environment (all optional):
@@ -50,10 +50,11 @@
 #   MPIEXEC          mpiexec to use (default: the one installed from .whl/, else the
 #                    one beside $PY, else on PATH)
 #
-# Then: python scripts/results_table.py "$OUT" -o docs/results.md (the quick check's results
+# Then: python -m scripts.results_table "$OUT" -o docs/results.md (the quick check's results
 # included)
 #
-# pgmo is taken from this checkout (its root goes first on PYTHONPATH; setup compiles its
+# pgmo and the programs of scripts/ (run as python -m scripts.NAME) are taken from this
+# checkout (its root goes on PYTHONPATH, after the wheels' folder; setup compiles pgmo's
 # hot path in place: python setup.py build_ext --inplace, which needs Cython).  Wheels
 # in .whl/ (scripts/fetch_gpu_wheels.sh builds Chainer's) are installed into
 # $SCRATCH/site, ahead of what the Python already has, except MPICH's, which
@@ -186,7 +187,7 @@ EOF
 run_quick() {
     local cap; cap=$(budget "$TIMEOUT_QUICK")
     rm -rf "$SCRATCH/quick-check"
-    step quick "$cap" $PY scripts/gpu_quick_check.py --device 0 --out "$SCRATCH/quick-check" \
+    step quick "$cap" $PY -m scripts.gpu_quick_check --device 0 --out "$SCRATCH/quick-check" \
         --budget $(( cap > 60 ? cap - 30 : cap / 2 )) >>"$LOG" 2>&1
     archive
 }
@@ -216,14 +217,14 @@ run_traces() {
     rm -rf "$SCRATCH/traces"
     # One process per workload (--isolate): a model that fails or fills the device leaves
     # nothing behind for the next.
-    step traces "$TIMEOUT_TRACES" $PY scripts/record_traces.py --device 0 --out-dir \
+    step traces "$TIMEOUT_TRACES" $PY -m scripts.record_traces --device 0 --out-dir \
         "$SCRATCH/traces" --arch alexnet googlenet resnet50 inception-resnet-v2 \
         --batchsize 32 64 128 --inference --seq2seq 3 --densenet 64 --isolate >>"$LOG" 2>&1
     archive
 }
 
 run_malloc() {
-    step malloc "$TIMEOUT_MALLOC" $PY scripts/bench_malloc.py --gpu >"$OUT/bench_malloc.txt" 2>&1
+    step malloc "$TIMEOUT_MALLOC" $PY -m scripts.bench_malloc --gpu >"$OUT/bench_malloc.txt" 2>&1
 }
 
 run_sanitizer() {
@@ -264,8 +265,8 @@ run_mn() {
 run_bench() {
     local cap; cap=$(budget "$TIMEOUT_BENCH")
     rm -rf "$SCRATCH/runs"
-    # bench_memory.py stops starting configurations in time to write its report.
-    step bench "$cap" $PY scripts/bench_memory.py --device 0 \
+    # bench_memory stops starting configurations in time to write its report.
+    step bench "$cap" $PY -m scripts.bench_memory --device 0 \
         --budget $(( cap > 80 ? cap - 40 : cap / 2 )) --run-dir "$SCRATCH/runs" \
         -o "$OUT/results.md" >"$OUT/bench_memory.log" 2>&1
     archive

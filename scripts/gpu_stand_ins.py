@@ -1,6 +1,6 @@
 """Stand-ins for the GPU modules the quick check calls: its dry run runs every line on a CPU.
 
-``scripts/gpu_quick_check.py --dry-run`` (and ``scripts/bench_memory.py``'s
+``python -m scripts.gpu_quick_check --dry-run`` (and ``scripts.bench_memory``'s
 children it starts, with ``"stand_ins": true``) take their modules from
 :func:`modules` instead of ``cupy.cuda.runtime``, ``pynvml`` and
 ``cuda.bindings.driver``.  Each stand-in has the real names, argument order

@@ -1,10 +1,9 @@
-#!/usr/bin/env python
 """How close a CPU recording comes to a GPU's: the H100 traces of 2026-11-25, recorded again.
 
-``scripts/record_runs.py`` records on the CPU what a GPU run would allocate;
+``scripts.record_runs`` records on the CPU what a GPU run would allocate;
 this script checks that against what a GPU did allocate.  For each
 calibration workload it records two updates on the CPU (the first a
-warm-up, as ``record_traces.py`` did on the H100), cuts the second one out
+warm-up, as ``scripts.record_traces`` did on the H100), cuts the second one out
 the way the GPU trace was taken, and compares request count, lower bound and
 largest blocks with the bundled H100 trace:
 
@@ -20,8 +19,8 @@ bound of pgmo's plan in ``bench_memory-results.md``, in MiB to 0.1)
     as ``profiled``, less the blocks that outlive the iteration (the
     gradients: pgmo keeps them in buffers of their own, outside the plan).
 
-    python scripts/mirror_fidelity.py --out pgmo/traces/runs/fidelity.json
-    python scripts/mirror_fidelity.py --capture mirror numpy --workload alexnet
+    python -m scripts.mirror_fidelity --out pgmo/traces/runs/fidelity.json
+    python -m scripts.mirror_fidelity --capture mirror numpy --workload alexnet
 """
 
 from __future__ import annotations
@@ -33,13 +32,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pgmo
+from pgmo import bundled
+from pgmo.runs import Run
 
-import record_runs  # noqa: E402  (sets up the paths and Chainer)
-
-import pgmo  # noqa: E402
-from pgmo import bundled  # noqa: E402
-from pgmo.runs import Run  # noqa: E402
+from . import record_runs  # Chainer and the examples
 
 log = logging.getLogger("mirror_fidelity")
 

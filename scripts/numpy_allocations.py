@@ -1,6 +1,6 @@
 """Every NumPy data allocation of the process, logged into a RunRecorder.
 
-The other way :mod:`record_runs` can capture a CPU run (``--capture numpy``):
+The other way :mod:`scripts.record_runs` can capture a CPU run (``--capture numpy``):
 NumPy's data allocator is replaced for the process (NumPy's
 ``PyDataMem_SetHandler``, through the ``numpy-allocator`` package) by one that
 logs each allocation and free.  It sees everything NumPy allocates, including

@@ -1,6 +1,6 @@
 """The quick GPU check's Markdown: its verdicts and tables, from the raw results it writes.
 
-Kept apart from the runs so that ``scripts/results_table.py`` renders the
+Kept apart from the runs so that ``scripts.results_table`` renders the
 same tables from ``quick-check.json`` in a session's folder, and so that the
 formatting is tested on results shaped as a GPU run writes them.  Every
 comparison of the two pools rests on the measurement both runs share (the
@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import statistics
 
+from .markdown import mib, table
+
 MiB = 2**20
 #: Within this share of each other, two figures are "about the same".
 SAME = 0.02
-
-
-def mib(value) -> str:
-    return "-" if value is None else f"{value / MiB:,.1f}"
 
 
 def size_text(size: int) -> str:
@@ -29,11 +27,8 @@ def size_text(size: int) -> str:
 
 
 def markdown(columns, rows, text_columns: int = 2) -> list[str]:
-    """A Markdown table: the first ``text_columns`` left-aligned, the others right-aligned."""
-    out = ["| " + " | ".join(columns) + " |",
-           "|" + "|".join("---" if i < text_columns else "---:"
-                          for i in range(len(columns))) + "|"]
-    return out + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    """A table of the report: workload and pool (or the like) left-aligned."""
+    return table(columns, rows, text_columns)
 
 
 # ------------------------------------------------------------------ a. allocator costs

@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """How recomputation and pgmo compose: a Markdown table from DenseNet-BC traces.
 
-Reads the traces that ``scripts/record_traces.py --densenet B`` writes (one
+Reads the traces that ``python -m scripts.record_traces --densenet B`` writes (one
 training iteration of ``examples/densenet.py``'s DenseNet-BC, recomputation
 off and on, each recorded under CuPy's stock pool and under pgmo), plans each
 one as ``pgmo analyze`` does, and prints one Markdown section: per trace the
@@ -14,8 +13,8 @@ plan against its plan without recomputation.  A plan is not a measurement:
 no cell compares one with the other, and every plan cell says "plan".  It needs no
 GPU: run it where the traces are::
 
-    python scripts/recompute_table.py traces/ -o recompute.md
-    python scripts/recompute_table.py traces/densenet-*.json.gz --method bestfit
+    python -m scripts.recompute_table traces/ -o recompute.md
+    python -m scripts.recompute_table traces/densenet-*.json.gz --method bestfit
 
 Traces of a CPU dry run (``"dry_run": true``) are stand-ins: their rows say
 ``n/a (CPU)`` instead of numbers.
@@ -31,9 +30,10 @@ from pathlib import Path
 import pgmo
 from pgmo import SolverOptions
 
+from .markdown import NA, mib, table
+
 log = logging.getLogger("recompute_table")
 
-NA = "n/a (CPU)"
 POOL_LABEL = {"stock": "stock (CuPy)", "pgmo": "pgmo"}
 TRACE_COLUMNS = ("model", "batch", "recompute", "recorded under", "requests",
                  "lower bound (MiB)", "best-fit plan (MiB)", "{method} plan (MiB)",
@@ -88,10 +88,6 @@ def model_name(metadata) -> str:
     return f"DenseNet-BC-{depth} (k={growth_rate})"
 
 
-def mib(value) -> str:
-    return "-" if value is None else f"{value / 2**20:,.1f}"
-
-
 def _change(value, base, prefix: str = "") -> str:
     """``value`` in MiB with its change against ``base`` (the same kind of figure), if any."""
     if value is None:
@@ -99,15 +95,6 @@ def _change(value, base, prefix: str = "") -> str:
     if not base:
         return f"{prefix}{mib(value)}"
     return f"{prefix}{mib(value)} ({100 * (value - base) / base:+.1f} %)"
-
-
-def markdown(columns, rows, text_columns: int) -> str:
-    """A Markdown table: the first ``text_columns`` left-aligned, numbers right-aligned."""
-    lines = ["| " + " | ".join(columns) + " |",
-             "|" + "|".join("---" if i < text_columns else "---:"
-                            for i in range(len(columns))) + "|"]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def trace_rows(entries) -> list[tuple]:
@@ -195,8 +182,8 @@ def section(entries, method: str = "best", time_limit: float | None = None,
             + ", ".join(f"{k} {_distinct(entries, k)}" for k in
                         ("pgmo", "cupy", "chainer", "numpy", "python")),
             f"- date: {_distinct(entries, 'date')}",
-            "", markdown([c.format(method=method) for c in TRACE_COLUMNS], trace_rows(entries),
-                         4),
+            "", *table([c.format(method=method) for c in TRACE_COLUMNS], trace_rows(entries),
+                       4),
             "",
             "Recomputation off and on side by side.  In brackets, each figure's change "
             "against the same kind of figure without recomputation: the stock pool's "
@@ -204,8 +191,8 @@ def section(entries, method: str = "best", time_limit: float | None = None,
             "its plan.  A plan is what pgmo would hold for that iteration, not a "
             "measurement of what it held (the GPU memory tables measure that): no cell "
             "compares a plan with a measurement.", "",
-            markdown([c.format(method=method) for c in COMPOSE_COLUMNS], compose_rows(entries),
-                     3),
+            *table([c.format(method=method) for c in COMPOSE_COLUMNS], compose_rows(entries),
+                   3),
             ""]
     return "\n".join(out)
 

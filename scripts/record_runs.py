@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Record whole training runs of the real examples on the CPU, every array allocation included.
 
 A footprint is a property of a whole run (weights, optimizer state, warm-up,
@@ -9,22 +8,22 @@ make for the run's arrays into a :class:`pgmo.runs.RunRecorder`, with an
 iteration mark around each optimizer update.  Two ways (``--capture``):
 
 ``mirror`` (default)
-    :class:`numpy_mirror.NumpyMirror`: one request through CuPy's allocator
+    :class:`scripts.numpy_mirror.NumpyMirror`: one request through CuPy's allocator
     (``cupy.cuda.alloc``; the recorder is installed there with
     ``cupy.cuda.set_allocator``) per array a function receives, returns or
     keeps, per parameter, gradient and optimizer state, plus the modelled
     temporaries of Chainer's GPU convolutions (im2col), each freed when its
     NumPy array dies.
 ``numpy``
-    :class:`numpy_allocations.NumpyAllocations`: every NumPy data allocation
+    :class:`scripts.numpy_allocations.NumpyAllocations`: every NumPy data allocation
     and free, through NumPy's allocator handler (``numpy-allocator``): the
     temporaries of Chainer's CPU paths included, which are not the GPU's.
 
-``scripts/mirror_fidelity.py`` compares both with the H100 recordings of
+``python -m scripts.mirror_fidelity`` compares both with the H100 recordings of
 2026-11-25; its table is kept in each run file's metadata (``--fidelity``).
 
-    python scripts/record_runs.py --workload resnet50 --iterations 4 --out-dir pgmo/traces/runs
-    python scripts/record_runs.py --workload seq2seq --iterations 30 --out-dir pgmo/traces/runs
+    python -m scripts.record_runs --workload resnet50 --iterations 4 --out-dir pgmo/traces/runs
+    python -m scripts.record_runs --workload seq2seq --iterations 30 --out-dir pgmo/traces/runs
 
 Workloads: ``resnet50`` / ``alexnet`` / ``googlenet`` (``examples/train_imagenet.py``'s
 models and synthetic data, MomentumSGD), ``densenet`` (``examples/densenet.py``'s
@@ -48,18 +47,18 @@ import sys
 import time
 from pathlib import Path
 
+import pgmo
+import pgmo.chainer  # noqa: F401  (the Chainer compatibility layer first)
+
+import chainer
+import numpy as np
+from pgmo.runs import Run, RunRecorder, write_run
+
+from .examples import load
+from .numpy_mirror import NumpyMirror
+
+#: The checkout whose commit the run files name.
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import pgmo  # noqa: E402
-import pgmo.chainer  # noqa: E402,F401  (the Chainer compatibility layer first)
-
-import chainer  # noqa: E402
-import numpy as np  # noqa: E402
-
-from numpy_mirror import NumpyMirror  # noqa: E402
-from pgmo.runs import Run, RunRecorder, write_run  # noqa: E402
 
 log = logging.getLogger("record_runs")
 
@@ -165,7 +164,7 @@ class NumpyCapture:
     """Every NumPy data allocation (``--capture numpy``)."""
 
     def __init__(self, recorder: RunRecorder):
-        from numpy_allocations import NumpyAllocations
+        from .numpy_allocations import NumpyAllocations
 
         self.allocations = NumpyAllocations(recorder)
 
@@ -203,15 +202,15 @@ def _updater(model, optimizer, data, batch: int, **iterator_options):
 
 def imagenet_workload(arch: str, batch: int, insize: int | None, classes: int, seed: int):
     """(setup, facts) for ``examples/train_imagenet.py``'s ``arch``, as it trains."""
-    import train_imagenet
-    from models import ARCHS
+    train_imagenet = load("train_imagenet")
+    archs = load("models").ARCHS
 
-    size = insize or ARCHS[arch].insize
+    size = insize or archs[arch].insize
     data = train_imagenet.SyntheticImageNet(batch, size, classes, seed)  # host data, untraced
 
     def setup():
         np.random.seed(seed)
-        return _updater(ARCHS[arch](n_classes=classes),
+        return _updater(archs[arch](n_classes=classes),
                         chainer.optimizers.MomentumSGD(lr=0.01, momentum=0.9), data, batch,
                         shuffle=False)
 
@@ -224,8 +223,7 @@ def densenet_workload(batch: int, seed: int, depth: int = 100, growth: int = 12,
                       insize: int = 32, recompute: bool = False):
     """(setup, facts) for ``examples/densenet.py``'s DenseNet-BC (``recompute``: its
     bottlenecks under ``F.forget``)."""
-    import densenet
-
+    densenet = load("densenet")
     data = densenet.synthetic_cifar(batch, insize, 10, seed)
 
     def setup():
@@ -243,8 +241,7 @@ def densenet_workload(batch: int, seed: int, depth: int = 100, growth: int = 12,
 def seq2seq_workload(batch: int, vocab: int, units: int, layers: int, sentences: int,
                      seed: int):
     """(setup, facts) for ``examples/seq2seq.py``: shuffled batches of 1-50-word sentences."""
-    import seq2seq
-
+    seq2seq = load("seq2seq")
     pairs = seq2seq.synthetic_pairs(sentences, vocab, 1, 50, seed)  # host data, untraced
 
     def setup():
@@ -356,7 +353,7 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", help="file name stem (default: from the workload)")
     parser.add_argument("--fidelity", type=Path,
-                        help="JSON table from scripts/mirror_fidelity.py, kept in the metadata")
+                        help="JSON table from scripts.mirror_fidelity, kept in the metadata")
     parser.add_argument("--out-dir", type=Path, default=Path("."))
     args = parser.parse_args(argv)
     for name in ("iterations", "batchsize", "insize", "classes", "depth", "growth_rate",

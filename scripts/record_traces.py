@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Record real allocation traces with pgmo's profiling mode, on a GPU.
 
 For every ``--arch`` and ``--batchsize`` one training iteration of the
@@ -9,7 +8,7 @@ seq2seq example (training and greedy inference), run under a fresh
 ``pool.profile`` is written to ``<out-dir>/<name>.json.gz`` with metadata saying
 how it was recorded::
 
-    python scripts/record_traces.py --device 0 --out-dir traces-h100 \\
+    python -m scripts.record_traces --device 0 --out-dir traces-h100 \\
         --arch alexnet googlenet resnet50 inception-resnet-v2 \\
         --batchsize 32 64 128 --inference --seq2seq 3 --densenet 64
 
@@ -24,7 +23,7 @@ exactly the iteration pgmo would plan from in ``ProfileGuidedMemory``.
 CuPy's stock pool (``-stock``): a fresh ``cupy.cuda.MemoryPool`` serves one
 step, then :class:`pgmo.TraceRecorder` records the next, so the trace also
 says what the stock pool reserved (``reserved_peak``).
-``scripts/recompute_table.py`` compares the four.
+``python -m scripts.recompute_table`` compares the four.
 
 ``--device -1`` is a CPU dry run of the same code path at tiny sizes.  Chainer
 on NumPy never calls CuPy's allocator, so there a Chainer function hook
@@ -43,223 +42,27 @@ import argparse
 import contextlib
 import datetime
 import logging
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
+import pgmo
+import pgmo.chainer  # noqa: F401  (applies the Chainer compatibility layer first)
 
-import pgmo  # noqa: E402
-import pgmo.chainer  # noqa: E402,F401  (applies the Chainer compatibility layer first)
+import chainer
 
-import chainer  # noqa: E402
-import numpy as np  # noqa: E402
-
-import densenet as densenet_example  # noqa: E402
-from numpy_mirror import NumpyMirror  # noqa: E402,F401  (CPU dry runs' stand-in)
-import seq2seq as seq2seq_example  # noqa: E402
-import train_imagenet  # noqa: E402
-from models import ARCHS  # noqa: E402
+from . import children
+from .chainer_workloads import (ARCHS, DENSENET, DRY_RUN_NOTE, TINY_INSIZE, Workload,
+                                cnn_inference, cnn_training, densenet_training, environment,
+                                mirror_for, new_pool, seq2seq_inference, seq2seq_training)
 
 log = logging.getLogger("record_traces")
 
-BUNDLED_DIR = ROOT / "pgmo" / "traces"
-#: Smallest image sizes the models accept: the CPU dry run's defaults.
-TINY_INSIZE = {"alexnet": 39, "googlenet": 32, "resnet50": 32, "inception-resnet-v2": 75}
-#: DenseNet-BC on CIFAR-sized images: (depth, growth rate, image size, classes);
-#: the published DenseNet-BC-100 (k=12) on a GPU; in a CPU dry run a tiny one whose
-#: profiles still exceed the 256 requests that the pool plans in the background.
-DENSENET = {"gpu": (100, 12, 32, 10), "dry-run": (28, 4, 8, 10)}
-DRY_RUN_NOTE = ("CPU dry run: NumPy never calls CuPy's allocator, so each block stands in "
-                "for one NumPy array Chainer passed to a function; no GPU recording")
-
-
-# ------------------------------------------------------------------ workloads
-class Workload:
-    """One hot step of a model (``step()``) plus the metadata that names it.
-
-    ``step()`` returns facts about the step just run (e.g. sentence lengths),
-    merged into the trace's metadata.  ``pools``: under which pools to record
-    it (``"pgmo"``: its profiling mode; ``"stock"``: CuPy's pool with
-    :class:`pgmo.TraceRecorder`); with more than one, each file's name ends
-    with its pool's.
-    """
-
-    def __init__(self, name: str, metadata: dict, step, pools=("pgmo",)):
-        self.name = name
-        self.metadata = metadata
-        self.step = step
-        self.pools = tuple(pools)
-
-
-def update_step(model, optimizer, data, batch: int, device):
-    """One call = one update of ``model`` on the next batch of ``data`` (Chainer's own updater)."""
-    optimizer.setup(model)
-    iterator = chainer.iterators.SerialIterator(data, batch, shuffle=False)
-    updater = chainer.training.updaters.StandardUpdater(iterator, optimizer, device=device)
-
-    def step():
-        updater.update()
-        return {}
-
-    return step
-
-
-def cnn_training(arch: str, batch: int, device, insize: int, classes: int, seed: int = 0):
-    """One MomentumSGD update of ``arch`` on synthetic ImageNet-shaped data."""
-    model = ARCHS[arch](n_classes=classes)
-    model.to_device(device)
-    optimizer = chainer.optimizers.MomentumSGD(lr=0.01, momentum=0.9)
-    data = train_imagenet.SyntheticImageNet(batch, insize, classes, seed)
-    step = update_step(model, optimizer, data, batch, device)
-    return Workload(f"{arch}-train-b{batch}",
-                    {"model": arch, "kind": "training", "batch_size": batch,
-                     "input_size": insize, "classes": classes,
-                     "optimizer": "MomentumSGD(lr=0.01, momentum=0.9)"}, step)
-
-
-def cnn_inference(arch: str, device, insize: int, classes: int, seed: int = 0):
-    """One forward pass at batch 1, as ``train_imagenet.py --inference`` runs it."""
-    model = ARCHS[arch](n_classes=classes)
-    model.to_device(device)
-    image, _ = train_imagenet.SyntheticImageNet(1, insize, classes, seed)[0]
-
-    def step():
-        with chainer.using_config("train", False), chainer.no_backprop_mode():
-            scores = model.forward(device.send(image[None]))
-            label = int(chainer.backends.cuda.to_cpu(scores.array).argmax())
-            del scores
-        return {"predicted_class": label}
-
-    return Workload(f"{arch}-infer-b1",
-                    {"model": arch, "kind": "inference", "batch_size": 1,
-                     "input_size": insize, "classes": classes}, step)
-
-
-def _seq2seq_model(device, args):
-    model = seq2seq_example.Seq2seq(args.vocab, args.units, args.layers)
-    model.to_device(device)
-    pairs = seq2seq_example.synthetic_pairs(args.sentences, args.vocab, args.min_length,
-                                            args.max_length, args.seed)
-    meta = {"model": "seq2seq", "vocab": args.vocab, "units": args.units,
-            "layers": args.layers, "sentence_words": [args.min_length, args.max_length]}
-    return model, pairs, meta
-
-
-def seq2seq_training(device, args):
-    """One Adam update on a shuffled batch: every batch has other sentence lengths."""
-    model, pairs, meta = _seq2seq_model(device, args)
-    optimizer = chainer.optimizers.Adam()
-    optimizer.setup(model)
-    order = chainer.iterators.ShuffleOrderSampler(np.random.RandomState(args.seed))
-    iterator = chainer.iterators.SerialIterator(pairs, args.seq2seq_batchsize,
-                                                order_sampler=order)
-    lengths = {}
-
-    def convert(batch, device):
-        lengths["source_lengths"] = [len(s) for s, _ in batch]
-        return seq2seq_example.convert_pairs(batch, device)
-
-    updater = chainer.training.updaters.StandardUpdater(iterator, optimizer, converter=convert,
-                                                        device=device)
-
-    def step():
-        updater.update()
-        return dict(lengths)
-
-    return Workload(f"seq2seq-train-b{args.seq2seq_batchsize}",
-                    {**meta, "kind": "training", "batch_size": args.seq2seq_batchsize,
-                     "optimizer": "Adam()"}, step)
-
-
-def seq2seq_inference(device, args):
-    """Greedy translation of the next sentence(s), up to ``--max-output`` words."""
-    model, pairs, meta = _seq2seq_model(device, args)
-    sources = [s for s, _ in pairs]
-    position = [0]
-
-    def step():
-        first = position[0] % len(sources)
-        batch = sources[first:first + args.translate_batch]
-        position[0] = first + len(batch)
-        outputs = model.translate(seq2seq_example.send_sequences(device, batch),
-                                  args.max_output)
-        return {"source_lengths": [len(s) for s in batch],
-                "output_lengths": [len(o) for o in outputs]}
-
-    return Workload(f"seq2seq-infer-b{args.translate_batch}",
-                    {**meta, "kind": "inference", "batch_size": args.translate_batch,
-                     "max_output_words": args.max_output, "untrained": True}, step)
-
-
-def densenet_training(batch: int, device, recompute: bool, sizes, seed: int = 0):
-    """One MomentumSGD update of ``examples/densenet.py``'s DenseNet-BC, under both pools."""
-    depth, growth_rate, insize, classes = sizes
-    np.random.seed(seed)  # the same weights with and without recomputation
-    model = densenet_example.DenseNetBC(depth, growth_rate, classes, recompute)
-    model.to_device(device)
-    optimizer = chainer.optimizers.MomentumSGD(lr=0.1, momentum=0.9)
-    data = densenet_example.synthetic_cifar(batch, insize, classes, seed)
-    step = update_step(model, optimizer, data, batch, device)
-    metadata = {"model": f"densenet-bc-{depth}", "depth": depth, "growth_rate": growth_rate,
-                "kind": "training", "batch_size": batch, "input_size": insize,
-                "classes": classes, "optimizer": "MomentumSGD(lr=0.1, momentum=0.9)",
-                "recompute": recompute}
-    if recompute:
-        metadata["recomputed"] = densenet_example.RECOMPUTED
-    name = f"densenet-bc{depth}-k{growth_rate}-train-b{batch}-recompute-" \
-           f"{'on' if recompute else 'off'}"
-    return Workload(name, metadata, step, pools=("stock", "pgmo"))
+BUNDLED_DIR = children.ROOT / "pgmo" / "traces"
 
 
 # ------------------------------------------------------------------ recording
-class CupyAllocator:
-    """Where the CPU dry run's :class:`NumpyMirror` asks for memory: CuPy's allocator.
-
-    ``cupy.cuda.alloc`` calls whichever allocator is installed (``with pool:``,
-    ``cupy.cuda.set_allocator``), as every CuPy array does on a GPU; so in a
-    dry run the requests reach the pool the way Chainer's reach it there, and
-    only if the pool really is installed.
-    """
-
-    @staticmethod
-    def malloc(nbytes: int):
-        import cupy
-
-        return cupy.cuda.alloc(nbytes)
-
-
-def pool_defaults() -> dict:
-    """The pool's own defaults for the options ``pgmo.testing``'s host pools set otherwise.
-
-    The host pools plan at the boundary (``replan="sync"``) for reproducible
-    tests; a dry run must behave as the pool does on a GPU (``"background"``).
-    """
-    from pgmo.engine import PoolOptions
-    from pgmo.testing import TEST_DEFAULTS
-
-    defaults = PoolOptions()
-    return {key: getattr(defaults, key) if hasattr(defaults, key) else
-            getattr(defaults.solver, key) for key in TEST_DEFAULTS}
-
-
-def new_pool(device_id: int, **options):
-    """A pgmo pool with its own defaults: CuPy's on a GPU, on host memory in a CPU dry run."""
-    if device_id < 0:
-        from pgmo.testing import host_pool
-
-        return host_pool(**{**pool_defaults(), **options})
-    return pgmo.ProfileGuidedMemoryPool(**options)
-
-
-def mirror_for(device_id: int):
-    """CPU dry run: NumPy arrays mirrored into CuPy's allocator; on a GPU, nothing to do."""
-    return NumpyMirror(CupyAllocator()) if device_id < 0 else contextlib.nullcontext()
-
-
 def profiled_trace(pool, name: str):
     """The profile of the iteration the pool has just profiled.
 
@@ -360,24 +163,6 @@ def stock_step(workload: Workload, device_id: int):
         raise RuntimeError(f"{workload.name}: the stock pool received no request "
                            "(is CuPy the array backend?)")
     return trace, facts, seconds
-
-
-def environment(device_id: int) -> dict:
-    """Device and library versions, for every trace's metadata."""
-    import cupy
-
-    env = {"pgmo": pgmo.__version__, "cupy": cupy.__version__, "chainer": chainer.__version__,
-           "numpy": np.__version__, "python": platform.python_version()}
-    if device_id >= 0:
-        props = cupy.cuda.runtime.getDeviceProperties(device_id)
-        name = props["name"]
-        env["device"] = name.decode() if isinstance(name, bytes) else str(name)
-        env["device_memory_bytes"] = int(props["totalGlobalMem"])
-        env["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
-        env["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
-    else:
-        env["device"] = f"CPU ({platform.processor() or platform.machine()}), dry run"
-    return env
 
 
 #: How each pool's traces are recorded, on a GPU and in a CPU dry run.
@@ -534,8 +319,9 @@ def isolated(args, count: int) -> tuple[list[Path], int]:
     failed = 0
     for k in range(count):
         argv = [a for a in args.argv if a != "--isolate"]
-        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv,
-                               "--only", str(k), "--command", args.command])
+        done = subprocess.run(children.command("record_traces", *argv, "--only", k,
+                                               "--command", args.command),
+                              env=children.environment())
         failed += done.returncode != 0
     return sorted(set(args.out_dir.glob("*.json.gz")) - before), failed
 

@@ -1,12 +1,11 @@
-#!/usr/bin/env python
 """Write ``docs/results.md`` from a GPU session's output folder: the paper's Figures 2 and 3
 as measured, and everything else the session measured, with where pgmo loses.
 
-    python scripts/results_table.py tests/data/gpu-evidence/2026-11-25-h100 -o docs/results.md
-    python scripts/results_table.py results-gpu/ -o docs/results.md     # after the next run
+    python -m scripts.results_table tests/data/gpu-evidence/2026-11-25-h100 -o docs/results.md
+    python -m scripts.results_table results-gpu/ -o docs/results.md     # after the next run
 
 The folder is what ``scripts/gpu_session.sh`` (all steps, ``bench`` included)
-leaves in ``$OUT``; ``scripts/evidence.py`` reads it.  Every number comes
+leaves in ``$OUT``; :mod:`scripts.evidence` reads it.  Every number comes
 from those files, with the file named beside its table; what the folder
 lacks reads as "not measured".  Nothing is typed in by hand, so after the
 next GPU run the same command rewrites the page.  ``--check`` compares the
@@ -20,11 +19,9 @@ import re
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import quick_check_report  # noqa: E402
-from evidence import Session, number, pair, table  # noqa: E402
+from . import markdown, quick_check_report
+from .evidence import Session, find
+from .markdown import number, rows_under
 
 MISSING = "not measured"
 TASKS = {"train": "train", "inference": "inference"}
@@ -37,9 +34,8 @@ def mib(value: float | None, digits: int = 1) -> str:
 
 
 def md(columns, rows) -> list[str]:
-    out = ["| " + " | ".join(columns) + " |",
-           "|" + "|".join("---" if i < 3 else "---:" for i in range(len(columns))) + "|"]
-    return out + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    """A table of this page: model, task and batch (or the like) left-aligned."""
+    return markdown.table(columns, rows, text_columns=3)
 
 
 # ----------------------------------------------------------------- the data
@@ -57,9 +53,9 @@ def cnn_rows(session: Session) -> list[dict]:
     the pools' own counts and the 2026-11-25 report's iteration-end readings
     are kept to be shown, labelled, never compared.
     """
-    per_run = table(session.results, "Memory and time per iteration")
+    per_run = rows_under(session.results, "Memory and time per iteration")
     side = {(r["model"], r["task"], r["batch"]): r
-            for r in table(session.results, "Stock pool and pgmo side by side")}
+            for r in rows_under(session.results, "Stock pool and pgmo side by side")}
     probe = nvml_probe_peaks(session)
     rows: dict[tuple, dict] = {}
     for r in per_run:
@@ -89,7 +85,7 @@ def cnn_rows(session: Session) -> list[dict]:
 def nvml_probe_peaks(session: Session) -> dict[tuple, float]:
     """(model, task, batch, pool) -> MiB from the outside probe's table, if there is one."""
     out = {}
-    for r in table(session.nvml_probe, ""):
+    for r in rows_under(session.nvml_probe, ""):
         m = PROBE_MODEL.match(r.get("model", ""))
         peak = next((v for k, v in r.items() if k.startswith("peak device MiB")), None)
         if m and peak is not None and r.get("rc") == "0":
@@ -99,7 +95,7 @@ def nvml_probe_peaks(session: Session) -> dict[tuple, float]:
 
 
 def probe_rows(session: Session) -> list[dict[str, str]]:
-    return table(session.nvml_probe, "")
+    return rows_under(session.nvml_probe, "")
 
 
 def worse(row: dict, field: str = "outside") -> float | None:
@@ -120,7 +116,7 @@ def outside_source(session: Session, rows: list[dict]) -> str:
 
 def seq2seq_outside(session: Session) -> tuple[dict, dict] | None:
     """(stock, pgmo) rows of seq2seq measured from outside, today's bench_memory or the probe."""
-    seq = {r["pool"]: r for r in table(session.results, "seq2seq")}
+    seq = {r["pool"]: r for r in rows_under(session.results, "seq2seq")}
     if "stock" in seq and "pgmo" in seq and TAKEN in seq["stock"]:
         return ({"mib": number(seq["stock"].get(TAKEN)), "done": True},
                 {"mib": number(seq["pgmo"].get(TAKEN)), "done": True})
@@ -200,7 +196,7 @@ def losses(session: Session, rows: list[dict]) -> list[str]:
                    "before and beside the plan (warm-up, profiling, the arena taken while the "
                    "profiled iteration's memory is still held).")
     seq = seq2seq_text(session)
-    rest = {r["pool"]: r for r in table(session.results, "seq2seq")}
+    rest = {r["pool"]: r for r in rows_under(session.results, "seq2seq")}
     if seq or ("stock" in rest and "pgmo" in rest):
         text = "**Variable-length batches (seq2seq).**  "
         if seq:
@@ -214,9 +210,9 @@ def losses(session: Session, rows: list[dict]) -> list[str]:
                      f"against {number(s.get('ms/iter')) or 0:.0f} ms per iteration.")
         out.append(text.rstrip())
     search = {r["pool"]: r["largest batch that fits"]
-              for r in table(session.results, "Largest training batch")}
+              for r in rows_under(session.results, "Largest training batch")}
     if search:
-        model = table(session.results, "Largest training batch")[0]["model"]
+        model = rows_under(session.results, "Largest training batch")[0]["model"]
         out.append(f"**Largest batch.**  Under a memory limit the largest {model} training "
                    f"batch was {search.get('stock', '-')} with the stock pool and "
                    f"{search.get('pgmo', '-')} with pgmo"
@@ -281,7 +277,7 @@ def describe(row: dict) -> str:
 
 
 def malloc_rows(session: Session) -> list[dict[str, str]]:
-    return table(session.malloc, "")
+    return rows_under(session.malloc, "")
 
 
 def ratio_cell(row: dict, field: str = "outside") -> str:
@@ -366,8 +362,6 @@ def figures_section(session: Session, rows: list[dict]) -> list[str]:
 
 
 def results_name(session: Session) -> str:
-    from evidence import find
-
     path = find(session.folder, "results")
     return path.name if path else MISSING
 
@@ -396,7 +390,7 @@ def page(session: Session) -> str:
     steps = session.steps()
     out = [
         "# pgmo on a GPU: measured results", "",
-        f"<!-- Generated by scripts/results_table.py from {session.folder.name}/; "
+        f"<!-- Generated by python -m scripts.results_table from {session.folder.name}/; "
         "do not edit: run it again. -->", "",
         f"Measured on {setup.get('date', 'an unknown date')} on one "
         f"{setup.get('device', 'GPU')} (driver {setup.get('driver', '?')}, CUDA runtime "
@@ -415,7 +409,7 @@ def page(session: Session) -> str:
                 "Source: `quick-check.json` (`scripts/gpu_quick_check.py`, step quick).", ""]
     out += copied_table(
         "Largest batch under a memory limit", f"`{results_name(session)}`",
-        table(session.results, "Largest training batch"),
+        rows_under(session.results, "Largest training batch"),
         ["- *largest batch that fits*: batch sizes bisected, each a fresh process under "
          "`set_limit` on the pool under test; in this session pgmo's limit was set once it "
          "had a plan and it was judged on its total bytes after that, the stock pool on not "
@@ -426,7 +420,7 @@ def page(session: Session) -> str:
               "iteration runs under the limit, for both pools."])
     out += copied_table(
         "seq2seq: variable-length batches", f"`{results_name(session)}`",
-        table(session.results, "seq2seq"),
+        rows_under(session.results, "seq2seq"),
         [("- *pool total after* and *device in use after*: read once, after the last batch "
           "(not a peak over the run; the pool total is each pool's own count): not "
           "compared on this page; "
@@ -442,14 +436,14 @@ def page(session: Session) -> str:
                     "*rc* 124: the run was stopped at its time limit."])
     out += copied_table(
         "DenseNet-BC with recomputation", f"`{results_name(session)}`, its last section",
-        table(session.results, "DenseNet-BC"),
+        rows_under(session.results, "DenseNet-BC"),
         ["- One training iteration of DenseNet-BC-100 (k=12) at batch 64 recorded under "
          "CuPy's stock pool (`pgmo.TraceRecorder`); *lower bound* and the plans as "
          "`pgmo analyze` makes them; *stock pool reserved*: what that pool held."])
     out += densenet_traces(session)
     out += copied_table(
         "malloc+free against CuPy's pool", "`bench_malloc.txt` "
-        f"(`{steps.get('malloc', {}).get('command', 'scripts/bench_malloc.py --gpu')}`)",
+        f"(`{steps.get('malloc', {}).get('command', 'python -m scripts.bench_malloc --gpu')}`)",
         malloc_rows(session),
         ["- microseconds per malloc+free pair, best of 5 runs of 20 iterations of 2,000 "
          "requests; *pairs*: each block freed at once, *stack*: 32 allocations freed in "

@@ -20,10 +20,11 @@ import subprocess
 import sys
 import time
 
-PYTHON_STEPS = {  # script or module -> step name in the plan
-    "record_traces.py": "traces", "bench_malloc.py": "malloc", "bench_memory.py": "bench",
+PYTHON_STEPS = {  # script (run by path) or module (run with -m) -> step name in the plan
+    "scripts.record_traces": "traces", "scripts.bench_malloc": "malloc",
+    "scripts.bench_memory": "bench", "scripts.gpu_quick_check": "quick",
     "one_liner.py": "one-liner", "train_imagenet.py": "chainer", "train_mn.py": "mn",
-    "setup.py": "build", "gpu_quick_check.py": "quick",
+    "setup.py": "build",
 }
 
 
@@ -71,6 +72,8 @@ def _python_step(argv: list[str]) -> str:
         return "tests"
     if argv[:3] == ["-m", "pgmo", "demo"]:
         return "demo"
+    if argv[:1] == ["-m"]:
+        return PYTHON_STEPS.get(argv[1], "unknown")
     script = os.path.basename(argv[0]) if argv else ""
     return PYTHON_STEPS.get(script, "unknown")
 

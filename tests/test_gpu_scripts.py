@@ -7,14 +7,16 @@ a copy of the checkout, with the programs they call replaced by
 without waiting): what each step is given, what it logs, which files it
 leaves, and that one failing step does not stop the next.
 
-``scripts/record_traces.py`` and ``scripts/bench_memory.py`` are run as the
-GPU session runs them, in a subprocess, with ``--device -1`` at tiny sizes.
+``python -m scripts.record_traces`` and ``python -m scripts.bench_memory`` are
+run as the GPU session runs them, in a subprocess, with ``--device -1`` at tiny
+sizes.
 The checks: every output is labelled a dry run, no file could pass for a
 recording, the tables have the columns users read, and no GPU number is
 made up.
 """
 
 import gzip
+import importlib
 import json
 import os
 import re
@@ -33,12 +35,13 @@ SCRIPTS = os.path.join(ROOT, "scripts")
 STUBS = os.path.join(ROOT, "tests", "script_stubs.py")
 
 
-def run_script(script, *args, timeout=240):
+def run_script(program, *args, timeout=240):
+    """``python -m scripts.<program> ARGS`` from the repository root; (stdout, stderr)."""
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    result = subprocess.run([sys.executable, os.path.join(SCRIPTS, script), *map(str, args)],
+    result = subprocess.run([sys.executable, "-m", f"scripts.{program}", *map(str, args)],
                             capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     assert result.returncode == 0, \
-        f"{script} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        f"{program} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout, result.stderr
 
 
@@ -167,11 +170,11 @@ def test_session_gives_each_step_its_command(default_session):
     assert calls["tests"]["argv"] == ["-m", "pytest", "-m", "gpu", "-q", "-p",
                                       "no:cacheprovider", "-o", "addopts=", "tests"]
     assert calls["traces"]["argv"] == [
-        "scripts/record_traces.py", "--device", "0", "--out-dir", str(s.scratch / "traces"),
+        "-m", "scripts.record_traces", "--device", "0", "--out-dir", str(s.scratch / "traces"),
         "--arch", "alexnet", "googlenet", "resnet50", "inception-resnet-v2",
         "--batchsize", "32", "64", "128", "--inference", "--seq2seq", "3", "--densenet", "64",
         "--isolate"]
-    assert calls["malloc"]["argv"] == ["scripts/bench_malloc.py", "--gpu"]
+    assert calls["malloc"]["argv"] == ["-m", "scripts.bench_malloc", "--gpu"]
     assert calls["demo"]["argv"] == ["-m", "pgmo", "demo", "-o",
                                      str(s.scratch / "pgmo-demo.png")]
     # two MPI ranks, with the mpiexec beside the Python (no MPICH wheel in .whl/)
@@ -203,7 +206,7 @@ def test_session_puts_each_steps_output_in_its_file(default_session):
     assert (s.out / "pytest-gpu.log").read_text().splitlines()[-1] == \
         "7 passed, 551 deselected in 12.34s"
     assert "pytest: 7 passed, 551 deselected in 12.34s" in s.events
-    assert "stub traces output" in s.log  # record_traces.py reports into session.log
+    assert "stub traces output" in s.log  # record_traces reports into session.log
     assert (s.out / "bench_malloc.txt").read_text().startswith("stub malloc output\n| workload")
     assert "stub demo output" in (s.out / "demo.log").read_text()
     assert "stub mn output" in s.log  # the MPI run reports into session.log
@@ -275,7 +278,7 @@ def test_session_with_every_step_writes_at_most_eight_files(tmp_path):
                             "bench_memory.log"])
     assert len(files) <= 8  # what a results folder of 8 files can hold
     assert s.python_calls()["bench"]["argv"] == [
-        "scripts/bench_memory.py", "--device", "0", "--budget", "520", "--run-dir",
+        "-m", "scripts.bench_memory", "--device", "0", "--budget", "520", "--run-dir",
         str(s.scratch / "runs"), "-o", str(s.out / "results.md")]  # 570 s session, 10 s
     # kept, 40 s for the report
     assert "stub bench output" in (s.out / "bench_memory.log").read_text()
@@ -295,7 +298,8 @@ def test_the_quick_check_step_writes_into_the_archive_and_its_report_into_the_lo
     assert "BEGIN quick (timeout 480s): " in s.log
     # its own budget leaves 30 s of the step's limit for its start and its report
     assert s.python_calls()["quick"]["argv"] == [
-        "scripts/gpu_quick_check.py", "--device", "0", "--out", str(s.scratch / "quick-check"),
+        "-m", "scripts.gpu_quick_check", "--device", "0", "--out",
+        str(s.scratch / "quick-check"),
         "--budget", "450"]
     assert "# pgmo quick GPU check" in s.log
     with tarfile.open(s.out / "traces.tar.gz") as tar:
@@ -481,7 +485,7 @@ def _chainer_or_skip():
 @needs_chainer
 def test_record_traces_dry_run_is_labelled(tmp_path):
     _chainer_or_skip()
-    out, _ = run_script("record_traces.py", "--device", -1, "--out-dir", tmp_path,
+    out, _ = run_script("record_traces", "--device", -1, "--out-dir", tmp_path,
                         "--arch", "alexnet", "--batchsize", 2, "--inference", "--seq2seq", 2,
                         "--classes", 10, "--vocab", 50, "--units", 16, "--layers", 1,
                         "--seq2seq-batchsize", 4, "--sentences", 20, "--max-output", 5)
@@ -520,7 +524,7 @@ def test_record_traces_dry_run_records_profiles_the_pool_plans_in_the_background
     import pgmo
     from pgmo.engine.planner import SYNC_BLOCKS
 
-    run_script("record_traces.py", "--device", -1, "--out-dir", tmp_path, "--arch", "googlenet",
+    run_script("record_traces", "--device", -1, "--out-dir", tmp_path, "--arch", "googlenet",
                "--batchsize", 2, "--classes", 10)
     trace = pgmo.read_trace(tmp_path / "googlenet-train-b2.dry-run.json.gz")
     assert len(trace) == trace.metadata["requests"] > SYNC_BLOCKS
@@ -532,7 +536,7 @@ def test_record_traces_isolates_each_workload_in_a_process_of_its_own(tmp_path):
     _chainer_or_skip()
     import pgmo
 
-    out, _ = run_script("record_traces.py", "--device", -1, "--out-dir", tmp_path, "--arch",
+    out, _ = run_script("record_traces", "--device", -1, "--out-dir", tmp_path, "--arch",
                         "alexnet", "--batchsize", 2, "--inference", "--classes", 10, "--isolate")
     assert f"wrote 2 trace(s) to {tmp_path} in " in out and "; 0 workload(s) failed" in out
     for name in ("alexnet-train-b2", "alexnet-infer-b1"):
@@ -545,18 +549,18 @@ def test_record_traces_isolates_each_workload_in_a_process_of_its_own(tmp_path):
 def test_the_dry_run_reaches_the_pool_through_cupys_allocator():
     """As on a GPU: a request reaches the pool only through the allocator installed in CuPy."""
     _chainer_or_skip()
-    record_traces = _import_script("record_traces")
-    pool = record_traces.new_pool(-1, warmup=0)
+    workloads = _import_script("chainer_workloads")
+    pool = workloads.new_pool(-1, warmup=0)
     assert pool.stats().replan == "background"  # the pool's own default, not the tests'
     with pool:  # installed as CuPy's allocator
-        block = record_traces.CupyAllocator.malloc(1000)
+        block = _import_script("numpy_mirror").cupy_alloc(1000)
         assert pool.stats().requests == 1 and block.mem.size == 1024 and block.ptr
 
 
 @needs_chainer
 def test_record_traces_dry_run_refuses_the_bundled_folder():
     _chainer_or_skip()
-    result = subprocess.run([sys.executable, os.path.join(SCRIPTS, "record_traces.py"),
+    result = subprocess.run([sys.executable, "-m", "scripts.record_traces",
                              "--device", "-1", "--out-dir", os.path.join(ROOT, "pgmo", "traces")],
                             capture_output=True, text=True, timeout=120, cwd=ROOT,
                             env=dict(os.environ, PYTHONWARNINGS="ignore"))
@@ -573,12 +577,12 @@ MEMORY_HEADER = ("| model | task | batch | pool | taken, cudaMemGetInfo (MiB) "
 def test_bench_memory_dry_run_prints_labelled_tables(tmp_path):
     _chainer_or_skip()
     report = tmp_path / "results.md"
-    out, err = run_script("bench_memory.py", "--device", -1, "--arch", "alexnet",
+    out, err = run_script("bench_memory", "--device", -1, "--arch", "alexnet",
                           "--no-inference", "--search-arch", "alexnet", "--search-probes", 1,
                           "--seq2seq-iterations", 2, "--densenet-batchsize", 0,
                           "--repeats", 2, "--run-dir", tmp_path / "runs", "-o", report)
     assert report.read_text().strip() == out.strip()
-    assert "CPU DRY RUN" in out and "- command: `python scripts/bench_memory.py --device -1" in out
+    assert "CPU DRY RUN" in out and "- command: `python -m scripts.bench_memory --device -1" in out
     lines = out.splitlines()
     assert MEMORY_HEADER in lines
     rows = [line.split(" | ") for line in lines if line.startswith("| alexnet | train | 2 | ")]
@@ -614,7 +618,9 @@ def test_bench_memory_dry_run_prints_labelled_tables(tmp_path):
         assert len(run) > 0 and meta["heard"]["frees_not_heard"] == 0
         assert meta["pool"] == name.split(".")[0].split("-")[-1]
         assert meta["dry_run"] is True and meta["synthetic"] is True
-        assert meta["command"].startswith("python scripts/bench_memory.py --device -1")
+        assert meta["command"].startswith("python -m scripts.bench_memory --device -1")
+        assert meta["recorded_by"].startswith("pgmo.TraceRecorder: a CuPy memory hook "
+                                              "installed at process start")
         assert bundled.provenance_problems(meta) == [
             "a CPU dry run (dry_run: true), not a recording"], name
         assert len(meta["per_iteration"]["ms"]) == 3
@@ -629,20 +635,15 @@ def test_bench_memory_holds_both_pools_to_the_limit_from_the_start(pool):
     bm = _import_bench_memory()
     cfg = {**bm.base_config(bm.parse_args(["--device", "-1"])), "workload": "cnn-train",
            "arch": "alexnet", "batch": 2, "insize": 39, "pool": pool, "limit": 2**20}
-    done = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_memory.py"), "--child",
+    done = subprocess.run([sys.executable, "-m", "scripts.bench_memory", "--child",
                            json.dumps(cfg)], capture_output=True, text=True, timeout=240,
-                          env=dict(os.environ, PYTHONWARNINGS="ignore"))
-    [line] = [x for x in done.stdout.splitlines() if x.startswith(bm.RESULT_TAG)]
-    result = json.loads(line[len(bm.RESULT_TAG):])
+                          env=dict(os.environ, PYTHONWARNINGS="ignore"), cwd=ROOT)
+    result = _import_script("children").result_of(done.stdout)
     assert result["oom"] and not result["fits"] and result["iterations"] == 0
 
 
 def test_largest_fitting_batch_bisects_within_the_probe_budget():
-    sys.path.insert(0, SCRIPTS)
-    try:
-        from bench_memory import fit_text, largest_fitting_batch
-    finally:
-        sys.path.remove(SCRIPTS)
+    from scripts.bench_memory import fit_text, largest_fitting_batch
     for true_max in (0, 1, 7, 100, 1023, 1024):
         asked = []
 
@@ -665,12 +666,7 @@ def test_largest_fitting_batch_bisects_within_the_probe_budget():
 
 
 def _import_bench_memory():
-    sys.path.insert(0, SCRIPTS)
-    try:
-        import bench_memory
-    finally:
-        sys.path.remove(SCRIPTS)
-    return bench_memory
+    return _import_script("bench_memory")
 
 
 def _child_result(pool, taken_mib, ms, oom=False, nvml_mib=None, own_mib=None):
@@ -742,7 +738,7 @@ def test_gpu_report_formats_child_results():
                             "CUDA runtime": 13000, "cupy": "14.2.0",
                             "nvml": "cudaMemGetInfo and NVML sampled every 5 ms"},
                      (runs, seq, search, ["resnet50 pgmo batch 90: fits"]),
-                     {"total": 12.0}, "python scripts/bench_memory.py --device 0", "", recorded)
+                     {"total": 12.0}, "python -m scripts.bench_memory --device 0", "", recorded)
     lines = text.splitlines()
     assert "n/a (CPU)" not in text and "DRY RUN" not in text
     assert "- device: NVIDIA H100 80GB HBM3 (79.1 GiB, CUDA runtime 13000)" in lines
@@ -787,12 +783,7 @@ class FakeNvml:
 
 
 def _outside_view():
-    sys.path.insert(0, os.path.join(ROOT, "examples"))
-    try:
-        import outside_view
-    finally:
-        sys.path.remove(os.path.join(ROOT, "examples"))
-    return outside_view
+    return _import_script("examples").load("outside_view")
 
 
 def test_the_nvml_reader_reads_this_process_and_keeps_that_source():
@@ -869,40 +860,6 @@ def test_the_outside_view_samples_on_its_thread_between_marks():
     assert summary["readings"]["device"]["peak_bytes"] == 700 and summary["samples"] > 2
 
 
-# ------------------------------------------------------------ whole runs from process start
-def test_a_run_hook_hears_every_request_with_its_iterations():
-    """On host memory, the hook hears pgmo's pool as it hears CuPy's on a GPU."""
-    cupy = pytest.importorskip("cupy")
-    from pgmo.runs import read_run
-    from pgmo.testing import host_pool
-
-    RunHook = _import_script("run_hook").RunHook
-    hook = RunHook(0)
-    with hook:  # installed first: the weights are heard too
-        pool = host_pool(warmup=1)
-        with pool:
-            weights = cupy.cuda.alloc(4096)
-            for _ in range(3):
-                hook.begin()
-                with pool.iteration():
-                    a = cupy.cuda.alloc(1000)
-                    b = cupy.cuda.alloc(3000)
-                    del a
-                    grads = cupy.cuda.alloc(2000)  # kept until the next iteration
-                    del b
-                hook.end()
-            del grads, weights
-    run = hook.run(model="toy", pool="pgmo")
-    # a tick per alloc and per free: the weights at 0; then 5 events in the first iteration,
-    # 6 in the next (the new gradients' alloc, then the old ones' free)
-    assert run.iterations == ((1, 6), (6, 12), (12, 18))
-    assert [b.size for b in run.trace.blocks] == [4096] + [1000, 3000, 2000] * 3
-    assert run.metadata["heard"]["frees_not_heard"] == 0
-    assert run.long_lived_bytes() == 4096 + 2000  # weights, and gradients across a boundary
-    assert (run.metadata["model"], run.metadata["pool"]) == ("toy", "pgmo")
-    assert "memory hook installed at process start" in run.metadata["recorded_by"]
-
-
 # ------------------------------------------------------------ DenseNet-BC and recomputation
 DENSENET_NAMES = [f"densenet-bc28-k4-train-b2-recompute-{r}-{p}.dry-run.json.gz"
                   for r in ("off", "on") for p in ("stock", "pgmo")]
@@ -910,10 +867,10 @@ DENSENET_NAMES = [f"densenet-bc28-k4-train-b2-recompute-{r}-{p}.dry-run.json.gz"
 
 @pytest.fixture(scope="module")
 def densenet_dry_run(tmp_path_factory):
-    """``record_traces.py --densenet 2`` as a CPU dry run: the four DenseNet-BC traces."""
+    """``scripts.record_traces --densenet 2`` as a CPU dry run: the four DenseNet-BC traces."""
     _chainer_or_skip()
     out_dir = tmp_path_factory.mktemp("densenet")
-    out, _ = run_script("record_traces.py", "--device", -1, "--out-dir", out_dir,
+    out, _ = run_script("record_traces", "--device", -1, "--out-dir", out_dir,
                         "--arch", "--batchsize", "--densenet", 2)
     return out_dir, out
 
@@ -962,7 +919,7 @@ def test_record_traces_dry_run_records_densenet_four_ways(densenet_dry_run):
 def test_recompute_table_dry_run_prints_no_numbers(densenet_dry_run, tmp_path):
     out_dir, _ = densenet_dry_run
     report = tmp_path / "table.md"
-    out, _ = run_script("recompute_table.py", out_dir, "--time-limit", 1, "-o", report)
+    out, _ = run_script("recompute_table", out_dir, "--time-limit", 1, "-o", report)
     assert report.read_text().strip() == out.strip()
     lines = out.splitlines()
     assert lines[0] == "## DenseNet-BC: recomputation and pgmo"
@@ -993,11 +950,7 @@ def _densenet_trace(path, recompute, pool, rows, reserved=None):
 
 
 def _import_script(name):
-    sys.path.insert(0, SCRIPTS)
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(SCRIPTS)
+    return importlib.import_module(f"scripts.{name}")
 
 
 def test_recompute_table_compares_measured_with_measured_and_plan_with_plan(tmp_path):
@@ -1051,7 +1004,7 @@ def test_recompute_table_skips_other_traces_in_a_folder_and_refuses_one_named(tm
 @needs_chainer
 def test_bench_memory_dry_run_ends_with_the_recomputation_table(tmp_path):
     _chainer_or_skip()
-    out, err = run_script("bench_memory.py", "--device", -1, "--arch", "--no-inference",
+    out, err = run_script("bench_memory", "--device", -1, "--arch", "--no-inference",
                           "--search-arch", "--seq2seq-iterations", 0,
                           "--trace-dir", tmp_path / "traces")
     assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == sorted(DENSENET_NAMES)
@@ -1074,7 +1027,7 @@ def test_record_traces_densenet_on_the_gpu(tmp_path):
     _chainer_or_skip()
     import pgmo
 
-    run_script("record_traces.py", "--device", 0, "--out-dir", tmp_path, "--arch",
+    run_script("record_traces", "--device", 0, "--out-dir", tmp_path, "--arch",
                "--batchsize", "--densenet", 16, "--densenet-depth", 40, "--growth-rate", 12)
     traces = {}
     for recompute in ("off", "on"):
@@ -1181,9 +1134,9 @@ def _quick_check():
 def test_a_quick_check_step_over_the_budget_is_not_started(tmp_path, monkeypatch):
     qc = _quick_check()
     args = qc.parse_args(["--dry-run", "--out", str(tmp_path), "--budget", "12"])
-    check = qc.Check(args, "python scripts/gpu_quick_check.py --dry-run")
+    check = qc.Check(args, "python -m scripts.gpu_quick_check --dry-run")
     monkeypatch.setattr(qc, "MIN_STEP_S", 0.5)
-    assert check.step("sleeps", 1.0, ["-c", "import time; time.sleep(30)"]) is None
+    assert check.step("sleeps", 1.0, [sys.executable, "-c", "import time; time.sleep(30)"]) is None
     assert check.data["steps"][-1]["status"] == "timed out after 1 s"
     check.started -= 12  # the budget is used up
     check.run(qc.DRY_WORKLOADS[0], "pgmo")
@@ -1223,7 +1176,7 @@ def test_the_quick_check_verdicts_compare_the_pools_on_the_outside_view_only():
 def quick_check_dry_run(tmp_path_factory):
     _chainer_or_skip()
     out_dir = tmp_path_factory.mktemp("quick-check")
-    out, err = run_script("gpu_quick_check.py", "--dry-run", "--out", out_dir, timeout=480)
+    out, err = run_script("gpu_quick_check", "--dry-run", "--out", out_dir, timeout=480)
     return out_dir, out, err
 
 
@@ -1287,12 +1240,7 @@ def test_a_live_bytes_hook_counts_the_requests_of_any_pool():
     cupy = pytest.importorskip("cupy")
     from pgmo.testing import host_pool
 
-    sys.path.insert(0, os.path.join(ROOT, "examples"))
-    try:
-        from live_bytes import LiveBytes
-    finally:
-        sys.path.remove(os.path.join(ROOT, "examples"))
-    hook = LiveBytes(0)
+    hook = _import_script("examples").load("live_bytes").LiveBytes(0)
     with hook:
         pool = host_pool(warmup=1)
         with pool:

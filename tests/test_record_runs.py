@@ -1,9 +1,9 @@
-"""scripts/record_runs.py and its NumPy mirror: whole runs of the examples recorded on the CPU."""
+"""scripts.record_runs and its NumPy mirror: whole runs of the examples recorded on the CPU."""
 
 from __future__ import annotations
 
 import contextlib
-import sys
+import importlib
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +23,7 @@ def _script(name: str):
     except ImportError as exc:  # pgmo.chainer says how to install Chainer
         pytest.skip(str(exc))
     pytest.importorskip("cupy")
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    return importlib.import_module(f"scripts.{name}")
 
 
 @pytest.fixture
@@ -173,8 +169,7 @@ def test_a_tiny_seq2seq_run_file_is_valid(record_runs, tmp_path):
     check_whole_run(run, iterations=3)
     assert run.metadata["vocab"] == 50 and run.metadata["optimizer"] == "Adam()"
     # Adam's two moments per parameter are made by the first update and kept
-    import seq2seq
-
+    seq2seq = _script("examples").load("seq2seq")
     parameters = len(list(seq2seq.Seq2seq(50, 16, 1).params()))
     assert run.metadata["mirror_blocks"]["optimizer state"] == 2 * parameters
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
@@ -10,18 +11,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ROOT / "scripts"
 #: The GPU session's output, kept in the repository (tests/data/gpu-evidence/README.rst).
 EVIDENCE = ROOT / "tests" / "data" / "gpu-evidence" / "2026-11-25-h100"
 RESULTS = ROOT / "docs" / "results.md"
 
 
 def _script(name):
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    return importlib.import_module(f"scripts.{name}")
 
 
 def headline(text: str) -> str:
@@ -37,9 +33,9 @@ def test_the_readme_states_the_results_headline_and_links_them():
 
 
 def test_the_results_page_is_what_the_h100_session_gives():
-    done = subprocess.run([sys.executable, str(SCRIPTS / "results_table.py"), str(EVIDENCE),
+    done = subprocess.run([sys.executable, "-m", "scripts.results_table", str(EVIDENCE),
                            "-o", str(RESULTS), "--check"], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
 
 
@@ -102,7 +98,7 @@ def _next_session(tmp_path, taken=600, own=300) -> Path:
                                                    for ms in (101.0, 99.0)]))]
     text = bm.report(args, {"device": "NVIDIA H200", "device memory": "139.8 GiB",
                             "CUDA runtime": 13020, "nvml": "process peaks sampled every 10 ms"},
-                     (runs, [], [], []), {"total": 60.0}, "python scripts/bench_memory.py")
+                     (runs, [], [], []), {"total": 60.0}, "python -m scripts.bench_memory")
     folder = tmp_path / "results-gpu"
     folder.mkdir()
     (folder / "results.md").write_text(text + "\n")
@@ -113,8 +109,8 @@ def _next_session(tmp_path, taken=600, own=300) -> Path:
 def test_the_next_sessions_folder_gives_its_page(tmp_path):
     folder = _next_session(tmp_path)
     out = tmp_path / "results.md"
-    done = subprocess.run([sys.executable, str(SCRIPTS / "results_table.py"), str(folder),
-                           "-o", str(out)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "scripts.results_table", str(folder),
+                           "-o", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     text = out.read_text()
     assert "on one NVIDIA H200 (driver 590.10, CUDA runtime 13020): Python 3.12.3" in text
@@ -149,7 +145,7 @@ def test_the_quick_check_in_a_sessions_folder_joins_its_page(tmp_path):
     qc = _script("quick_check_report")
     folder = _next_session(tmp_path)
     (folder / "quick-check").mkdir()
-    data = {"command": "python scripts/gpu_quick_check.py --device 0", "dry_run": False,
+    data = {"command": "python -m scripts.gpu_quick_check --device 0", "dry_run": False,
             "date": "2027-01-05 10:00 UTC", "environment": {"device": "NVIDIA H200"},
             "steps": [{"name": "a. allocation costs", "status": "done", "limit_s": 90,
                        "seconds": 20}],
@@ -172,7 +168,7 @@ def page_of(folder: Path) -> str:
 
 
 def test_a_folder_that_is_no_session_is_refused(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPTS / "results_table.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "scripts.results_table", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 2
     assert "neither session.log nor results.md" in done.stderr

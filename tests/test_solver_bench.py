@@ -1,22 +1,17 @@
-"""scripts/bench_solver.py: the tables and the time limit's verdict, on tiny inputs."""
+"""scripts.bench_solver: the tables and the time limit's verdict, on tiny inputs."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_solver.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_solver_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from scripts import bench_solver
+
+    return bench_solver
 
 
 def test_each_row_says_how_late_each_method_was_and_the_summary_counts_the_late(
@@ -41,3 +36,30 @@ def test_each_row_says_how_late_each_method_was_and_the_summary_counts_the_late(
     assert re.search(r"\*\*best\*\* worst overrun past the 0.5 s limit: [-+]\d+\.\d\d s "
                      r"\(.+\); returned after 0.625 s \(limit x 1.05 \+ 0.1 s\): \d+ of 3", text)
     assert "Load average at the start" in text and "Load average at the end" in text
+
+
+def test_bestfit_timing_times_best_fit_alone_on_fixed_random_traces_and_files(
+        bench, tmp_path, capsys):
+    trace = tmp_path / "Y_1.csv"
+    trace.write_text("id,lower,upper,size\n0,0,2,3\n1,1,3,2\n2,2,4,3\n")
+    assert bench.main(["--bestfit-timing", "--n", "200", "--dist", "long", "--repeat", "1",
+                       str(trace)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("bestfit wall time, best of 1; Python ")
+    assert lines[2] == "| trace | n | LB | peak | peak/LB | seconds |"
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[4:6]]
+    # the seed is fixed per size and distribution: the same rows on every machine
+    assert rows[0][:2] == ["random-long (seed 200001)", "200"]
+    assert rows[1][:5] == [f"{tmp_path.name}/Y_1", "3", "5", "5", "1.0000"]
+    assert re.fullmatch(r"Targets: 10k-block rows: none; Y_1 <= 15 s: yes \(\d\.\d{3} s\)",
+                        lines[-1])
+    bench.main(["--bestfit-timing", "--n", "200", "--dist", "long", "--repeat", "1"])
+    again = capsys.readouterr().out.splitlines()  # the same random trace, the same peak
+    assert again[4].rsplit("|", 2)[0] == lines[4].rsplit("|", 2)[0]
+
+
+def test_the_timing_options_go_only_with_bestfit_timing(bench, capsys):
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--n", "100"])
+    assert stop.value.code == 2
+    assert "--n: only with --bestfit-timing" in capsys.readouterr().err

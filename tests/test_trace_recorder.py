@@ -157,3 +157,56 @@ def test_a_saved_recording_is_analysed_from_its_file(tmp_path, capsys):
     assert rows(pgmo.read_trace(path)) == rows(saved)
     assert main(["analyze", str(path), "--method", "bestfit"]) == 0
     assert "lower bound" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ whole runs
+def test_a_whole_run_is_every_request_heard_with_its_iterations():
+    """Installed before the weights, with begin()/end() around each iteration: a run file of
+    pgmo.runs, as bench_memory records one on a GPU (here pgmo's pool on host memory)."""
+    rec = TraceRecorder()
+    with rec:  # installed first: the weights are heard too
+        pool = host_pool(warmup=1)
+        with pool:
+            weights = cupy.cuda.alloc(4096)
+            for _ in range(3):
+                rec.begin()
+                with pool.iteration():
+                    a = cupy.cuda.alloc(1000)
+                    b = cupy.cuda.alloc(3000)
+                    del a
+                    grads = cupy.cuda.alloc(2000)  # kept until the next iteration
+                    del b
+                rec.end()
+            del grads, weights
+    run = rec.run(model="toy", pool="pgmo", recorded_by="installed at process start")
+    # a tick per alloc and per free: the weights at 0; then 5 events in the first iteration,
+    # 6 in the next (the new gradients' alloc, then the old ones' free)
+    assert run.iterations == ((1, 6), (6, 12), (12, 18))
+    assert [b.size for b in run.trace.blocks] == [4096] + [1000, 3000, 2000] * 3
+    assert run.metadata["heard"] == {"device": 0, "events": 26, "frees_not_heard": 0,
+                                     "frees_of_memory_from_before": 0, "live_at_end": 0}
+    assert run.long_lived_bytes() == 4096 + 2000  # weights, and gradients across a boundary
+    assert (run.metadata["model"], run.metadata["pool"]) == ("toy", "pgmo")
+    assert run.metadata["recorded_by"] == "installed at process start"
+    # the same recording as one trace: the marks are not requests
+    assert [b.size for b in rec.trace().blocks] == [b.size for b in run.trace.blocks]
+
+
+def test_a_run_pairs_frees_as_the_trace_does_and_leaves_out_memory_from_before():
+    rec = TraceRecorder()
+    free(rec, 0x9000, 4096)  # allocated before the recorder: not part of the run
+    malloc(rec, 0x1000, 100)
+    rec.begin()
+    malloc(rec, 0x1000, 200)  # the first block's free was not heard (another thread)
+    malloc(rec, 0x2000, 0)  # a zero-size request: no memory handed out
+    malloc(rec, 0x3000, 300, device=1)  # another device's
+    free(rec, 0x1000, 200, pmem=0x7777)  # other pooled memory at a live address: not its free
+    rec.end()
+    run = rec.run()
+    assert [(b.lower, b.upper, b.size) for b in run.trace.blocks] == [(0, 1, 100),
+                                                                     (2, None, 200)]
+    assert run.iterations == ((1, 3),)
+    assert run.metadata["heard"] == {"device": 0, "events": 6, "frees_not_heard": 1,
+                                     "frees_of_memory_from_before": 1, "live_at_end": 1}
+    assert run.metadata["recorded_by"] == "pgmo.TraceRecorder"
+    assert [b.size for b in rec.run(1, device="the second GPU").trace.blocks] == [300]

@@ -1,0 +1,43 @@
+"""pgmo's benchmarks and GPU-session programs: one package, run from the repository root.
+
+Every program is a module run with ``python -m scripts.<name>`` from the
+folder holding ``pgmo/`` (``--help`` says what it takes); the modules share
+code by import, and only :mod:`scripts.examples` touches ``sys.path`` (to
+reach the example models in ``examples/``).  A program that starts another
+one as a child (an isolated recording, a benchmark configuration) starts it
+the same way, through :mod:`scripts.children`.
+
+Programs (no GPU needed unless said):
+
+``bench_solver``      the packing methods on DSA instances (``--bestfit-timing``:
+                      the paper's best-fit alone, timed)
+``bench_footprint``   whole runs on the host model of the device: pgmo against
+                      CuPy's pool and the physical limit
+``bench_import``      importing and analyzing a 100,000-event PyTorch snapshot
+``bench_malloc``      one malloc+free pair in each of pgmo's paths (``--gpu``)
+``bench_overhead``    re-planning stalls, synchronous against background
+``bench_memory``      GPU: the paper's memory and speed experiments (``--device -1``:
+                      a CPU dry run)
+``gpu_quick_check``   GPU: what the device layer must know, in 8 minutes
+                      (``--dry-run``: stand-ins on the CPU)
+``record_traces``     GPU: one iteration's requests per workload (``--device -1``:
+                      a CPU dry run)
+``record_runs``       whole runs of the examples recorded on the CPU
+``mirror_fidelity``   how close a CPU recording comes to the H100's
+``recompute_table``   DenseNet-BC recomputation and pgmo, from recorded traces
+``results_table``     ``docs/results.md`` from a GPU session's output folder
+
+Shared modules: :mod:`~scripts.examples` (the example models),
+:mod:`~scripts.children` (starting a program as a child and reading its
+result), :mod:`~scripts.markdown` (writing and reading Markdown tables),
+:mod:`~scripts.chainer_workloads` (the examples' training and inference
+steps), :mod:`~scripts.numpy_mirror` and :mod:`~scripts.numpy_allocations`
+(a GPU's requests made from a run on NumPy), :mod:`~scripts.dsa_instances`
+and :mod:`~scripts.bestfit_timing` (for ``bench_solver``),
+:mod:`~scripts.bench_memory_report`, :mod:`~scripts.quick_check_report` and
+:mod:`~scripts.evidence` (the GPU reports and a session's folder),
+:mod:`~scripts.allocator_costs`, :mod:`~scripts.nvml_probe` and
+:mod:`~scripts.gpu_stand_ins` (the quick check's measurements and stand-ins).
+``gpu_session.sh`` and ``fetch_gpu_wheels.sh`` are the shell side of a GPU
+session (``docs/reproducing-gpu-results.md``).
+"""
