@@ -12,7 +12,7 @@ a corrupted byte does not count.
 :func:`measure` replays a run once; :func:`smallest_capacity` finds the
 smallest device on which a run completes; :func:`largest_scale` the largest
 activation scale (a larger batch) that completes on a given device.
-``scripts/bench_footprint.py`` prints them as tables.
+``python -m scripts.bench_footprint`` prints them as tables.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Callable
 from .host_device import HostMemory, HostStockPool
 from .runs import Run
 
-__all__ = ["Footprint", "measure", "stock_pool", "pgmo_pool", "smallest_capacity",
+__all__ = ["Footprint", "measure", "completes", "stock_pool", "pgmo_pool", "smallest_capacity",
            "largest_scale", "physical_scale", "moments_above", "profiling_candidates"]
 
 #: Makes a pool on a host device of the given capacity (None: unbounded); returns the pool.
@@ -147,7 +147,8 @@ def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float =
                      counts["inside"], counts["boundary"], counts["requests"], counts["raw"])
 
 
-def _completes(run: Run, make: PoolMaker, capacity: int, step_seconds: float) -> bool:
+def completes(run: Run, make: PoolMaker, capacity: int, step_seconds: float = 0.0) -> bool:
+    """Whether ``run`` completes (every block checked) on a fresh pool of ``capacity`` bytes."""
     pool = make(capacity)
     try:
         return measure(run, pool, timeline=False, step_seconds=step_seconds).completed
@@ -166,13 +167,13 @@ def smallest_capacity(run: Run, make: PoolMaker, low: int, high: int, *,
     Searched between ``low`` (which must not complete, or is the answer) and
     ``high``; None when even ``high`` does not complete.
     """
-    if not _completes(run, make, high, step_seconds):
+    if not completes(run, make, high, step_seconds):
         return None
-    if _completes(run, make, low, step_seconds):
+    if completes(run, make, low, step_seconds):
         return low
     while high - low > max(512, tolerance * low):
         mid = (low + high) // 2
-        if _completes(run, make, mid, step_seconds):
+        if completes(run, make, mid, step_seconds):
             high = mid
         else:
             low = mid
@@ -186,13 +187,13 @@ def largest_scale(run: Run, make: PoolMaker, capacity: int, *, low: float = 0.25
 
     0.0 when not even ``low`` completes.
     """
-    if not _completes(run.scaled(low), make, capacity, step_seconds):
+    if not completes(run.scaled(low), make, capacity, step_seconds):
         return 0.0
-    if _completes(run.scaled(high), make, capacity, step_seconds):
+    if completes(run.scaled(high), make, capacity, step_seconds):
         return high
     while high - low > tolerance * low:
         mid = (low + high) / 2
-        if _completes(run.scaled(mid), make, capacity, step_seconds):
+        if completes(run.scaled(mid), make, capacity, step_seconds):
             low = mid
         else:
             high = mid

@@ -58,7 +58,7 @@ def device_sources(memory: HostMemory, vmm: bool = True, stream_pool: bool = Tru
     false, ``heap`` (:class:`~pgmo.host_device.HostAsyncPool`) unless ``stream_pool`` is
     false, and the device's size.  ``own_heap``: the heap is best fit in a range of pgmo's
     own, whose every run of free granules given back is an unmap call (the alternative to
-    the driver's stream-ordered pool, measured by ``scripts/bench_footprint.py``)."""
+    the driver's stream-ordered pool, measured by ``python -m scripts.bench_footprint``)."""
     return {"reserve": memory.reserve if vmm else None,
             "heap": (lambda: HostAsyncPool(memory, one_call_trim=not own_heap))
             if stream_pool else None,

@@ -209,18 +209,6 @@ def measure_mode(w: Workload, mode: str, stock: footprint.Footprint, args) -> di
             "seconds": mine.seconds}
 
 
-def _completes(w: Workload, make, capacity: int, step: float) -> bool:
-    pool = make(capacity)
-    try:
-        return footprint.measure(w.run, pool, timeline=False, step_seconds=step).completed
-    finally:
-        close = getattr(pool, "close", None)
-        if close is not None:
-            close()
-        del pool
-        gc.collect()
-
-
 def capacities(w: Workload, mode: str, args) -> dict:
     """Completion on the grid, and (for the modes asked) the smallest device."""
     limit, strict = w.limits
@@ -229,7 +217,7 @@ def capacities(w: Workload, mode: str, args) -> dict:
     def make(capacity):
         return _pool(mode, args, capacity)
 
-    grid = {f: _completes(w, make, int(limit * f), step) for f in GRID}
+    grid = {f: footprint.completes(w.run, make, int(limit * f), step) for f in GRID}
     out = {"grid": grid}
     if mode in args.smallest_modes:
         high = int(limit * GRID[-1])

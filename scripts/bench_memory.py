@@ -158,7 +158,7 @@ def run_child(cfg: dict) -> dict:
     per_iteration = {"device_peak_bytes": [], "nvml_peak_bytes": [], "own_bytes": [],
                      "live_peak_bytes": [], "ms": []}
     recorder = pool = installed = None
-    own = Peak()
+    own = measure.Peak()
     try:
         with hook if hook is not None else contextlib.nullcontext(), \
                 live if live is not None else contextlib.nullcontext(), \
@@ -243,18 +243,6 @@ def arena_kind(stats) -> str | None:
     return None
 
 
-class Peak:
-    """The largest of the values seen; ``None`` values are ignored."""
-
-    def __init__(self):
-        self.value = None
-
-    def add(self, value):
-        if value is not None and (self.value is None or value > self.value):
-            self.value = value
-        return value
-
-
 def _device_modules(cfg: dict):
     """The GPU's modules: None on a plain CPU dry run; the stand-ins when the config asks."""
     if cfg.get("stand_ins"):
@@ -299,7 +287,7 @@ def _own_count(cfg: dict, pool, installed, measure):
     return lambda: None
 
 
-def _own_peak(cfg: dict, pool, own: Peak, measure) -> int | None:
+def _own_peak(cfg: dict, pool, own, measure) -> int | None:
     """The most the pools said they held: pgmo's own ``peak_total_bytes`` (the whole run) plus
     CuPy's default pool; for CuPy's pool, the largest of its totals at iteration ends (its
     cache only grows)."""

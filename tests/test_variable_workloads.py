@@ -3,7 +3,7 @@ capacity wall, in every re-planning mode, every block checked.
 
 The runs are scaled down (a few thousand requests) and replayed on host
 devices of 512-byte pages, so that the 2 MiB pages of a real driver do not
-decide runs of a few MiB; scripts/bench_footprint.py measures the full-size
+decide runs of a few MiB; python -m scripts.bench_footprint measures the full-size
 runs on 2 MiB pages.  The limit is the one the footprint targets name: the
 largest iteration's lower bound plus the long-lived blocks.
 """
