@@ -15,7 +15,7 @@ names in place of a file.
 import importlib as _importlib
 
 from .bundled import read_trace  # a file, or the name of a trace bundled with pgmo
-from .errors import PlanError, PlanFileError, TraceFormatError
+from .errors import PgmoWarning, PlanError, PlanFileError, TraceFormatError
 from .formats import write_trace
 from .plan import Plan, read_plan
 from .solver import METHODS, SolverOptions, solve
@@ -47,7 +47,6 @@ _LAZY = {
     "analyze": ("pgmo.analysis", "analyze"),
     "Analysis": ("pgmo.analysis", "Analysis"),
     "TraceRecorder": ("pgmo.trace_recorder", "TraceRecorder"),
-    "PgmoWarning": ("pgmo.engine.unmarked", "PgmoWarning"),
 }
 
 

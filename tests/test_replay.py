@@ -100,8 +100,8 @@ def test_the_checker_catches_a_pool_that_hands_out_an_address_in_use():
     trace = scaled(bundled.load("synthetic-alexnet-train-b32"))
     pool = host_engine(warmup=0)
     assert_clean(replay([trace] * 2, pool))
-    hot = pool.hot
-    hot.addresses = [hot.arena.ptr] * len(hot.addresses)  # every request at offset 0
+    rows = pool.current.rows
+    pool.hot.install(rows, [pool.hot.arena.ptr] * len(rows))  # every request at offset 0
     broken = replay([trace], pool)
     assert broken["overlaps"] > 0 and broken["corrupted"] > 0
 

@@ -188,7 +188,7 @@ def test_the_background_planner_survives_a_varying_run(caplog):
 
 def test_a_log_planned_for_another_profile_is_filled_from_its_own():
     import pgmo
-    from pgmo.engine.recording import Log, absorb, filled
+    from pgmo.engine.profiles import Log, absorb, filled
 
     short = pgmo.Trace.from_tuples([(0, 0, 2, 1024), (1, 1, 3, 512)])
     planned_for = pgmo.Trace.from_tuples([(i, i, i + 2, 2048) for i in range(5)])

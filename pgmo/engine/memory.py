@@ -77,7 +77,7 @@ from typing import Any, Callable
 
 from ..units import round_size
 from .frees import EXACT, KEPT, STOCK, Arena
-from .handout import NO_SLOT, HotPath
+from .handout import HotPath
 from .placement import Placer
 
 __all__ = ["DeviceMemory", "RawListener", "GROWTH", "MAPPING_MAX", "TRIM_SLACK"]
@@ -509,7 +509,7 @@ class DeviceMemory:
             self.heap.synchronize()
 
     def _live_end(self, arena: Arena) -> int:
-        return max((end for _, end in self._live_spans(arena)), default=0)
+        return max((end for _, end in self.hot.live_spans(arena)), default=0)
 
     # ------------------------------------------------------------- placement
     def start_placing(self, apart: frozenset = frozenset()) -> None:
@@ -522,7 +522,7 @@ class DeviceMemory:
             return
         grow = self.grow_for_placer if arena.buffer is self.range and self.range is not None \
             else None
-        self.placer = Placer(arena.size, self._live_spans(arena), apart, grow, snug=True)
+        self.placer = Placer(arena.size, self.hot.live_spans(arena), apart, grow, snug=True)
         hot.set_placer(self.placer)
 
     def stop_placing(self) -> None:
@@ -582,13 +582,13 @@ class DeviceMemory:
         """Bytes the heap holds: the stream-ordered pool's mapped memory, or the live blocks
         of their own."""
         if self._make_heap is None:
-            return self.hot.source_used[EXACT]
+            return self.hot.source_bytes(EXACT)
         return self.heap.held if self.heap is not None else 0
 
     def kept_total(self) -> int:
         """Survivors' bytes: live (and, without a stream-ordered pool, idle buffers)."""
         self._collect_kept()
-        return self.hot.source_used[KEPT] + self._idle_kept_bytes
+        return self.hot.source_bytes(KEPT) + self._idle_kept_bytes
 
     def own_free_bytes(self) -> int:
         """pgmo's idle bytes: arena room no live block uses, the heap's idle memory, idle
@@ -614,22 +614,12 @@ class DeviceMemory:
                 "exact": heap, "kept": self.kept_total(),
                 "stock": self.stock.total_bytes()}
 
-    def _live_spans(self, arena: Arena) -> list[tuple[int, int]]:
-        """``(start, end)`` of every block alive in ``arena``: overdue, or in its planned slot."""
-        spans = [(start, end) for start, end, _ in arena.overdue.values()]
-        hot = self.hot
-        if arena is hot.arena:
-            rows = hot.rows
-            spans += [(rows[j][1], rows[j][1] + rows[j][0])
-                      for j, it in enumerate(hot.slot) if it != NO_SLOT]
-        return spans
-
     def free_gaps(self) -> int:
         """Free address ranges in the arenas, plus idle kept buffers (CuPy's free blocks)."""
         gaps = sum(len(v) for v in self._idle_kept.values())
         for arena in self.arenas:
             pos = 0
-            for start, end in sorted(self._live_spans(arena)):
+            for start, end in sorted(self.hot.live_spans(arena)):
                 if start > pos:
                     gaps += 1
                 pos = max(pos, end)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..solver.options import SolverOptions, solver_options
-from .planner import MODES
+from .planner import REPLAN_MODES
 
 __all__ = ["Backend", "PoolOptions", "PlainMemory", "pool_options"]
 
@@ -83,7 +83,9 @@ class Backend:
 class PoolOptions:
     """How the pool behaves; every field is also a keyword of the pool's constructor."""
 
-    warmup: int = 1  # iterations served by the fallback before the profiled one
+    # iterations before the profiled one, each request in memory of its own (the
+    # stream-ordered heap where the device has one, see engine/memory.py)
+    warmup: int = 1
     replan: str = "background"  # where plans are computed: background, sync or bestfit
     detect_iterations: bool = True  # find iterations when the user marks none
     warn_after: int = 10_000  # requests without iterations before one warning
@@ -93,9 +95,9 @@ class PoolOptions:
     def __post_init__(self) -> None:
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
             raise ValueError(f"warmup must be an integer >= 0, got {self.warmup!r}")
-        if self.replan not in MODES:
+        if self.replan not in REPLAN_MODES:  # the one check (the planner trusts it)
             raise ValueError(f"unknown replan mode {self.replan!r}; choose one of "
-                             f"{', '.join(MODES)}")
+                             f"{', '.join(REPLAN_MODES)}")
         if self.warn_after < 1:
             raise ValueError(f"warn_after must be >= 1, got {self.warn_after!r}")
 

@@ -3,13 +3,14 @@
 The engine hands the planner each log that changes the profile (the
 profiled iteration, or a planned one that departed from its plan) and, at
 every iteration boundary, asks for a schedule ready to install.  The mode
-(:data:`MODES`) decides where the work happens:
+(:data:`REPLAN_MODES`, the ``replan`` option) decides where the work happens:
 
 ``background`` (default)
     Training never waits for a solver.  A small profile (up to
     :data:`SYNC_BLOCKS` requests) gets the paper's best-fit plan at once,
     which takes milliseconds; a larger one is merged, solved with best-fit
-    and validated by a planner thread while the fallback keeps serving.  The
+    and validated by a planner thread while the iterations go on (each
+    request in memory of its own, or placed in the arena's gaps).  The
     full method (``best`` by default) then runs in a worker process (see
     :mod:`.worker`; a thread would hold the GIL for seconds) and its plan is
     validated and compiled by the planner thread, to be swapped in at a later
@@ -46,15 +47,17 @@ from typing import Any
 from ..plan import Plan
 from ..solver import SolverOptions, solve
 from ..trace import Trace
-from .recording import Log, absorb, to_profile
+from .profiles import Log, absorb, to_profile
 from .schedule import Schedule, compile_schedule
 from .wire import receive, send
 
-__all__ = ["Planner", "MODES", "SYNC_BLOCKS"]
+__all__ = ["Planner", "REPLAN_MODES", "SYNC_BLOCKS"]
 
 log = logging.getLogger("pgmo.pool")
 
-MODES = ("background", "sync", "bestfit")
+#: Where plans are computed (the ``replan`` option, checked by
+#: :class:`~.options.PoolOptions`).
+REPLAN_MODES = ("background", "sync", "bestfit")
 #: In background mode, profiles up to this many requests are planned with
 #: best-fit at the boundary (about 10 us per request: a few milliseconds).
 SYNC_BLOCKS = 256
@@ -127,9 +130,7 @@ class Planner:
 
     def __init__(self, options: SolverOptions, mode: str = "background",
                  sync_blocks: int = SYNC_BLOCKS):
-        if mode not in MODES:
-            raise ValueError(f"unknown re-planning mode {mode!r}; choose one of "
-                             f"{', '.join(MODES)}")
+        """``mode``: one of :data:`REPLAN_MODES` (the pool's options checked it)."""
         self.options = options
         self.mode = mode
         self.sync_blocks = sync_blocks
@@ -336,7 +337,7 @@ class Planner:
                                     check=True)
         except Exception:
             self.solve_failures += 1
-            log.warning("pgmo could not solve the profile; serving from the fallback",
+            log.warning("pgmo could not solve the profile; the plan in use stays",
                         exc_info=True)
             return None
 

@@ -17,7 +17,7 @@ while its budget lasts and until a packing reaches the proven lower bound
   briefly the skyline backtracking search under capacity
   (:mod:`.skyline_dfs`), and with what is left the neighbourhood search or,
   on the largest traces, local search over skyline priorities
-  (:mod:`.local_search`).
+  (:mod:`.skyline_search`).
 
 Each phase gets a share of the budget left when it starts.  The budget
 (:class:`.budget.Budget`) counts search steps and keeps the deadline on one

@@ -20,7 +20,7 @@ from ..trace import packing_peak
 from .bestfit import paper_priority, skyline_offsets
 from .budget import Budget, OutOfTime
 from .greedy import ORDERS, gap_fit_offsets
-from .local_search import SkylineSearch
+from .skyline_search import SkylineSearch
 from .neighbourhood import NeighbourhoodSearch
 from .peak_core import core_packings
 from .skyline_dfs import capacity_search as skyline_capacity_search
@@ -221,7 +221,7 @@ def slab_moves(best: Incumbent, budget: Budget, seed: int) -> PhaseReport:
 
 
 def priority_moves(best: Incumbent, budget: Budget, seed: int) -> PhaseReport:
-    """Local search over the best skyline priority (:mod:`.local_search`)."""
+    """Local search over the best skyline priority (:mod:`.skyline_search`)."""
     report = PhaseReport("local-search")
     if best.priority is None or not budget.fits(2 * best.cost.get("skyline", 0.0)):
         report.skipped.append("local-search")

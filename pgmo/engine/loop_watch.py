@@ -1,4 +1,5 @@
-"""Iterations nobody marks: where they come from, and the warning when there are none.
+"""Iterations nobody marks (:class:`LoopWatch`): where they come from, and the warning
+(:class:`~pgmo.errors.PgmoWarning`) when there are none.
 
 Until the user calls ``pool.iteration()``, requests come outside any
 iteration; :class:`LoopWatch` feeds them to an
@@ -16,19 +17,16 @@ import os
 import sys
 import warnings
 
+from ..errors import PgmoWarning
 from .detect import Found, IterationDetector
 
-__all__ = ["LoopWatch", "PgmoWarning", "GIVE_UP"]
+__all__ = ["LoopWatch", "GIVE_UP"]
 
 log = logging.getLogger("pgmo.pool")
 
 #: Consecutive detected iterations that departed from their plan before the
 #: period is dropped as wrong.
 GIVE_UP = 3
-
-
-class PgmoWarning(UserWarning):
-    """Something that costs memory or time and that the user can fix."""
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -76,7 +74,8 @@ class LoopWatch:
 
     @property
     def unplanned(self) -> bool:
-        """Requests came, and no iteration was marked or found: the fallback served them all."""
+        """Requests came, and no iteration was marked or found: none was optimized (the
+        stock pool, or the heap, served them all)."""
         return bool(self._unmarked) and not self.marked and self._found is None
 
     @property
