@@ -125,7 +125,7 @@ def _replay_on_host(trace, time_limit: float, progress: bool, verbose: bool) -> 
         ("peak in use", bytes_text(stats.peak_used_bytes)),
         ("peak held", f"{bytes_text(stats.peak_total_bytes)}  (warm-up and profiling "
                       "included)"),
-        ("fallback requests", f"{stats.fallback_requests}"),
+        ("departed requests", f"{stats.departed_requests}"),
         ("re-plans", f"{stats.reoptimizations}"),
     ]
     width = max(len(key) for key, _ in rows)

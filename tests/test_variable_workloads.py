@@ -166,7 +166,7 @@ def test_recurring_shapes_get_plans_of_their_own():
     assert with_shapes.completed and without.completed
     assert with_shapes.stats.shape_plans >= 2 and with_shapes.stats.shape_iterations >= 2
     assert without.stats.shape_plans == 0
-    assert with_shapes.stats.fallback_requests < 0.6 * without.stats.fallback_requests
+    assert with_shapes.stats.departed_requests < 0.6 * without.stats.departed_requests
     assert with_shapes.peak <= 1.02 * without.peak
 
 
