@@ -13,6 +13,7 @@ names in place of a file.
 """
 
 import importlib as _importlib
+import typing as _typing
 
 from .bundled import read_trace  # a file, or the name of a trace bundled with pgmo
 from .errors import PgmoWarning, PlanError, PlanFileError, TraceFormatError
@@ -50,7 +51,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> _typing.Any:
     """Import the names that need CuPy or Chainer (and big modules) only when asked for."""
     if name in _LAZY:
         module, attr = _LAZY[name]

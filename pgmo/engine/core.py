@@ -73,7 +73,7 @@ _NO_LIMIT = 1 << 62  # requests per iteration, when no detected length applies
 
 def _weak(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method`` called through a weak reference to its object."""
-    ref = weakref.WeakMethod(method)  # type: ignore[arg-type]
+    ref = weakref.WeakMethod(method)
 
     def call(*args: Any) -> Any:
         bound = ref()
@@ -176,7 +176,7 @@ class Engine:
             while hot.busy:
                 time.sleep(0)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._lock.release()
 
     def report_to_hooks(self, thread_hooks: Callable[[], Mapping[Any, Any]],
@@ -330,9 +330,10 @@ class Engine:
             self._follow(None if choosing else self.schedule)
         # Planned iterations log into arrays sized for the plan (+1 for the
         # request that goes beyond it); others grow theirs as they go.
+        period = self.watch.period  # a detected iteration's length (auto: it has one)
         hot.begin(_get_ident(), self._thread_hooks() if self._thread_hooks is not None else None,
                   self._context() if self._context is not None else None, on_plan,
-                  self.watch.period if auto else _NO_LIMIT,
+                  period if auto and period is not None else _NO_LIMIT,
                   max(self.schedule.n, self.shapes.most_requests()) + 1
                   if on_plan and self.schedule is not None else max(64, hot.n))
         self._refresh_kind()
@@ -364,6 +365,7 @@ class Engine:
         departed = False
         if state.planned:
             current = self.current
+            assert current is not None  # a planned iteration with requests follows a plan
             if not set(survivors_of(hot, n)) <= current.pinned:
                 state.departed = True  # planned blocks outlived the iteration
             if not state.departed:  # the usual case: its log is not needed

@@ -171,6 +171,8 @@ class Release:
     def report_free(self) -> None:
         on_free = self.on_free
         self.on_free = None
+        if on_free is None:
+            return
         try:
             on_free()
         except Exception:  # a hook must never break a free

@@ -103,7 +103,7 @@ cdef class HotPath:
 
     cpdef set_arena(self, Arena arena)
 
-    @cython.locals(rows=list, overdue=dict, j=Py_ssize_t,
+    @cython.locals(arena=Arena, rows=list, overdue=dict, j=Py_ssize_t,
                    it=cython.longlong, o=cython.longlong)
     cpdef retire(self)
 
@@ -145,7 +145,7 @@ cdef class HotPath:
                    t=cython.longlong, pointer=object)
     cdef object _serve_planned(self, Arena arena, object size, long long rs)
 
-    @cython.locals(placer=object, lo=cython.longlong, block=object)
+    @cython.locals(placer=object, lo=cython.longlong, block=object, arena=Arena)
     cdef object _serve_unplanned(self, long long rs)
 
     @cython.locals(i=Py_ssize_t, it=cython.longlong, owner=Release, used=cython.longlong,
@@ -162,7 +162,7 @@ cdef class HotPath:
     cdef object _hand_out(self, object block, long long rs, long long index,
                           long long iteration, long long source)
 
-    @cython.locals(rows=list, overdue=dict, j=Py_ssize_t, it=cython.longlong,
+    @cython.locals(rows=list, arena=Arena, overdue=dict, j=Py_ssize_t, it=cython.longlong,
                    o=cython.longlong, row=tuple)
     cdef _check_due(self, tuple due)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import array
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Final
 
 from pgmo.engine.schedule import CAP, DUE, OFFSET, SENTINEL
 from pgmo.trace import intervals_overlap
@@ -72,7 +72,9 @@ except ImportError:  # Cython is a build dependency only
 _ARENA, _STOCK, _EXACT, _KEPT = ARENA, STOCK, EXACT, KEPT
 _SOURCE_BITS, _KEY_BIAS, _KEY_LOW, _APART = SOURCE_BITS, KEY_BIAS, KEY_LOW, APART
 _ROUND_UP, _ROUND_MASK = ALIGNMENT - 1, -ALIGNMENT
-_CAP, _OFFSET, _DUE = CAP, OFFSET, DUE
+_CAP: Final = CAP
+_OFFSET: Final = OFFSET
+_DUE: Final = DUE
 
 #: Larger requests always take the slow path (they cannot fit a C integer, or a device).
 INLINE_MAX = 1 << 62
@@ -96,6 +98,11 @@ def _new_log(n: int) -> tuple[array.array, array.array, array.array]:
     """Empty log arrays (lowers, uppers, sizes: :meth:`.Trace.columns`' order) for ``n`` requests."""
     return (array.array("q", [0]) * n, array.array("q", [NOT_FREED]) * n,
             array.array("q", [0]) * n)
+
+
+def _unconnected(*args: Any) -> Any:
+    """A source or callback before the engine connects its own (never called)."""
+    raise RuntimeError("the hot path is not connected to an engine")
 
 
 def _release(inbox: Inbox, index: int, iteration: int, size: int, arena: Arena | None,
@@ -145,18 +152,19 @@ class HotPath:
         self._slow = slow
         self._on_departure = on_departure
         self._on_late_free = on_late_free
-        self._on_arena_idle: Callable[[Arena], None] | None = None  # an old arena went idle
+        self._on_arena_idle: Callable[[Arena], None] = _unconnected  # an old arena went idle
         self._stock: Any = None  # the sources (connect)
-        self._exact: Callable[[int], Any] | None = None
-        self._kept: Callable[[int], Any] | None = None
-        self._reuse: Callable[[int], Any] | None = None
-        self._between: Callable[[int], Any] | None = None  # the owner's, between iterations
+        self._exact: Callable[[int], Any] = _unconnected
+        self._kept: Callable[[int], Any] = _unconnected
+        self._reuse: Callable[[int], Any] = _unconnected
+        self._between: Callable[[int], Any] = _unconnected  # the owner's, between iterations
         self._between_source = _STOCK
         self._placer: Placer | None = None  # off-plan requests in the arena's gaps
         self._limited = False  # stock requests take the slow path, which keeps the limit
         self._context: Callable[[], Any] | None = None  # names the device/stream, or None
         self.ctx: Any = None  # the iteration's device/stream
-        self.owner = PyThread_get_thread_ident()  # the thread running the hot loop
+        # the thread running the hot loop (PyThread_get_thread_ident: see the module's top)
+        self.owner = PyThread_get_thread_ident()  # type: ignore[name-defined]
         self._owner_hooks: Any = None  # the owner thread's memory hooks (a dict), if any
         self.kind = SLOW
         self.solo = True  # only the owner has used the engine so far
@@ -266,10 +274,11 @@ class HotPath:
 
     def retire(self) -> None:
         """Live blocks of the current plan are no longer accounted for: overdue."""
-        if not self._live_slots:
+        arena = self.arena
+        if not self._live_slots or arena is None:  # live slots are the arena's
             return
         rows = self._rows
-        overdue = self.arena.overdue
+        overdue = arena.overdue
         for j in range(len(self._slot)):
             it = self._slot[j]
             if it != NO_SLOT:
@@ -318,9 +327,10 @@ class HotPath:
         clears ``solo`` under the lock, then waits for ``busy`` to drop.
         """
         kind = self.kind
-        if kind != SLOW and self.solo and PyThread_get_thread_ident() == self.owner \
-                and type(size) is int and 0 < size < INLINE_MAX \
-                and not self._owner_hooks:  # others: the slow path checks and reports
+        if (kind != SLOW and self.solo
+                and PyThread_get_thread_ident() == self.owner  # type: ignore[name-defined]
+                and type(size) is int and 0 < size < INLINE_MAX
+                and not self._owner_hooks):  # others: the slow path checks and reports
             self.busy = True
             try:
                 if self.solo:
@@ -387,6 +397,7 @@ class HotPath:
         if o < 0:
             return self._serve_off_plan(self._kept(rs), rs, True, _KEPT)
         arena = self.arena
+        assert arena is not None  # a planned offset: the engine follows plans its arena holds
         if arena.overdue:
             late = self._overdue_in(arena, o, o + cap)
             if late is not None:
@@ -478,7 +489,9 @@ class HotPath:
         if placer is not None:
             lo = placer.place(rs)
             if lo >= 0:
-                return self._serve_placed(self.arena, lo, rs)
+                arena = self.arena
+                assert arena is not None  # the placer places in it
+                return self._serve_placed(arena, lo, rs)
             if lo == _APART:  # the size of a survivor
                 return self._serve_recorded(self._kept(rs), rs, _KEPT)
         block = self._reuse(rs)  # the stock pool's idle memory first
@@ -554,7 +567,9 @@ class HotPath:
     def _check_due(self, due: tuple[int, ...]) -> None:
         """Blocks planned to be freed by now that are still alive become overdue."""
         rows = self._rows
-        overdue = self.arena.overdue
+        arena = self.arena
+        assert arena is not None  # a block planned dead by now lived in it
+        overdue = arena.overdue
         for j in due:
             it = self._slot[j]
             if it != NO_SLOT:

@@ -135,8 +135,10 @@ class LoopWatch:
         self._departures = self._departures + 1 if departed else 0
         if self._departures < GIVE_UP:
             return True
+        found = self._found
+        assert found is not None  # the engine asks only while a period is in use
         log.info("pgmo: the detected iteration of %d requests keeps departing from its "
-                 "plan; looking for another", self._found.period)
+                 "plan; looking for another", found.period)
         self._found = None
         self._departures = 0
         self._detector = IterationDetector()

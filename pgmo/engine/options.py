@@ -11,12 +11,87 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from ..solver.options import SolverOptions, solver_options
 from .planner import REPLAN_MODES
 
-__all__ = ["Backend", "PoolOptions", "PlainMemory", "pool_options"]
+__all__ = ["Backend", "PoolOptions", "PlainMemory", "pool_options", "Buffer", "StockPool",
+           "ReservedRange", "StreamHeap"]
+
+
+class Buffer(Protocol):
+    """Memory that is its holder's until dropped: a cudaMalloc, a pool's block."""
+
+    @property
+    def ptr(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+class StockPool(Protocol):
+    """CuPy's stock pool (``cupy.cuda.MemoryPool``), as the engine uses it."""
+
+    def malloc(self, size: int) -> Buffer: ...
+
+    def used_bytes(self) -> int: ...
+
+    def free_bytes(self) -> int: ...
+
+    def total_bytes(self) -> int: ...
+
+    def n_free_blocks(self) -> int: ...
+
+    def free_all_blocks(self) -> None: ...
+
+    def set_limit(self, size: int | None = None) -> None: ...
+
+    def get_limit(self) -> int: ...
+
+
+class ReservedRange(Protocol):
+    """Reserved virtual address space, mapped in granules (CUDA's virtual memory
+    management: :class:`pgmo.cuda_device.CudaRange`, :class:`pgmo.host_device.HostRange`)."""
+
+    @property
+    def ptr(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def granule(self) -> int: ...
+
+    @property
+    def mapped(self) -> int: ...
+
+    def map(self, offset: int, nbytes: int) -> None: ...
+
+    def unmap(self, offset: int, nbytes: int) -> None: ...
+
+    def mappings(self) -> list[tuple[int, int]]: ...
+
+    def synchronize(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class StreamHeap(Protocol):
+    """A private stream-ordered pool (cudaMallocFromPoolAsync / cudaFreeAsync): a block's
+    death frees it without a device sync; ``trim()`` gives wholly free granules back."""
+
+    @property
+    def held(self) -> int: ...
+
+    @property
+    def used(self) -> int: ...
+
+    def malloc(self, size: int) -> Buffer: ...
+
+    def trim(self) -> object: ...
+
+    def synchronize(self) -> None: ...
 
 
 class PlainMemory:
@@ -24,7 +99,7 @@ class PlainMemory:
 
     __slots__ = ("ptr", "size", "owner", "device_id")
 
-    def __init__(self, ptr: int, size: int, owner: Any, device_id: int):
+    def __init__(self, ptr: int, size: int, owner: object, device_id: int):
         self.ptr, self.size, self.owner, self.device_id = ptr, size, owner, device_id
 
 
@@ -67,15 +142,15 @@ class Backend:
     spans).
     """
 
-    allocate: Callable[[int], Any]
-    fallback: Any
-    memory_type: Callable[..., Any] = PlainMemory
+    allocate: Callable[[int], Buffer]
+    fallback: StockPool
+    memory_type: Callable[[int, int, Any, int], Any] = PlainMemory
     pointer_type: Callable[[Any, int], Any] = bare_pointer
     device_id: int = 0
-    context: Callable[[], Any] | None = None
+    context: Callable[[], object] | None = None
     oom_error: Callable[[int, int, int], BaseException] = default_oom
-    reserve: Callable[[int], Any] | None = None
-    heap: Callable[[], Any] | None = None
+    reserve: Callable[[int | None], ReservedRange] | None = None
+    heap: Callable[[], StreamHeap] | None = None
     device_memory: int = 0
 
 

@@ -20,7 +20,7 @@ cannot merge across allocations).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from .frees import APART
 
@@ -98,7 +98,7 @@ class Placer:
             self._add(lo + nbytes, hi)
         return lo
 
-    def gaps_from(self, nbytes: int):
+    def gaps_from(self, nbytes: int) -> Iterator[tuple[int, int]]:
         """The gaps that hold ``nbytes``, smallest first: ``(start, length)``."""
         gaps = self._gaps
         for k in range(bisect_left(gaps, (nbytes, -1)), len(gaps)):

@@ -15,7 +15,7 @@ to the planner, whose profile may have moved on meanwhile.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from ..trace import Trace
 from .handout import NOT_FREED
@@ -32,9 +32,9 @@ class Log(NamedTuple):
     The columns of :meth:`.Trace.columns`, in its order.
     """
 
-    lowers: list[int]
-    uppers: list[int | None]
-    sizes: list[int]
+    lowers: Sequence[int]
+    uppers: Sequence[int | None]
+    sizes: Sequence[int]
 
     def survivors(self) -> set[int]:
         """Requests whose block outlived the iteration."""

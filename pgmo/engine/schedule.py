@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from typing import Final, cast
 
 from ..errors import PlanError
 from ..plan import Plan
@@ -31,7 +32,9 @@ __all__ = ["Schedule", "compile_schedule", "Row", "CAP", "OFFSET", "DUE", "SENTI
 #: planned dead by then (see the safety rule above).  A plain tuple, so that the compiled
 #: hot path reads it as a C tuple; its fields by position, named here only:
 Row = tuple[int, int, tuple[int, ...]]
-CAP, OFFSET, DUE = 0, 1, 2
+CAP: Final = 0
+OFFSET: Final = 1
+DUE: Final = 2
 #: The row after the last planned request: no request fits it (every one beyond the
 #: planned count departs).
 SENTINEL: Row = (-1, -1, ())
@@ -86,8 +89,9 @@ def compile_schedule(profile: Trace, plan: Plan, generation: int = 0,
     off = [-1] * n
     cap = [PINNED_CAP] * n
     for block, o in zip(plan.trace.blocks, plan.offsets):
-        off[block.id] = o
-        cap[block.id] = block.size
+        i = cast(int, block.id)  # a pool profile's ids are its request numbers
+        off[i] = o
+        cap[i] = block.size
     due: list[list[int]] = [[] for _ in range(n)]
     for j, b in enumerate(blocks):
         if b.upper is not None:
