@@ -1,17 +1,19 @@
 """The pool's state machine: iterations, modes, departures; free of CuPy, so it runs on the CPU.
 
-Modes (``pool.mode``: what the current iteration does, or the next one):
-``warmup`` (the first ``warmup`` iterations) and ``profiling`` (the next one,
-logged on the event clock: a tick per alloc and per free; its log is the
-profile) serve each request in memory of its own, as does ``planning``
-(while a plan is made in the background).  ``optimized``: request ``i``
-gets ``arena + offset[i]`` when that is safe; a departure (larger or more
-requests, a block freed later than planned) sends the rest of the iteration
-to memory of its own, and its log is merged and planned again
-(:mod:`.planner`) for a later boundary.  ``fallback``: between
-``interrupt()`` and ``resume()`` (CuPy's stock pool), with no arena to be had
-(memory of its own), or while no iteration is marked or found (the stock
-pool).
+Modes (``pool.mode``: what the current iteration does, or the next one;
+:data:`~.state.MODES`): ``warmup`` (the first ``warmup`` iterations) and
+``profiling`` (the next one, logged on the event clock: a tick per alloc and
+per free; its log is the profile) serve each request in memory of its own
+(the heap, see :mod:`.memory`), as does ``planning`` (while a plan is made
+in the background).  ``optimized``: request ``i`` gets ``arena +
+offset[i]`` when that is safe.  A request larger than planned, or beyond the
+planned count, departs: the rest of the iteration is placed in the arena's
+gaps (or memory of its own), and its log is merged and planned again
+(:mod:`.planner`) for a later boundary; a block freed later than planned
+sends only the request planned on it to memory of its own.  ``fallback``:
+between ``interrupt()`` and ``resume()`` (CuPy's stock pool), with no arena
+to be had (memory of its own), or while no iteration is marked or found (the
+heap, else the stock pool).
 
 Who does what: :mod:`.handout` hands blocks out and takes frees back, and
 decides, from the plan's row, what a request of an iteration gets

@@ -6,10 +6,10 @@ allocation has been freed.  The plan is valid, so blocks whose planned
 lifetimes overlap ``k``'s have other addresses; the only blocks that could
 sit on ``k``'s addresses are those planned dead by then.  Block ``j`` is
 listed in ``due[k]`` for the first request ``k`` allocated at or after ``j``'s
-planned free; :meth:`~.handout.HotPath.check_due` moves it to the arena's
-overdue list if it is still alive then, and a request meeting an overdue
-block by address gets memory of its own (a departure, see
-:meth:`~.handout.HotPath.serve_numbered`).
+planned free; the hot path's hand-out decision
+(:meth:`~.handout.HotPath.serve_numbered`) moves it to the arena's overdue
+list if it is still alive then, and a request meeting an overdue block by
+address gets memory of its own (a departure).
 """
 
 from __future__ import annotations
