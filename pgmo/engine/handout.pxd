@@ -120,8 +120,11 @@ cdef class HotPath:
 
     cpdef object null_block(self)
 
-    @cython.locals(rs=cython.longlong)
-    cdef object _serve_inline(self, long long size, int kind)
+    @cython.locals(kind=int, inbox=Inbox, n=cython.longlong, rs=cython.longlong,
+                   result=object)
+    cpdef object malloc(self, object size)
+
+    cdef object _serve_unnumbered(self, object size, long long rs)
 
     @cython.locals(i=Py_ssize_t, cap=cython.longlong, o=cython.longlong, due=tuple,
                    arena=Arena, row=tuple, late=tuple, block=object)

@@ -337,7 +337,15 @@ class HotPath:
                     inbox = self.inbox
                     if inbox.count or inbox.items:
                         self.drain()
-                    result = self._serve_inline(size, kind)
+                    n = size  # a C integer when compiled
+                    rs = (n + _ROUND_UP) & _ROUND_MASK
+                    if kind == FALLBACK:
+                        result = self._serve_unnumbered(size, rs)
+                    elif self.n < self._max_n and (self._context is None
+                                                    or self._context() == self.ctx):
+                        result = self.serve_numbered(rs)
+                    else:  # a detected iteration's end, another device or stream
+                        result = None
                     if result is not None:
                         return result
             except MemoryError:
@@ -346,23 +354,16 @@ class HotPath:
                 self.busy = False
         return self._slow(size)
 
-    def _serve_inline(self, size: int, kind: int) -> Any:
-        """The owner's request of the usual ``kind``; None (nothing changed) when the engine
-        must see it (a limit to keep, a boundary due, another device or stream)."""
-        rs = (size + _ROUND_UP) & _ROUND_MASK
-        if kind == FALLBACK:
-            if self._limited:
-                return None
-            if self._in_iter:  # interrupted: CuPy's stock pool
-                return self.serve_outside(self._stock.malloc(size), rs, _STOCK, False, -1,
-                                          OUTSIDE)
-            return self.serve_outside(self._between(rs), rs, self._between_source, False, -1,
-                                      OUTSIDE)
-        if self.n >= self._max_n:
+    def _serve_unnumbered(self, size: int, rs: int) -> Any:
+        """The owner's request outside an iteration's plan (interrupted: CuPy's stock pool;
+        between iterations: ``_between``); None when a limit is set (the slow path keeps
+        it)."""
+        if self._limited:
             return None
-        if self._context is not None and self._context() != self.ctx:
-            return None
-        return self.serve_numbered(rs)
+        if self._in_iter:
+            return self.serve_outside(self._stock.malloc(size), rs, _STOCK, False, -1, OUTSIDE)
+        return self.serve_outside(self._between(rs), rs, self._between_source, False, -1,
+                                  OUTSIDE)
 
     def serve_numbered(self, rs: int) -> Any:
         """Request ``n`` of the iteration (``rs`` bytes, rounded): **the one hand-out decision**.
