@@ -118,7 +118,8 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
             ``fallback`` is None, for the stock pool; CuPy's cudaMalloc by
             default.
         fallback: the pool serving what lies outside every plan (interrupted,
-            between iterations, other threads or streams); a
+            other threads or streams; between iterations too where the
+            device has no stream-ordered pool); a
             ``cupy.cuda.MemoryPool(allocator)`` by default.  Anything with
             ``malloc``, ``used_bytes``, ``free_bytes``, ``total_bytes``,
             ``n_free_blocks``, ``free_all_blocks`` and ``set_limit(size=)``.

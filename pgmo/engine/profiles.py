@@ -36,12 +36,6 @@ class Log(NamedTuple):
     uppers: Sequence[int | None]
     sizes: Sequence[int]
 
-    def survivors(self) -> set[int]:
-        """Requests whose block outlived the iteration."""
-        if None not in self.uppers:  # the usual case, checked in C
-            return set()
-        return {i for i, u in enumerate(self.uppers) if u is None}
-
 
 def log_of(hot: HotPath, n: int, planned: Trace | None = None) -> Log:
     """The first ``n`` requests of the hot path's log (its C arrays) as a :class:`Log`.
