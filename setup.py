@@ -11,7 +11,10 @@ from setuptools import Extension, setup
 
 # binding=False and always_allow_keywords=False make HotPath.malloc a plain
 # one-argument C method: the cheapest call CuPy can make per allocation.
-DIRECTIVES = {"language_level": 3, "binding": False, "always_allow_keywords": False}
+# annotation_typing=False: the .pxd files alone declare the C types; the Python
+# annotations in the .py files are for type checkers (mypy), not for Cython.
+DIRECTIVES = {"language_level": 3, "binding": False, "always_allow_keywords": False,
+              "annotation_typing": False}
 
 
 def extensions():

@@ -13,9 +13,10 @@ names in place of a file.
 """
 
 import importlib as _importlib
+import typing as _typing
 
 from .bundled import read_trace  # a file, or the name of a trace bundled with pgmo
-from .errors import PlanError, PlanFileError, TraceFormatError
+from .errors import PgmoWarning, PlanError, PlanFileError, TraceFormatError
 from .formats import write_trace
 from .plan import Plan, read_plan
 from .solver import METHODS, SolverOptions, solve
@@ -47,11 +48,10 @@ _LAZY = {
     "analyze": ("pgmo.analysis", "analyze"),
     "Analysis": ("pgmo.analysis", "Analysis"),
     "TraceRecorder": ("pgmo.trace_recorder", "TraceRecorder"),
-    "PgmoWarning": ("pgmo.engine.unmarked", "PgmoWarning"),
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> _typing.Any:
     """Import the names that need CuPy or Chainer (and big modules) only when asked for."""
     if name in _LAZY:
         module, attr = _LAZY[name]

@@ -57,7 +57,7 @@ def _restore_sctypes() -> bool:
     """Put back ``numpy.sctypes`` if this NumPy removed it; True if it did."""
     if hasattr(numpy, "sctypes"):  # NumPy 1.x, or already restored
         return False
-    numpy.sctypes = _numpy1_sctypes()
+    setattr(numpy, "sctypes", _numpy1_sctypes())  # noqa: B010 (NumPy 2 has no such name)
     return True
 
 
@@ -74,7 +74,7 @@ def _quiet_environment_check() -> bool:
         return False
     module = types.ModuleType(_ENV_CHECK, "Replaced by pgmo._chainer_compat: "
                               "the original needs numpy.distutils and pkg_resources.")
-    module.check = lambda: None
+    setattr(module, "check", lambda: None)  # noqa: B010 (a module made here)
     sys.modules[_ENV_CHECK] = module
     return True
 

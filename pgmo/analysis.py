@@ -251,6 +251,7 @@ def analyze(source: Trace | str | os.PathLike, *, format: str | None = None,
     analysed = at_granularity(trace, granularity)
 
     reserved_by = None
+    nbytes: int | None
     if reserved is not None:
         nbytes, reserved_by = _reserved_from(reserved, read_options)
     else:

@@ -13,7 +13,7 @@ Importing this module first applies :mod:`pgmo._chainer_compat`, so Chainer
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy
 
@@ -29,6 +29,9 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         "pgmo.chainer needs Chainer 7.8.1; install it with "
         "PIP_CONSTRAINT=constraints-chainer.txt PIP_BUILD_CONSTRAINT=constraints-chainer.txt "
         "pip install 'pgmo[chainer]'") from error
+
+if TYPE_CHECKING:
+    from .pool import ProfileGuidedMemoryPool
 
 __all__ = ["ProfileGuidedMemory"]
 
@@ -67,8 +70,8 @@ class ProfileGuidedMemory(training.Extension):
     priority = 0
     default_name = "ProfileGuidedMemory"
 
-    def __init__(self, pool=None, *, keys: Iterable[str] | None = None,
-                 prefix: str = "pgmo/", **pool_options: Any):
+    def __init__(self, pool: ProfileGuidedMemoryPool | None = None, *,
+                 keys: Iterable[str] | None = None, prefix: str = "pgmo/", **pool_options: Any):
         if pool is not None and pool_options:
             raise TypeError("give either a pool or options for a new pool, not both: "
                             f"got a pool and {sorted(pool_options)}")
@@ -76,13 +79,13 @@ class ProfileGuidedMemory(training.Extension):
         self._pool_options = pool_options
         self._keys = None if keys is None else tuple(keys)
         self._prefix = prefix
-        self._updater = None
+        self._updater: Any = None  # Chainer's updater, while its update is wrapped
         self._installed = False
         self._had_own_update = False
-        self._own_update = None
+        self._own_update: Any = None
 
     @property
-    def pool(self):
+    def pool(self) -> ProfileGuidedMemoryPool:
         """The pool in use; the default one is created here on first access."""
         if self._pool is None:
             from .pool import ProfileGuidedMemoryPool
@@ -90,7 +93,7 @@ class ProfileGuidedMemory(training.Extension):
             self._pool = ProfileGuidedMemoryPool(**self._pool_options)
         return self._pool
 
-    def initialize(self, trainer) -> None:
+    def initialize(self, trainer: training.Trainer) -> None:
         """Wrap ``updater.update`` so that each update is one pool iteration.
 
         The pool becomes CuPy's allocator at the first update, inside the
@@ -106,7 +109,7 @@ class ProfileGuidedMemory(training.Extension):
         self._own_update = vars(updater).get("update")
         original_update = updater.update
 
-        def update():
+        def update() -> None:
             if not self._installed:
                 pool.install()
                 self._installed = True
@@ -125,10 +128,10 @@ class ProfileGuidedMemory(training.Extension):
             {k: getattr(stats, k) for k in self._keys}
         chainer.report({self._prefix + k: v for k, v in values.items()})
 
-    def __call__(self, trainer) -> None:
+    def __call__(self, trainer: training.Trainer) -> None:
         """Nothing to do per iteration: the work happens in the wrapped update."""
 
-    def finalize(self, trainer=None) -> None:
+    def finalize(self, trainer: training.Trainer | None = None) -> None:
         """Restore the updater's own ``update`` and the previous allocator."""
         updater, self._updater = self._updater, None
         if updater is None:
@@ -143,7 +146,7 @@ class ProfileGuidedMemory(training.Extension):
             self.pool.uninstall()
         logger.debug("%s.update restored, pgmo pool uninstalled", type(updater).__name__)
 
-    def serialize(self, serializer) -> None:
+    def serialize(self, serializer: chainer.serializer.AbstractSerializer) -> None:
         """Save or load the pool's profile and plan as a uint8 array."""
         if isinstance(serializer, chainer.serializer.Serializer):
             # Before the first plan (warm-up, profiling) there is nothing to keep.

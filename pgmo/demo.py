@@ -76,14 +76,14 @@ def _host_pool(time_limit: float):
     """The CuPy pool on host memory; without CuPy, its engine alone (no CuPy needed)."""
     from . import testing
 
-    options = {"method": "best", "time_limit": time_limit}
     try:
-        return testing.host_pool(**options), "pgmo's pool"
+        return testing.host_pool(method="best", time_limit=time_limit), "pgmo's pool"
     except ImportError as exc:  # no CuPy: the same engine, plain memory objects
         if not (exc.name or "").startswith("cupy"):
             raise
         log.info("no CuPy (%s): replaying through the engine alone", exc)
-        return testing.host_engine(**options), "pgmo's engine (CuPy is not installed)"
+        return (testing.host_engine(method="best", time_limit=time_limit),
+                "pgmo's engine (CuPy is not installed)")
 
 
 def _replay_on_host(trace, time_limit: float, progress: bool, verbose: bool) -> None:
@@ -125,7 +125,7 @@ def _replay_on_host(trace, time_limit: float, progress: bool, verbose: bool) -> 
         ("peak in use", bytes_text(stats.peak_used_bytes)),
         ("peak held", f"{bytes_text(stats.peak_total_bytes)}  (warm-up and profiling "
                       "included)"),
-        ("fallback requests", f"{stats.fallback_requests}"),
+        ("departed requests", f"{stats.departed_requests}"),
         ("re-plans", f"{stats.reoptimizations}"),
     ]
     width = max(len(key) for key, _ in rows)

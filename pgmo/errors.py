@@ -1,15 +1,16 @@
-"""Every error pgmo raises on bad input, in one place.
+"""Every error pgmo raises on bad input, and its one warning, in one place.
 
-Each one is a ``ValueError`` (bad input, not a bug) whose message says where
+Each error is a ``ValueError`` (bad input, not a bug) whose message says where
 the problem is: the file, line and field of a trace, the two colliding blocks
-of a packing, or why a saved plan was refused.
+of a packing, or why a saved plan was refused.  :class:`PgmoWarning` tells
+the user of something that costs memory or time and that they can fix.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TraceFormatError", "PlanError", "PlanFileError"]
+__all__ = ["TraceFormatError", "PlanError", "PlanFileError", "PgmoWarning"]
 
 
 class TraceFormatError(ValueError):
@@ -36,3 +37,8 @@ class PlanError(ValueError):
 
 class PlanFileError(ValueError):
     """A saved plan is damaged or does not fit its profile; the message says why."""
+
+
+class PgmoWarning(UserWarning):
+    """Something that costs memory or time and that the user can fix (the pool optimizes
+    nothing because no iteration is marked or found, say)."""

@@ -8,6 +8,7 @@ plan can never claim less memory than its placements use.
 from __future__ import annotations
 
 import operator
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,7 +87,7 @@ class Plan:
                 raise PlanError(f"block id={a.id} differs: the profile has {a}, the plan {b}")
         return self.validate()
 
-    def write(self, path) -> None:
+    def write(self, path: str | os.PathLike) -> None:
         """Write ``id,lower,upper,size,offset`` CSV, or JSON with solve facts."""
         write_trace(self.trace, path, offsets=self.offsets,
                     extra_metadata={"plan": self.summary()})
@@ -102,7 +103,7 @@ class Plan:
                 f"seconds={self.seconds:.3f})")
 
 
-def read_plan(path, inclusive: bool = False, validate: bool = True,
+def read_plan(path: str | os.PathLike, inclusive: bool = False, validate: bool = True,
               format: str | None = None) -> Plan:
     """Read a plan: a CSV/JSON trace with an ``offset`` column, or a pool's saved plan.
 

@@ -90,7 +90,7 @@ def plan_figure(plan: Plan | None, trace: Trace | None = None, title: str | None
         size_scale, size_unit = byte_unit(int(sz.max()))
         norm = LogNorm(vmin=sz.min() / size_scale, vmax=max(sz.max(), sz.min() * 1.01) / size_scale)
         cmap = plt.get_cmap("viridis")
-        ax.add_collection(PolyCollection(verts, facecolors=cmap(norm(sz / size_scale)),
+        ax.add_collection(PolyCollection(list(verts), facecolors=cmap(norm(sz / size_scale)),
                                          edgecolors="black",
                                          linewidths=0.2 if len(trace) < 2000 else 0.0))
         # One bar beside both panels keeps their time axes aligned.

@@ -21,6 +21,7 @@ CuPy's conventions: memory hooks, limits, byte counters,
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import os
 import threading
@@ -29,10 +30,13 @@ from typing import Any, Callable, Iterator
 
 import cupy
 from cupy.cuda import memory as _memory
+from cupy.cuda.memory import MemoryPointer, UnownedMemory
 
 from .engine import Backend, Engine, PoolOptions, pool_options
 from .engine.frees import STOCK
 from .engine.memory import RawListener
+from .engine.options import StockPool
+from .engine.schedule import Schedule
 from .errors import PlanError, PlanFileError
 from .formats import planfile
 from .hooks import FreeReport, call_hooks, hooks_active, thread_hooks
@@ -45,9 +49,11 @@ __all__ = ["ProfileGuidedMemoryPool", "PlanFileError", "cuda_context"]
 
 log = logging.getLogger("pgmo.pool")
 
-_AUTO = object()
-_UnownedMemory = _memory.UnownedMemory
-_MemoryPointer = _memory.MemoryPointer
+class _Default(enum.Enum):
+    AUTO = "auto"  # a keyword's default that None cannot stand for (None: no context)
+
+
+_AUTO = _Default.AUTO
 _CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation (not exported to Python)
 
 
@@ -74,7 +80,7 @@ def _raw_allocator(allocator: Callable[[int], Any], device_id: int) -> Callable[
     """Arena allocations: reported to alloc hooks; cudaMalloc failures become MemoryError."""
     from cupy_backends.cuda.api.runtime import CUDARuntimeError
 
-    def allocate(size: int):
+    def allocate(size: int) -> Any:
         try:
             return allocator(size)
         except CUDARuntimeError as e:
@@ -82,7 +88,7 @@ def _raw_allocator(allocator: Callable[[int], Any], device_id: int) -> Callable[
                 raise MemoryError(str(e)) from e
             raise
 
-    def allocate_hooked(size: int):
+    def allocate_hooked(size: int) -> Any:
         if not hooks_active():
             return allocate(size)
         return call_hooks("alloc", {"device_id": device_id, "mem_size": size},
@@ -92,9 +98,10 @@ def _raw_allocator(allocator: Callable[[int], Any], device_id: int) -> Callable[
     return allocate_hooked
 
 
-def _counting(allocator: Callable[[int], Any], listener: Callable[[], None]):
+def _counting(allocator: Callable[[int], Any],
+              listener: Callable[[], None]) -> Callable[[int], Any]:
     """The stock pool's raw allocator, telling pgmo when the memory held grows."""
-    def allocate(size: int):
+    def allocate(size: int) -> Any:
         memptr = allocator(size)
         listener()
         return memptr
@@ -111,7 +118,8 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
             ``fallback`` is None, for the stock pool; CuPy's cudaMalloc by
             default.
         fallback: the pool serving what lies outside every plan (interrupted,
-            between iterations, other threads or streams); a
+            other threads or streams; between iterations too where the
+            device has no stream-ordered pool); a
             ``cupy.cuda.MemoryPool(allocator)`` by default.  Anything with
             ``malloc``, ``used_bytes``, ``free_bytes``, ``total_bytes``,
             ``n_free_blocks``, ``free_all_blocks`` and ``set_limit(size=)``.
@@ -132,9 +140,11 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
             None, else cudaMalloc through ``allocator`` for both.
     """
 
-    def __init__(self, allocator=None, *, fallback=None, options: PoolOptions | None = None,
-                 plan_path=None, device_id: int | None = None, context: Any = _AUTO,
-                 total_memory: int | None = None, device_layer: dict | None = None,
+    def __init__(self, allocator: Callable[[int], Any] | None = None, *,
+                 fallback: StockPool | None = None, options: PoolOptions | None = None,
+                 plan_path: str | os.PathLike | None = None, device_id: int | None = None,
+                 context: Callable[[], object] | None | _Default = _AUTO,
+                 total_memory: int | None = None, device_layer: dict[str, Any] | None = None,
                  **changes: Any):
         super().__init__(allocator)
         raw = allocator if allocator is not None else _memory._malloc
@@ -163,7 +173,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
                 self.device_layer_reasons = {"arena": "a raw allocator was given",
                                              "heap": "a raw allocator was given"}
         backend = Backend(allocate=_raw_allocator(raw, device_id), fallback=fallback,
-                          memory_type=_UnownedMemory, pointer_type=_MemoryPointer,
+                          memory_type=UnownedMemory, pointer_type=MemoryPointer,
                           device_id=device_id,
                           context=cuda_context() if context is _AUTO else context,
                           oom_error=_memory.OutOfMemoryError, **device_layer)
@@ -178,7 +188,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         engine.on_install = lambda schedule: _call_if_alive(ref, "_plan_installed", schedule)
         # CuPy calls pool.malloc for every allocation: let it reach the hot path
         # directly (this instance attribute shadows the method below).
-        self.malloc = engine.malloc
+        setattr(self, "malloc", engine.malloc)  # noqa: B010
         self._previous_allocators: list[Any] = []
         self.set_limit(**_memory._parse_limit_string())
         if self._plan_path is not None and os.path.exists(self._plan_path):
@@ -188,14 +198,14 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
                 log.warning("ignoring saved plan, profiling instead: %s", e)
 
     # ------------------------------------------------------------- allocation
-    def malloc(self, size: int) -> _MemoryPointer:
+    def malloc(self, size: int) -> MemoryPointer:
         """Allocate ``size`` bytes; what ``cupy.cuda.set_allocator(pool.malloc)`` calls.
 
         (Instances answer with the engine's hot path directly, for speed.)
         """
         return self._engine.malloc(size)
 
-    def _malloc_with_hooks(self, size: Any) -> _MemoryPointer:
+    def _malloc_with_hooks(self, size: Any) -> MemoryPointer:
         """Serve one request while memory hooks are registered, reporting pgmo's own blocks.
 
         Blocks from CuPy's stock pool are reported by that pool already.
@@ -295,7 +305,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
     def n_free_blocks(self) -> int:
         return self._engine.n_free_blocks()
 
-    def free_all_blocks(self, stream=None) -> None:
+    def free_all_blocks(self, stream: Any = None) -> None:
         """Give back every idle byte: the stock pool's cache, survivors' idle buffers (and
         the arena, between iterations; the plan stays)."""
         self._engine.free_all_blocks()
@@ -303,7 +313,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
     def free_all_free(self) -> None:
         self.free_all_blocks()
 
-    def set_limit(self, size=None, fraction=None) -> None:
+    def set_limit(self, size: float | None = None, fraction: float | None = None) -> None:
         """Cap ``total_bytes`` (every source), with CuPy's arguments and errors."""
         if size is None:
             if fraction is None:
@@ -341,15 +351,15 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
     def __enter__(self) -> "ProfileGuidedMemoryPool":
         return self.install()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.uninstall()
 
     # ---------------------------------------------------------- saved plans
-    def save(self, path) -> None:
+    def save(self, path: str | os.PathLike) -> None:
         """Save the profile and the plan in use (JSON with a checksum)."""
         planfile.save(path, *self._saveable())
 
-    def load(self, path) -> Plan:
+    def load(self, path: str | os.PathLike) -> Plan:
         """Use a saved plan from the next iteration on (after warm-up).
 
         Raises :class:`PlanFileError` on a damaged or mismatched file; the
@@ -390,7 +400,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
             raise PlanFileError(f"saved plan does not fit its profile: {e}") from None
         return plan
 
-    def _plan_installed(self, schedule) -> None:
+    def _plan_installed(self, schedule: Schedule) -> None:
         """Keep ``plan_path`` up to date.
 
         With background re-planning the file is written by a thread, off the

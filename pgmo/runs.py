@@ -23,7 +23,7 @@ import bisect
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -76,7 +76,7 @@ class Run:
             last = end
 
     @property
-    def metadata(self) -> dict:
+    def metadata(self) -> Mapping[str, Any]:
         return self.trace.metadata
 
     def __len__(self) -> int:
@@ -210,7 +210,7 @@ class Run:
                   else dataclasses.replace(b, size=max(1, int(round(b.size * factor))))
                   for i, b in enumerate(self.trace.blocks)]
         meta = {**self.metadata, "activation_scale": factor}
-        return Run(Trace(blocks, meta), self.iterations)
+        return Run(Trace(tuple(blocks), meta), self.iterations)
 
     def events(self) -> Iterator[tuple[str, int]]:
         """``("begin", k)``, ``("end", k)``, ``("alloc", i)`` and ``("free", i)``, in order."""
@@ -250,7 +250,7 @@ class RunRecorder(EventRecorder):
 
     def run(self, **metadata: Any) -> Run:
         """The run so far (an iteration still open ends now)."""
-        iterations = [tuple(it) for it in self.iterations]
+        iterations = [(begin, end) for begin, end in self.iterations]
         if self._in_iteration:
             iterations[-1] = (iterations[-1][0], self.tick)
         metadata = {**metadata, "iterations": [list(it) for it in iterations]}
@@ -356,10 +356,11 @@ def _carried_frees(inherited: Sequence[Block], carried: Sequence[int], rec: RunR
     for handle in carried:
         free_by_size.setdefault(round_size(rec.size(handle)), []).append(handle)
     out = []
-    for b in sorted(inherited, key=lambda b: b.upper):
-        same = free_by_size.get(round_size(b.size))
+    ends = [(b.upper, b.size) for b in inherited if b.upper is not None]  # all are freed
+    for upper, size in sorted(ends, key=lambda end: end[0]):
+        same = free_by_size.get(round_size(size))
         if same:
-            out.append((b.upper, same.pop(0)))
+            out.append((upper, same.pop(0)))
     rest = sorted(h for hs in free_by_size.values() for h in hs)
     out += [(otherwise, h) for h in rest]
     return out

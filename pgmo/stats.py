@@ -21,6 +21,11 @@ pgmo                     CuPy ``MemoryPool``                PyTorch caching allo
 ``pool.reset_peak_stats()`` restarts both peaks from the current values, like
 ``torch.cuda.reset_peak_memory_stats()``; ``pool.memory_summary()`` prints
 them for a person, like ``torch.cuda.memory_summary()``.
+
+Renamed: ``departed_requests`` was ``fallback_requests`` up to pgmo 0.2, a
+name that said "the stock pool" (the ``fallback`` mode) for requests that are
+not served there.  ``fallback_requests`` stays one more release (0.3), as a
+property and a key of :meth:`PoolStats.as_dict`, then goes.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from dataclasses import dataclass
 from .units import format_bytes
 
 __all__ = ["PoolStats"]
+
+#: Old names of fields, kept as aliases for one release: old -> new.
+ALIASES = {"fallback_requests": "departed_requests"}
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,7 @@ class PoolStats:
     requests: int
     profiled_requests: int  # warm-up, profiling, waiting for a plan: memory of their own
     planned_requests: int  # served from the arena
-    fallback_requests: int  # in optimized iterations, after a departure: memory of their own
+    departed_requests: int  # in optimized iterations, after a departure: arena gaps or their own
     pinned_requests: int  # in optimized iterations, survivors the plan keeps apart
     interrupted_requests: int  # between interrupt() and resume(): CuPy's stock pool
     outside_requests: int  # between iterations, or none marked or found: CuPy's stock pool
@@ -83,8 +91,16 @@ class PoolStats:
     shape_plans: int  # plans made for recurring iteration shapes (buckets, batch sizes...)
     shape_iterations: int  # iterations served by a shape's own plan
 
+    @property
+    def fallback_requests(self) -> int:
+        """Deprecated alias of :attr:`departed_requests`, for pgmo 0.3 only."""
+        return self.departed_requests
+
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field by name, and the old names of :data:`ALIASES` for one release."""
+        fields = dataclasses.asdict(self)
+        fields.update({old: fields[new] for old, new in ALIASES.items()})
+        return fields
 
     def numbers(self) -> dict[str, int]:
         """The integer fields (what a metrics logger can plot)."""
@@ -118,7 +134,7 @@ class PoolStats:
             ("requests", f"{self.requests:,}"),
             ("  from the plan", f"{self.planned_requests:,}"),
             ("  profiled", f"{self.profiled_requests:,}"),
-            ("  fallback", f"{self.fallback_requests:,} (departures {self.departures:,}, "
+            ("  departed", f"{self.departed_requests:,} (departures {self.departures:,}, "
                            f"re-plans {self.reoptimizations:,})"),
             ("  pinned", f"{self.pinned_requests:,}"),
             ("  interrupted", f"{self.interrupted_requests:,}"),

@@ -25,6 +25,7 @@ import argparse
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 from .formats import write_trace
 from .recorder import EventRecorder
@@ -47,11 +48,12 @@ class Recorder(EventRecorder):
     def alloc(self, nbytes: int) -> int:
         return super().alloc(max(nbytes, 1))  # an empty buffer still takes one unit
 
-    def trace(self, **metadata) -> Trace:
-        """Close every block still live at the end of the iteration and build the trace."""
+    def trace(self, close_open: bool = True, **metadata: Any) -> Trace:
+        """Build the trace, closing every block still live at the end of the iteration
+        (``close_open``: a generated iteration frees everything it made)."""
         meta = {"synthetic": True, "recorded_by": "pgmo.synth (generator, not a measurement)"}
         meta.update(metadata)
-        return super().trace(close_open=True, **meta)
+        return super().trace(close_open=close_open, **meta)
 
 
 @dataclass(frozen=True)
@@ -266,7 +268,7 @@ def random_iteration(seed: int, n: int = 60) -> Trace:
     return rec.trace(generator="pgmo.synth.random_iteration", seed=seed)
 
 
-def bundled_specs() -> dict[str, callable]:
+def bundled_specs() -> dict[str, Callable[[], Trace]]:
     """Name -> generator of every trace shipped in ``pgmo/traces``."""
     return {
         "synthetic-alexnet-train-b32": lambda: cnn_training("alexnet", 32),

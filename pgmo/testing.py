@@ -16,13 +16,20 @@ from __future__ import annotations
 import bisect
 import contextlib
 import ctypes
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, cast
 
 import numpy as np
 
 from .host_device import DRIVER_PAGE, HostAsyncPool, HostMemory, HostStockPool
 from .trace import Trace, events
 from .units import round_size
+
+if TYPE_CHECKING:
+    from .engine import Backend, Engine
+    from .engine.options import StockPool
+    from .pool import ProfileGuidedMemoryPool
+    from .runs import Run
+    from .stats import PoolStats
 
 __all__ = ["HostMemory", "HostStockPool", "HostFallback", "host_pool", "host_engine", "host_backend", "replay",
            "Checker", "events", "replay_run", "host_device_of", "TEST_DEFAULTS", "WRITES", "STAMP"]
@@ -44,7 +51,28 @@ STAMP = 8
 HostFallback = HostStockPool
 
 
-def _cupy_out_of_memory():
+class Allocator(Protocol):
+    """What :func:`replay_run` drives: anything with CuPy's ``malloc`` (a pgmo pool or
+    engine, CuPy's stock pool); with ``begin_iteration``/``end_iteration`` it marks
+    iterations too."""
+
+    def malloc(self, size: int) -> Any: ...
+
+
+class IteratingAllocator(Allocator, Protocol):
+    """What :func:`replay` drives: a pgmo pool or engine."""
+
+    @property
+    def mode(self) -> str: ...
+
+    def iteration(self) -> ContextManager[object]: ...
+
+    def interrupted(self) -> ContextManager[object]: ...
+
+    def stats(self) -> PoolStats: ...
+
+
+def _cupy_out_of_memory() -> type[MemoryError]:
     from cupy.cuda.memory import OutOfMemoryError
 
     return OutOfMemoryError
@@ -66,7 +94,7 @@ def device_sources(memory: HostMemory, vmm: bool = True, stream_pool: bool = Tru
 
 
 def host_backend(capacity: int | None = None, cupy_objects: bool = False, *, vmm: bool = True,
-                 stream_pool: bool = True, page: int | None = DRIVER_PAGE):
+                 stream_pool: bool = True, page: int | None = DRIVER_PAGE) -> Backend:
     """A :class:`~pgmo.engine.Backend` on host memory of ``capacity`` bytes (None: unbounded).
 
     With ``cupy_objects`` the blocks are CuPy ``UnownedMemory`` / ``MemoryPointer``
@@ -78,17 +106,20 @@ def host_backend(capacity: int | None = None, cupy_objects: bool = False, *, vmm
 
     memory = HostMemory(capacity, page)
     sources = device_sources(memory, vmm, stream_pool)
+    # (casts: the host pool's blocks declare ptr and size in __slots__ only, unseen by mypy)
     if not cupy_objects:
-        return Backend(allocate=memory, fallback=HostStockPool(memory), **sources)
+        return Backend(allocate=memory, fallback=cast("StockPool", HostStockPool(memory)),
+                       **sources)
     from cupy.cuda.memory import MemoryPointer, UnownedMemory
 
     oom = _cupy_out_of_memory()
-    return Backend(allocate=memory, fallback=HostStockPool(memory, oom), memory_type=UnownedMemory,
+    return Backend(allocate=memory, fallback=cast("StockPool", HostStockPool(memory, oom)),
+                   memory_type=UnownedMemory,
                    pointer_type=MemoryPointer, oom_error=oom, **sources)
 
 
 def host_engine(capacity: int | None = None, *, vmm: bool = True, stream_pool: bool = True,
-                page: int | None = DRIVER_PAGE, **options: Any):
+                page: int | None = DRIVER_PAGE, **options: Any) -> Engine:
     """A pgmo :class:`~pgmo.engine.Engine` on host memory, without CuPy.
 
     Keywords are pool options (``warmup``, ``replan``, ``method``...);
@@ -99,13 +130,16 @@ def host_engine(capacity: int | None = None, *, vmm: bool = True, stream_pool: b
 
     backend = host_backend(capacity, vmm=vmm, stream_pool=stream_pool, page=page)
     engine = Engine(backend, pool_options(**{**TEST_DEFAULTS, **options}))
-    engine.host_memory = True
-    engine.host_device = backend.allocate
-    _watch_raw(backend.allocate, engine)
+    memory = backend.allocate
+    assert isinstance(memory, HostMemory)  # host_backend's
+    # what replay() reads (through getattr: an engine has no such fields of its own)
+    setattr(engine, "host_memory", True)  # noqa: B010
+    setattr(engine, "host_device", memory)  # noqa: B010
+    _watch_raw(memory, engine)
     return engine
 
 
-def _watch_raw(memory: "HostMemory", engine) -> None:
+def _watch_raw(memory: HostMemory, engine: Engine) -> None:
     from .engine.memory import RawListener
 
     listener = RawListener()
@@ -114,7 +148,8 @@ def _watch_raw(memory: "HostMemory", engine) -> None:
 
 
 def host_pool(capacity: int | None = None, *, vmm: bool = True, stream_pool: bool = True,
-              own_heap: bool = False, page: int | None = DRIVER_PAGE, **options: Any):
+              own_heap: bool = False, page: int | None = DRIVER_PAGE,
+              **options: Any) -> ProfileGuidedMemoryPool:
     """A :class:`~pgmo.pool.ProfileGuidedMemoryPool` on host memory (needs CuPy, no GPU).
 
     ``capacity`` plays the device's memory size (None: unbounded); ``vmm`` and
@@ -129,7 +164,8 @@ def host_pool(capacity: int | None = None, *, vmm: bool = True, stream_pool: boo
     from .pool import ProfileGuidedMemoryPool
 
     memory = HostMemory(capacity, page)
-    pool = ProfileGuidedMemoryPool(memory, fallback=HostStockPool(memory, _cupy_out_of_memory()),
+    stock = cast("StockPool", HostStockPool(memory, _cupy_out_of_memory()))  # see host_backend
+    pool = ProfileGuidedMemoryPool(memory, fallback=stock,
                                    device_id=0,
                                    context=None, total_memory=capacity or 2 ** 40,
                                    device_layer=device_sources(memory, vmm, stream_pool,
@@ -164,7 +200,8 @@ class Checker:
     share one, and each lies in held memory).
     """
 
-    def __init__(self, host: bool, device: Any = None, write: bool | str = True):
+    def __init__(self, host: bool, device: HostMemory | None = None,
+                 write: bool | str = True):
         if write not in WRITES:
             raise ValueError(f"write must be one of {', '.join(map(repr, WRITES))}, "
                              f"got {write!r}")
@@ -180,7 +217,7 @@ class Checker:
         self._starts: list[tuple[int, int]] = []  # (ptr, serial), sorted
         self._ends: dict[int, int] = {}  # serial -> end address
 
-    def alloc(self, pool, size: int) -> tuple[Any, int, int]:
+    def alloc(self, pool: Allocator, size: int) -> tuple[Any, int, int]:
         memptr = pool.malloc(size)
         self.serial += 1
         serial = self.serial
@@ -227,24 +264,26 @@ class Checker:
             return (0, STAMP), (size - STAMP, STAMP)
         return ((0, size),)
 
-    def _views(self, memptr, start: int, length: int):
+    def _views(self, memptr: Any, start: int, length: int) -> tuple[Any, Any]:
+        """The block's bytes ``[start, start + length)`` as whole 32-bit words and the rest
+        (NumPy arrays over host memory, CuPy arrays over device memory)."""
         words = length // 4
         if self.host:
-            raw = np.frombuffer((ctypes.c_uint8 * length).from_address(memptr.ptr + start),
-                                np.uint8)
+            raw = np.frombuffer(memoryview((ctypes.c_uint8 * length).from_address(
+                memptr.ptr + start)), np.uint8)
             return raw[:words * 4].view(np.uint32), raw[words * 4:]
         import cupy  # a pool on the device: check through CuPy
 
         raw = cupy.ndarray((start + length,), cupy.uint8, memptr=memptr)[start:]
         return raw[:words * 4].view(cupy.uint32), raw[words * 4:]
 
-    def _write(self, memptr, size: int, serial: int) -> None:
+    def _write(self, memptr: Any, size: int, serial: int) -> None:
         for start, length in self._regions(size):
             words, tail = self._views(memptr, start, length)
             words.fill(serial & 0xFFFFFFFF)
             tail.fill(serial & 0xFF)
 
-    def _verify(self, memptr, size: int, serial: int) -> bool:
+    def _verify(self, memptr: Any, size: int, serial: int) -> bool:
         for start, length in self._regions(size):
             words, tail = self._views(memptr, start, length)
             if (words != (serial & 0xFFFFFFFF)).any() or (tail != (serial & 0xFF)).any():
@@ -252,15 +291,15 @@ class Checker:
         return True
 
 
-def host_device_of(pool) -> Any:
+def host_device_of(pool: object) -> HostMemory | None:
     """The host device behind ``pool`` (a :class:`~pgmo.host_device.HostMemory`), else None."""
     device = getattr(pool, "host_device", None) or getattr(pool, "memory", None)
     return device if isinstance(device, HostMemory) else None
 
 
-def replay(traces: Trace | Iterable[Trace], pool, *, interrupted: bool = False,
-           check: bool = True, write: bool | str = True,
-           on_event: Callable[[int], None] | None = None) -> dict:
+def replay(traces: Trace | Iterable[Trace], pool: IteratingAllocator, *,
+           interrupted: bool = False, check: bool = True, write: bool | str = True,
+           on_event: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Drive ``pool`` through one iteration per trace, checking every block.
 
     Each trace becomes an alloc/free event sequence (sorted by tick, frees
@@ -284,6 +323,7 @@ def replay(traces: Trace | Iterable[Trace], pool, *, interrupted: bool = False,
     for trace in traces:
         blocks = trace.blocks
         live: dict[int, tuple] = {}
+        handle: tuple | None
         with pool.iteration():
             with pool.interrupted() if interrupted else contextlib.nullcontext():
                 modes.append(pool.mode)
@@ -313,7 +353,8 @@ def replay(traces: Trace | Iterable[Trace], pool, *, interrupted: bool = False,
             "modes": modes, "stats": pool.stats()}
 
 
-def replay_run(run, pool, *, write: bool | str = "ends", on_event=None) -> dict:
+def replay_run(run: Run, pool: Allocator, *, write: bool | str = "ends",
+               on_event: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Drive ``pool`` through a whole :class:`~pgmo.runs.Run`, checking every block.
 
     Iteration marks become ``pool.begin_iteration()``/``end_iteration()``
@@ -327,9 +368,11 @@ def replay_run(run, pool, *, write: bool | str = "ends", on_event=None) -> dict:
     """
     checker = Checker(host=getattr(pool, "host_memory", True), device=host_device_of(pool),
                       write=write)
-    marks = hasattr(pool, "begin_iteration")
+    begin = getattr(pool, "begin_iteration", None)  # None: the pool marks no iteration
+    end = getattr(pool, "end_iteration", None)
     blocks = run.trace.blocks
     live: dict[int, tuple] = {}
+    handle: tuple | None
     requests = iterations = 0
     try:
         for k, (kind, i) in enumerate(run.events()):
@@ -339,12 +382,12 @@ def replay_run(run, pool, *, write: bool | str = "ends", on_event=None) -> dict:
             elif kind == "free":
                 checker.free(live.pop(i))
             elif kind == "begin":
-                if marks:
-                    pool.begin_iteration()
+                if begin is not None:
+                    begin()
             else:
                 iterations += 1
-                if marks:
-                    pool.end_iteration()
+                if end is not None:
+                    end()
             if on_event is not None:
                 on_event(k)
     finally:

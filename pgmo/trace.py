@@ -42,7 +42,7 @@ __all__ = ["Block", "Trace", "max_load", "packing_peak", "intervals_overlap", "e
            "FREE", "ALLOC", "block_from_values", "to_int", "to_id"]
 
 
-def intervals_overlap(lo_a: int, hi_a: int, lo_b: int, hi_b: int) -> bool:
+def intervals_overlap(lo_a: float, hi_a: float, lo_b: float, hi_b: float) -> bool:
     """Whether half-open ``[lo_a, hi_a)`` and ``[lo_b, hi_b)`` share a point.
 
     The one overlap test of pgmo: lifetimes on the event clock and address

@@ -33,6 +33,7 @@ is built when asked for.  This module imports CuPy; the rest of pgmo does not.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -75,20 +76,22 @@ class TraceRecorder(memory_hook.MemoryHook):
         self._reserved_at_end = None
         return super().__enter__()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)
         if self.pool is not None:
             self._reserved_at_end = int(self.pool.total_bytes())
 
     # -- CuPy's hook points: append only ----------------------------------------
-    def malloc_postprocess(self, device_id=0, size=0, mem_size=0, mem_ptr=0, pmem_id=0,
-                           **kwargs) -> None:
+    def malloc_postprocess(self, device_id: int = 0, size: int = 0, mem_size: int = 0,
+                           mem_ptr: int = 0, pmem_id: int = 0, **kwargs: Any) -> None:
         self._log.append((_MALLOC, device_id, mem_ptr, size, mem_size, pmem_id))
 
-    def free_preprocess(self, device_id=0, mem_size=0, mem_ptr=0, pmem_id=0, **kwargs) -> None:
+    def free_preprocess(self, device_id: int = 0, mem_size: int = 0, mem_ptr: int = 0,
+                        pmem_id: int = 0, **kwargs: Any) -> None:
         self._log.append((_FREE, device_id, mem_ptr, mem_size, mem_size, pmem_id))
 
-    def alloc_postprocess(self, device_id=0, mem_size=0, mem_ptr=0, **kwargs) -> None:
+    def alloc_postprocess(self, device_id: int = 0, mem_size: int = 0, mem_ptr: int = 0,
+                          **kwargs: Any) -> None:
         if mem_ptr:  # 0: the device allocation failed
             self._log.append((_DEVICE_ALLOC, device_id, mem_ptr, mem_size, mem_size, 0))
 
@@ -210,7 +213,7 @@ class TraceRecorder(memory_hook.MemoryHook):
         return recorder.run(**{"recorded_by": "pgmo.TraceRecorder", **metadata,
                                "heard": heard})
 
-    def save(self, path, device: int | None = None) -> Trace:
+    def save(self, path: str | os.PathLike, device: int | None = None) -> Trace:
         """Write the trace (pgmo JSON for ``.json``/``.json.gz``, else CSV); returns it."""
         trace = self.trace(device)
         write_trace(trace, path)

@@ -102,7 +102,7 @@ def test_extension_serves_each_ranks_requests_under_the_multi_node_optimizer(tmp
         # multi-node evaluator's requests, between updates, left the plan alone.
         assert stats["profiled_requests"] == 3 * per_update
         assert stats["planned_requests"] == (iterations - 3) * per_update
-        assert stats["fallback_requests"] == stats["departures"] == 0
+        assert stats["departed_requests"] == stats["departures"] == 0
         assert stats["requests"] > iterations * per_update  # the evaluator's, outside the plan
         assert got["allocator_restored"]
 
@@ -172,7 +172,7 @@ def test_each_rank_plans_its_own_trace_in_its_own_pool(tmp_path):
         # profiled, then every hot iteration from the plan with no fallback at all.
         assert r["modes"] == ["warmup", "warmup", "profiling"] + ["optimized"] * (iterations - 3)
         assert stats["mode"] == "optimized"
-        assert stats["fallback_requests"] == 0 and stats["departures"] == 0
+        assert stats["departed_requests"] == 0 and stats["departures"] == 0
         assert stats["planned_requests"] == (iterations - 3) * len(trace)
         assert r["corrupted"] == 0 and r["overlaps"] == 0
         # The rank's plan is of its own requests, saved in its own file.

@@ -207,7 +207,7 @@ def test_warmup_then_profile_then_arena(hot_path):
     assert modes == ["warmup", "warmup", "profiling", "optimized", "optimized"]
     st = e.stats()
     assert st.profiled_requests == 12 and st.planned_requests == 8
-    assert st.fallback_requests == 0 and st.departures == 0 and st.reoptimizations == 0
+    assert st.departed_requests == 0 and st.departures == 0 and st.reoptimizations == 0
     assert st.arena_bytes >= e.plan.peak == e.plan.lower_bound == 2048 + 3072
     assert st.plan_method == "bestfit" and st.iteration_source == "marked"
 
@@ -236,7 +236,7 @@ def test_block_kept_past_its_planned_free_sends_the_request_off_the_plan(hot_pat
     assert c.in_plan(blocks[0]) and not c.in_plan(blocks[1])
     assert not blocks[1].in_stock  # memory of its own: nothing cached after it
     st = e.stats()
-    assert st.departures == 1 and st.fallback_requests == 1 and st.exact_bytes == 1024
+    assert st.departures == 1 and st.departed_requests == 1 and st.exact_bytes == 1024
     c.live.clear()
     blocks.clear()
     e.end_iteration()
@@ -272,7 +272,7 @@ def test_bigger_request_diverges_the_rest_and_is_resolved_at_the_boundary(hot_pa
     c.iteration(bigger)
     st = e.stats()
     assert st.departures == 1 and st.reoptimizations == 1
-    assert st.fallback_requests == 3  # request 1 and the rest of the iteration
+    assert st.departed_requests == 3  # request 1 and the rest of the iteration
     assert e.plan.peak > peak
     assert e.profile.blocks[1].size == round_size(9000)
     before = st.planned_requests
@@ -281,6 +281,54 @@ def test_bigger_request_diverges_the_rest_and_is_resolved_at_the_boundary(hot_pa
     st = e.stats()
     assert st.planned_requests == before + 8
     assert st.reoptimizations == 1
+
+
+def _run_with_every_request_slow(c, hooked):
+    """Send every request of ``c`` through the engine's slow path (as memory hooks do)."""
+    calls = []
+
+    def serve(size):
+        calls.append(size)
+        return c.engine.serve_unhooked(size)
+
+    if hooked:
+        c.engine.report_to_hooks(lambda: {"hook": object()}, serve)
+    return calls
+
+
+def test_the_inline_and_the_slow_path_make_the_same_hand_out_decision(hot_path):
+    """Planned, late-freed, larger, extra and surviving requests: served alike (the same
+    addresses, the same counts) whether the inline path or the slow path decides."""
+    late = [1000, 2000, 3000, ("f", 0), ("f", 1), 500, ("f", 2), ("f", 3)]
+    bigger = [1000, 9000, ("f", 0), 3000, ("f", 1), 500, ("f", 2), ("f", 3)]
+    more = HOT + [700, ("f", 4)]
+    outcomes = []
+    for hooked in (False, True):
+        c = Checked(hot_path, warmup=0)
+        calls = _run_with_every_request_slow(c, hooked)
+        kept, pointers = [], []
+        for ops in (HOT, HOT, late, HOT, bigger, more, HOT, HOT + [64], HOT + [64]):
+            blocks = c.iteration(ops)
+            pointers.append([b.ptr for b in blocks if b is not None])
+            kept.append(blocks[-1])
+        st = c.engine.stats()
+        assert (len(calls) > 0) == hooked  # the hooked engine served every request slowly
+        outcomes.append((pointers, st))
+    (inline, inline_stats), (slow, slow_stats) = outcomes
+    assert inline == slow
+    assert inline_stats == slow_stats
+    assert inline_stats.departures >= 3 and inline_stats.departed_requests >= 3
+    assert inline_stats.pinned_requests >= 1 and inline_stats.planned_requests > 0
+
+
+def test_a_departure_is_counted_once_on_either_path(hot_path):
+    for hooked in (False, True):
+        c = Checked(hot_path, warmup=0)
+        _run_with_every_request_slow(c, hooked)
+        c.iteration(HOT)
+        c.iteration([1000, 9000, ("f", 0), 3000, ("f", 1), 500, ("f", 2), ("f", 3)])
+        st = c.engine.stats()
+        assert (st.departures, st.departed_requests, st.planned_requests) == (1, 3, 1)
 
 
 def test_more_requests_than_planned_are_recorded_and_planned_next_time(hot_path):
@@ -542,12 +590,30 @@ def test_optimize_forces_a_plan_after_warmup_only(hot_path):
     c = Checked(hot_path, warmup=5)
     c.iteration(HOT)
     e = c.engine
+    options = e.options
     assert e.plan is None and e.mode == "warmup"
     plan = e.optimize()
     assert plan.peak >= plan.lower_bound > 0
     assert e.mode == "optimized"
     c.iteration(HOT)
     assert e.stats().planned_requests == 4
+    assert e.options is options and e.options.warmup == 5  # the user's options stay
+
+
+def test_an_unknown_replan_mode_is_refused_with_the_modes_to_choose_from():
+    with pytest.raises(ValueError, match="unknown replan mode 'later'; choose one of "
+                                         "background, sync, bestfit"):
+        pool_options(replan="later")
+
+
+def test_departed_requests_keep_their_old_name_for_one_release(hot_path):
+    c = Checked(hot_path, warmup=0)
+    c.iteration(HOT)
+    c.iteration([1000, 9000, ("f", 0), 3000, ("f", 1), 500, ("f", 2), ("f", 3)])
+    st = c.engine.stats()
+    assert st.departed_requests == 3
+    assert st.fallback_requests == 3 and st.as_dict()["fallback_requests"] == 3
+    assert st.numbers()["departed_requests"] == 3
 
 
 def test_optimize_in_the_middle_of_an_iteration_takes_effect_at_the_next_boundary(hot_path):
@@ -575,7 +641,7 @@ def test_optimize_in_the_middle_of_an_iteration_takes_effect_at_the_next_boundar
     del a4
     e.end_iteration()
     st = e.stats()
-    assert st.fallback_requests == 0 and st.planned_requests == 5
+    assert st.departed_requests == 0 and st.planned_requests == 5
     c.iteration(ops)
     assert e.schedule.plan is plan and e.stats().reoptimizations == 0
 
@@ -602,7 +668,7 @@ def test_survivors_get_buffers_of_their_own_reused_each_iteration(hot_path):
     st = e.stats()
     assert st.reoptimizations == 0  # profiled with the survivor: nothing to re-solve
     # kept apart as planned: pinned, not a departure from the plan
-    assert st.pinned_requests == 3 and st.fallback_requests == 0 and st.departures == 0
+    assert st.pinned_requests == 3 and st.departed_requests == 0 and st.departures == 0
     assert st.requests == st.profiled_requests + st.planned_requests + st.pinned_requests
     assert st.kept_bytes == 3 * 512  # three live survivors' buffers
     raw = len(c.arena_alloc.taken())
@@ -745,8 +811,8 @@ def test_the_request_that_drops_a_period_is_watched_not_counted_in_the_old_itera
     after = e.stats()
     assert after.iteration_source == "none" and after.requests == before.requests + 1
     # unmarked and watched again, not a request of the iteration that ended
-    assert (after.profiled_requests, after.fallback_requests, after.planned_requests,
-            after.pinned_requests) == (before.profiled_requests, before.fallback_requests,
+    assert (after.profiled_requests, after.departed_requests, after.planned_requests,
+            after.pinned_requests) == (before.profiled_requests, before.departed_requests,
                                        before.planned_requests, before.pinned_requests)
 
 

@@ -71,7 +71,7 @@ def test_best_fit_at_once_then_the_better_plan_at_a_later_boundary():
     # the arena's end was trimmed to the better plan (in whole mappings: 1/32 of it)
     assert st.planned_peak <= st.arena_bytes <= st.planned_peak * (1 + 1 / 32)
     assert st.background_solves == 1
-    assert st.fallback_requests == 0 and st.stale_plans == 0 and st.planner_failures == 0
+    assert st.departed_requests == 0 and st.stale_plans == 0 and st.planner_failures == 0
     engine.close()
 
 

@@ -55,7 +55,7 @@ def test_is_a_cupy_memory_pool_whose_stats_count_what_happened():
     assert (st.mode, st.iterations, st.iteration_source, st.replan) == \
         ("optimized", 3, "marked", "sync")
     assert (st.requests, st.profiled_requests, st.planned_requests) == (12, 8, 4)
-    assert st.fallback_requests == st.departures == st.reoptimizations == 0
+    assert st.departed_requests == st.departures == st.reoptimizations == 0
     assert st.planned_peak == st.lower_bound == 2048 + 3072 and st.planned_blocks == 4
     assert st.arena_bytes == 5120 and st.used_bytes == 0
     assert st.total_bytes == st.free_bytes == st.arena_bytes  # cached blocks were released
@@ -93,7 +93,7 @@ def test_each_request_gets_its_own_memory_object_rounded_like_cupy():
         d = pool.malloc(500)
         del c, d
     st = pool.stats()
-    assert st.planned_requests == 4 and st.fallback_requests == 0
+    assert st.planned_requests == 4 and st.departed_requests == 0
 
 
 def test_size_zero_is_a_null_pointer_and_not_a_request():
@@ -132,7 +132,7 @@ def test_byte_counters_hold_in_every_mode():
     assert pool.total_bytes() == pool.free_bytes() == 0  # idle arena released too
     assert pool.n_free_blocks() == 0
     run(pool, n=2)  # the arena comes back on the next iteration
-    assert pool.stats().arena_bytes > 0 and pool.stats().fallback_requests == 0
+    assert pool.stats().arena_bytes > 0 and pool.stats().departed_requests == 0
 
 
 def test_peaks_of_memory_held_count_every_raw_allocation():
@@ -392,7 +392,7 @@ def test_request_counters_add_up():
     assert res["corrupted"] == 0
     st = res["stats"]
     assert st.requests == 12
-    assert st.profiled_requests + st.planned_requests + st.fallback_requests == 12
+    assert st.profiled_requests + st.planned_requests + st.departed_requests == 12
     assert st.planned_peak <= st.arena_bytes
     assert st.peak_used_bytes >= st.planned_peak
 

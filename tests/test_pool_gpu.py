@@ -43,7 +43,7 @@ def test_replay_on_the_device_in_all_modes(cupy):
     stats = res["stats"]
     assert stats.planned_requests == 2 * len(trace)
     assert stats.profiled_requests == 2 * len(trace)
-    assert stats.fallback_requests == 0
+    assert stats.departed_requests == 0
     assert stats.arena_bytes >= stats.planned_peak >= stats.lower_bound == trace.lower_bound()
     fb = replay([trace], pool, interrupted=True)
     assert fb["corrupted"] == 0 and fb["modes"] == ["fallback"]
@@ -62,7 +62,7 @@ def test_non_hot_replay_on_the_device(cupy):
     stats = res["stats"]
     assert stats.departures >= 1 and stats.reoptimizations >= 1  # b is not a's plan
     assert stats.planned_requests > 0  # and yet most requests came from an arena
-    assert stats.profiled_requests + stats.planned_requests + stats.fallback_requests == \
+    assert stats.profiled_requests + stats.planned_requests + stats.departed_requests == \
         res["requests"]
 
 

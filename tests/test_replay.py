@@ -79,7 +79,7 @@ def test_bundled_traces_in_all_modes(name, make_pool):
     st = res["stats"]
     assert st.planned_requests + st.pinned_requests == 2 * len(trace)
     assert st.pinned_requests == 2 * survivors  # blocks that outlive their iteration
-    assert st.fallback_requests == 0 and st.reoptimizations == 0
+    assert st.departed_requests == 0 and st.reoptimizations == 0
     assert st.planned_peak >= st.lower_bound > 0
     fb = replay([trace], pool, interrupted=True)
     assert_clean(fb, fresh=False)
@@ -100,8 +100,8 @@ def test_the_checker_catches_a_pool_that_hands_out_an_address_in_use():
     trace = scaled(bundled.load("synthetic-alexnet-train-b32"))
     pool = host_engine(warmup=0)
     assert_clean(replay([trace] * 2, pool))
-    hot = pool.hot
-    hot.addresses = [hot.arena.ptr] * len(hot.addresses)  # every request at offset 0
+    rows = pool.current.rows
+    pool.hot.install(rows, [pool.hot.arena.ptr] * len(rows))  # every request at offset 0
     broken = replay([trace], pool)
     assert broken["overlaps"] > 0 and broken["corrupted"] > 0
 
@@ -126,7 +126,7 @@ def test_dsa_benchmark_traces_in_all_modes(rel, make_pool):
     assert_clean(res)
     assert res["modes"][-1] == "optimized"
     assert res["stats"].planned_requests == len(trace)
-    assert res["stats"].fallback_requests == 0
+    assert res["stats"].departed_requests == 0
     fb = replay([trace], pool, interrupted=True)
     assert_clean(fb, fresh=False)
 
@@ -164,7 +164,7 @@ def test_reoptimizations_become_rare_on_a_variable_length_workload(make_pool):
     assert early >= 1
     assert late <= 1 and late < early
     st = pool.stats()
-    assert st.planned_requests > st.fallback_requests
+    assert st.planned_requests > st.departed_requests
 
 
 def test_seq2seq_sizes_converge(make_pool):

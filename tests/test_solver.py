@@ -17,7 +17,7 @@ from pgmo import Trace
 from pgmo.solver.bestfit import bestfit_offsets, paper_priority
 from pgmo.solver.budget import Budget
 from pgmo.solver.greedy import ORDERS, gap_fit_offsets, order_by
-from pgmo.solver.local_search import SkylineSearch
+from pgmo.solver.skyline_search import SkylineSearch
 from pgmo.solver.skyline_dfs import capacity_search, skyline_dfs
 from pgmo.validate import find_conflict
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgmo.engine.unmarked import GIVE_UP, LoopWatch
+from pgmo.engine.loop_watch import GIVE_UP, LoopWatch
 
 
 def found_loop(watch, sizes=(1024, 2048, 3072, 512)):

@@ -166,7 +166,7 @@ def test_recurring_shapes_get_plans_of_their_own():
     assert with_shapes.completed and without.completed
     assert with_shapes.stats.shape_plans >= 2 and with_shapes.stats.shape_iterations >= 2
     assert without.stats.shape_plans == 0
-    assert with_shapes.stats.fallback_requests < 0.6 * without.stats.fallback_requests
+    assert with_shapes.stats.departed_requests < 0.6 * without.stats.departed_requests
     assert with_shapes.peak <= 1.02 * without.peak
 
 
@@ -188,7 +188,7 @@ def test_the_background_planner_survives_a_varying_run(caplog):
 
 def test_a_log_planned_for_another_profile_is_filled_from_its_own():
     import pgmo
-    from pgmo.engine.recording import Log, absorb, filled
+    from pgmo.engine.profiles import Log, absorb, filled
 
     short = pgmo.Trace.from_tuples([(0, 0, 2, 1024), (1, 1, 3, 512)])
     planned_for = pgmo.Trace.from_tuples([(i, i, i + 2, 2048) for i in range(5)])

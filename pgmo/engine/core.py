@@ -1,26 +1,32 @@
 """The pool's state machine: iterations, modes, departures; free of CuPy, so it runs on the CPU.
 
-Modes (``pool.mode``: what the current iteration does, or the next one):
-``warmup`` (the first ``warmup`` iterations) and ``profiling`` (the next one,
-logged on the event clock: a tick per alloc and per free; its log is the
-profile) serve each request in memory of its own, as does ``planning``
-(while a plan is made in the background).  ``optimized``: request ``i``
-gets ``arena + offset[i]`` when that is safe; a departure (larger or more
-requests, a block freed later than planned) sends the rest of the iteration
-to memory of its own, and its log is merged and planned again
-(:mod:`.planner`) for a later boundary.  ``fallback``: between
-``interrupt()`` and ``resume()`` (CuPy's stock pool), with no arena to be had
-(memory of its own), or while no iteration is marked or found (the stock
-pool).
+Modes (``pool.mode``: what the current iteration does, or the next one;
+:data:`~.state.MODES`): ``warmup`` (the first ``warmup`` iterations) and
+``profiling`` (the next one, logged on the event clock: a tick per alloc and
+per free; its log is the profile) serve each request in memory of its own
+(the heap, see :mod:`.memory`), as does ``planning`` (while a plan is made
+in the background).  ``optimized``: request ``i`` gets ``arena +
+offset[i]`` when that is safe.  A request larger than planned, or beyond the
+planned count, departs: the rest of the iteration is placed in the arena's
+gaps (or memory of its own), and its log is merged and planned again
+(:mod:`.planner`) for a later boundary; a block freed later than planned
+sends only the request planned on it to memory of its own.  ``fallback``:
+between ``interrupt()`` and ``resume()`` (CuPy's stock pool), with no arena
+to be had (memory of its own), or while no iteration is marked or found (the
+heap, else the stock pool).
 
-Who does what: :mod:`.handout` hands blocks out and takes frees back;
-:mod:`.memory` obtains and releases every byte (the footprint policy);
-:mod:`.recording`, :mod:`.planner` and :mod:`.schedule` turn logs into
-profiles, plans and rows; :mod:`.unmarked` watches for iterations nobody
-marks; :mod:`.queries` and :mod:`.report` answer CuPy's queries and
-``stats()``.  This module decides, at each request and boundary, which of
-them acts, and alone begins and ends iterations (its
-:class:`~.state.IterationState` says where it is).
+Who does what: :mod:`.handout` hands blocks out and takes frees back, and
+decides, from the plan's row, what a request of an iteration gets
+(:meth:`~.handout.HotPath.serve_numbered`); :mod:`.memory` obtains and
+releases every byte (the footprint policy); :mod:`.profiles`,
+:mod:`.planner`, :mod:`.shapes` and :mod:`.schedule` turn logs into
+profiles, plans and rows; :mod:`.loop_watch` watches for iterations nobody
+marks; :mod:`.report` gathers ``stats()``.  This module decides whose a
+request is (the owner's, another thread's, one between iterations), what
+happens when a request departs from its plan, and, at each boundary, which
+plan to follow; it alone begins and ends iterations (its
+:class:`~.state.IterationState` says where it is).  It also answers CuPy's
+pool queries (bytes, the limit, giving memory back).
 
 Safety: arena memory is only handed out for request ``k`` of the iteration
 that owns the schedule (same thread, same device/stream context), only
@@ -34,45 +40,44 @@ take no request index.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import operator
 import threading
 import time
 import weakref
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from ..plan import Plan
-from ..trace import Trace, intervals_overlap
+from ..stats import PoolStats
+from ..trace import Trace
 from ..units import round_size
-from .frees import EXACT, KEPT, STOCK, Inbox
-from .handout import FALLBACK, INLINE_MAX, OUTSIDE, SLOW, WATCHED
-from .implementation import default_hot_path
+from .frees import STOCK, Inbox
+from .handout import FALLBACK, INLINE_MAX, OUTSIDE, SLOW, WATCHED, HotPath
+from .hot_path_choice import default_hot_path
 from .memory import DeviceMemory
 from .options import Backend, PoolOptions
 from .planner import Planner
-from .queries import PoolQueries
-from .recording import Log, absorb, log_of, survivors_of
+from .profiles import Log, absorb, log_of, survivors_of
+from .report import pool_stats
 from .schedule import Schedule
 from .shapes import ShapeBook
 from .state import IterationState
-from .unmarked import LoopWatch, PgmoWarning
+from .loop_watch import LoopWatch
 
-__all__ = ["Engine", "PgmoWarning"]  # PgmoWarning: where it was first defined
+__all__ = ["Engine"]
 
 log = logging.getLogger("pgmo.pool")
 
 _get_ident = threading.get_ident
 _MAX_SIZE = 1 << 64  # CuPy takes sizes as size_t
 _NO_LIMIT = 1 << 62  # requests per iteration, when no detected length applies
-_NO_ROWS = [(-1, -1, ())]
 
 
-def _weak(method):
+def _weak(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method`` called through a weak reference to its object."""
     ref = weakref.WeakMethod(method)
 
-    def call(*args):
+    def call(*args: Any) -> Any:
         bound = ref()
         if bound is None:
             raise RuntimeError("the pgmo pool behind this allocator was deleted")
@@ -87,49 +92,72 @@ def _shut_down(inbox: Inbox, planner: Planner) -> None:
     planner.shutdown()
 
 
-class Engine(PoolQueries):
-    """Profiling / optimized / fallback state machine over a :class:`~.options.Backend`.
+class Engine:
+    """The pool's state machine over a :class:`~.options.Backend`, and CuPy's pool face.
 
-    CuPy's pool queries (bytes, limit, ``free_all_blocks``, ``stats``) come from
-    :class:`~.queries.PoolQueries`.
+    Its public methods, all of them:
+
+    * allocation: :attr:`malloc` (the hot path's), :meth:`serve_unhooked`
+      (what the pool's hook reporting serves through), :meth:`report_to_hooks`;
+    * iterations: :meth:`begin_iteration`, :meth:`end_iteration`,
+      :meth:`iteration`, :meth:`interrupt`, :meth:`resume`, :meth:`interrupted`;
+    * plans: :meth:`optimize`, :meth:`adopt`, :meth:`reset`, :meth:`close`,
+      :attr:`plan`, :attr:`profile`, :attr:`latest_schedule`;
+    * CuPy's pool queries: :meth:`used_bytes`, :meth:`free_bytes`,
+      :meth:`total_bytes`, :meth:`n_free_blocks`, :meth:`free_all_blocks`,
+      :meth:`set_limit`, :meth:`get_limit`, :meth:`reset_peak_stats`,
+      :meth:`stats`;
+    * views: :attr:`mode`, :attr:`in_iteration`, :attr:`iteration_source`.
+
+    Its parts, read by tests and the pool: ``hot`` (:class:`~.handout.HotPath`),
+    ``memory`` (:class:`~.memory.DeviceMemory`), ``planner``, ``state``,
+    ``watch`` (:class:`~.loop_watch.LoopWatch`), ``shapes``
+    (:class:`~.shapes.ShapeBook`), ``schedule`` and ``current``.
     """
 
     def __init__(self, backend: Backend, options: PoolOptions | None = None,
-                 hot_path: type | None = None):
+                 hot_path: type[HotPath] | None = None):
         """``hot_path``: a :class:`~.handout.HotPath` class (default: the compiled one if built)."""
         self.backend = backend
         self.options = options = options if options is not None else PoolOptions()
-        self.fallback = backend.fallback
         self._lock = threading.Lock()
         hot_path = hot_path if hot_path is not None else default_hot_path()
         # The hot path calls back weakly: no cycle keeps a dropped pool (and its
         # arena) alive until the garbage collector runs.
         self.hot = hot = hot_path(backend.memory_type, backend.pointer_type, backend.device_id,
-                                 _weak(self._serve_checked))
+                                 _weak(self._serve_checked), _weak(self._depart),
+                                 _weak(self._freed_late))
         self.planner = Planner(options.solver, options.replan)
         self.memory = memory = DeviceMemory(hot, backend.allocate, backend.fallback,
                                             backend.oom_error, backend.reserve, backend.heap,
                                             backend.device_memory)
-        between, between_source = memory.between_iterations()
+        self._context = backend.context
+        between, self._between_source = memory.between_iterations()
+        self._between = _weak(between) if hasattr(between, "__self__") else between
         hot.connect(backend.fallback, _weak(memory.exact), _weak(memory.kept),
                     _weak(memory.reuse), backend.context, _weak(memory.released),
-                    _weak(between) if hasattr(between, "__self__") else between, between_source)
+                    self._between, self._between_source)
         weakref.finalize(self, _shut_down, hot.inbox, self.planner)
         #: The allocation entry point (what ``set_allocator`` gets).
-        self.malloc = hot.malloc
+        self.malloc: Callable[[Any], Any] = hot.malloc
         #: Called with each schedule when it is installed (the pool saves it).
-        self.on_install = None
+        self.on_install: Callable[[Schedule], None] | None = None
+        self._thread_hooks: Callable[[], Mapping[Any, Any]] | None = None  # see report_to_hooks
+        self._hooked: Callable[[Any], Any] | None = None
 
         self.state = IterationState()
         self.completed = 0  # iterations ended
+        #: Iterations served from memory of their own before plans are used: the
+        #: ``warmup`` option, until optimize() asks for a plan sooner.
+        self.warmup = options.warmup
         self._last_log: Log | None = None
         self.schedule: Schedule | None = None  # installed: the main plan
         self.current: Schedule | None = None  # the plan this iteration follows (main or a shape's)
-        self._choosing = False  # the iteration's first request picks its shape's plan
         self._first_request = 0  # its size, once seen (0: not looked at)
         #: Plans of the recurring iteration shapes (buckets, batch sizes, resolutions).
         self.shapes = ShapeBook(self.planner.plan_now)
-        self._addresses: dict[int, tuple[int, list]] = {}  # id(schedule) -> (arena ptr, addresses)
+        # id(schedule) -> (arena ptr, its rows' addresses there, the schedule)
+        self._addresses: dict[int, tuple[int, list[int], Schedule]] = {}
         self._pending: Schedule | None = None  # to install at the next boundary
         #: Where iterations come from (marked, detected or none yet).
         self.watch = LoopWatch(options.detect_iterations, options.warn_after)
@@ -150,15 +178,16 @@ class Engine(PoolQueries):
             while hot.busy:
                 time.sleep(0)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._lock.release()
 
-    def report_to_hooks(self, thread_hooks, hooked) -> None:
+    def report_to_hooks(self, thread_hooks: Callable[[], Mapping[Any, Any]],
+                        hooked: Callable[[Any], Any]) -> None:
         """Report requests to memory hooks: ``thread_hooks()`` is the calling thread's
         registered hooks (a mapping), ``hooked(size)`` serves and reports one request."""
-        hot = self.hot
-        owner_hooks = thread_hooks() if _get_ident() == hot.owner else hot.owner_hooks
-        hot.connect_hooks(thread_hooks, hooked, owner_hooks)
+        self._thread_hooks, self._hooked = thread_hooks, hooked
+        if _get_ident() == self.hot.owner:
+            self.hot.set_owner_hooks(thread_hooks())
 
     def _refresh_kind(self) -> None:
         """Tell the hot path what the owner thread's requests are now."""
@@ -167,9 +196,8 @@ class Engine(PoolQueries):
     # ------------------------------------------------------------------ malloc
     def _serve_checked(self, size: Any) -> Any:
         """The slow path: memory hooks, CuPy's errors for bad sizes, :meth:`serve` under the lock."""
-        hot = self.hot
-        if hot.hooked is not None and hot.thread_hooks():
-            return hot.hooked(size)
+        if self._hooked is not None and self._thread_hooks is not None and self._thread_hooks():
+            return self._hooked(size)
         return self.serve_unhooked(size)
 
     def serve_unhooked(self, size: Any) -> Any:
@@ -189,108 +217,80 @@ class Engine(PoolQueries):
             return self.serve(size)
 
     def serve(self, size: int) -> Any:
-        """Serve one request of a valid size (the engine is held): the rare cases.
+        """Serve one request of a valid size (the engine is held): whose request it is.
 
-        The usual ones go through :meth:`~.handout.HotPath.serve_inline`,
-        which the owner thread also reaches without the lock.
+        The owner thread's usual requests are served inline by the hot path,
+        without the lock; this decides the rest: a request watched for a
+        repeating loop (or the one that starts a detected iteration), one
+        between iterations or interrupted, another thread's, device's or
+        stream's, and an iteration's first request when its shape picks the
+        plan.  A request of the iteration then gets the hot path's one
+        hand-out decision (:meth:`~.handout.HotPath.serve_numbered`).
         """
         hot = self.hot
         hot.drain()
         if size == 0:  # a null memory object, as in CuPy; not a request
-            return hot.pointer_type(hot.memory_type(0, 0, None, hot.device_id), 0)
+            return hot.null_block()
         rs = round_size(size)
         watch, state = self.watch, self.state
         if watch.period is not None and state.inside and hot.n >= watch.period \
                 and state.recording and _get_ident() == hot.owner:
             self._detected_boundary()  # a dropped period: this request is watched again
-        if hot.kind == SLOW:
-            if watch.request(rs, hot.watched_frees):
-                self._begin(auto=True)
-            else:
-                hot.counts.outside += 1
+        if hot.kind == SLOW and not state.inside:  # no iteration marked or found yet
+            if not watch.request(rs, hot.watched_frees):
                 watch.unmarked()
-                return self._outside(size, rs, watch.index, WATCHED)
-        kind = hot.kind
-        if kind != FALLBACK and not self._is_owner():
-            hot.counts.foreign += 1  # another thread, device or stream: outside the plan
+                return self._outside(size, rs, index=watch.index, iteration=WATCHED)
+            self._begin(auto=True)
+        if hot.kind == FALLBACK:
             return self._outside(size, rs)
-        if size < INLINE_MAX:
-            try:
-                pointer = hot.serve_inline(size, kind)
-            except MemoryError:
-                pointer = None
-            if pointer is not None:
-                return pointer
-        if kind == FALLBACK:
-            pointer = self._outside(size, rs)
-            if state.inside:
-                hot.counts.interrupted += 1
-            else:
-                hot.counts.outside += 1
-            return pointer
-        return self._serve_numbered(size, rs)
+        if not self._is_owner():  # another thread, device or stream: outside the plan
+            return self._outside(size, rs, foreign=True)
+        if state.choosing:
+            self._choose(rs)
+        return hot.serve_numbered(rs)
 
-    def _outside(self, size: int, rs: int, index: int = -1, iteration: int = OUTSIDE) -> Any:
+    def _outside(self, size: int, rs: int, foreign: bool = False, index: int = -1,
+                 iteration: int = OUTSIDE) -> Any:
         """A block for a request outside any iteration's plan (not numbered): the owner's
         between iterations from the heap (where there is a stream-ordered pool), the rest
         (interrupted, another thread or stream) from CuPy's stock pool."""
         hot = self.hot
-        if not self.state.inside and hot.between_source != STOCK and _get_ident() == hot.owner:
-            return hot.outside_block(hot.between(rs), rs, index, iteration, hot.between_source)
-        return hot.outside_block(self.memory.from_stock(size, rs), rs, index, iteration, STOCK)
+        if not self.state.inside and self._between_source != STOCK and _get_ident() == hot.owner:
+            block, source = self._between(rs), self._between_source
+        else:
+            block, source = self.memory.from_stock(size, rs), STOCK
+        return hot.serve_outside(block, rs, source, foreign, index, iteration)
 
     def _is_owner(self) -> bool:
+        """The request comes from the thread, device and stream the iteration's plan serves."""
         hot = self.hot
-        return _get_ident() == hot.owner and (hot.context is None or hot.context() == hot.ctx)
+        return _get_ident() == hot.owner and (self._context is None or
+                                              self._context() == hot.ctx)
 
-    def _serve_numbered(self, size: int, rs: int) -> Any:
-        """A numbered request the inline path left to the engine: a departure or a full device.
+    # ------------------------------------------------------------- departures
+    def _depart(self, i: int, rs: int) -> None:
+        """Request ``i`` is larger than planned or beyond the planned count: the rest of the
+        iteration is off the plan (placed in the arena's gaps) and its log is planned again.
 
-        Only decides where it goes; the hot path's ``serve_*`` methods hand it out.
+        Called by the hot path's hand-out decision, which then serves the request off plan.
         """
-        hot, memory = self.hot, self.memory
-        if not self.state.on_plan:
-            return hot.serve_unplanned(rs)
-        if self._choosing:  # the first request: its shape's plan, then as usual
-            self._choose(rs)
-            if size < INLINE_MAX:
-                pointer = hot.serve_inline(size, hot.kind)
-                if pointer is not None:
-                    return pointer
-        i = hot.n
-        cap, o, due = hot.rows[i]
-        if rs <= cap:
-            if due:
-                hot.check_due(due)
-            if o >= 0:
-                arena = hot.arena
-                if not arena.overdue or self._clear(arena, o, o + cap):  # its planned range
-                    return hot.serve_planned(arena, rs, rs)
-            else:  # a survivor: its kept buffer (the inline path ran out of memory)
-                return hot.serve_off_plan(memory.kept(rs), rs, True, KEPT)
-            return hot.serve_off_plan(memory.exact(rs), rs, False, EXACT)  # a late free
-        self._diverge(i, rs)
-        return hot.serve_unplanned(rs)
-
-    def _clear(self, arena, lo: int, hi: int) -> bool:
-        """True when ``[lo, hi)`` meets no overdue block; a hit is a departure."""
-        for start, end, iteration in arena.overdue.values():
-            if intervals_overlap(start, end, lo, hi):
-                self.departures += 1
-                if iteration == self.hot.iteration:
-                    self.state.departed = True  # freed later than planned in this iteration
-                return False
-        return True
-
-    def _diverge(self, i: int, rs: int) -> None:
-        """Bigger or more requests than planned: memory of its own for the rest of the iteration."""
-        why = "beyond the planned count" if i >= self.current.n else "larger than planned"
+        current, schedule = self.current, self.schedule
+        assert current is not None and schedule is not None  # only a planned request departs
+        why = "beyond the planned count" if i >= current.n else "larger than planned"
         log.debug("request %d (%d bytes) is %s; off the plan until the iteration ends", i, rs,
                   why)
         self.departures += 1
         self.state.depart()
-        self.memory.start_placing(self.current.pinned_sizes | self.schedule.pinned_sizes)
+        self.memory.start_placing(current.pinned_sizes | schedule.pinned_sizes)
         self._refresh_kind()
+
+    def _freed_late(self, iteration: int) -> None:
+        """A block of ``iteration``, freed later than planned, lies where a request was
+        planned: that request gets memory of its own; this iteration's log goes to the
+        planner when the block is its own (the plan goes on)."""
+        self.departures += 1
+        if iteration == self.hot.iteration:
+            self.state.departed = True
 
     # -------------------------------------------------------------- iterations
     def begin_iteration(self) -> None:
@@ -321,22 +321,23 @@ class Engine(PoolQueries):
         hot.retire()  # blocks of the last iteration, still alive
         self.memory.release_cached()  # what is idle goes back before an arena is taken
         self._at_boundary()
-        on_plan = self._plan_ready() and self.completed >= self.options.warmup
-        state.begin(self._next_mode(), on_plan)
+        on_plan = self._plan_ready() and self.completed >= self.warmup
         # A varying workload's first request names the iteration's shape (it goes to the
         # slow path, once per iteration): its plan, if the shape recurs.
-        self._choosing = on_plan and self.options.shape_plans and (
+        choosing = on_plan and self.options.shape_plans and (
             len(self.shapes) > 0 or self.planner.varying > 0)
+        state.begin(self._next_mode(), on_plan, choosing)
         self._first_request = 0
         if on_plan:
-            self._follow(None if self._choosing else self.schedule)
+            self._follow(None if choosing else self.schedule)
         # Planned iterations log into arrays sized for the plan (+1 for the
         # request that goes beyond it); others grow theirs as they go.
-        hot.begin(_get_ident(), hot.thread_hooks() if hot.thread_hooks is not None else None,
-                  hot.context() if hot.context is not None else None, on_plan,
-                  self.watch.period if auto else _NO_LIMIT,
-                  max(self.schedule.n, self.shapes.most_requests()) + 1 if on_plan
-                  else max(64, hot.n))
+        period = self.watch.period  # a detected iteration's length (auto: it has one)
+        hot.begin(_get_ident(), self._thread_hooks() if self._thread_hooks is not None else None,
+                  self._context() if self._context is not None else None, on_plan,
+                  period if auto and period is not None else _NO_LIMIT,
+                  max(self.schedule.n, self.shapes.most_requests()) + 1
+                  if on_plan and self.schedule is not None else max(64, hot.n))
         self._refresh_kind()
 
     def end_iteration(self, aborted: bool = False) -> None:
@@ -366,6 +367,7 @@ class Engine(PoolQueries):
         departed = False
         if state.planned:
             current = self.current
+            assert current is not None  # a planned iteration with requests follows a plan
             if not set(survivors_of(hot, n)) <= current.pinned:
                 state.departed = True  # planned blocks outlived the iteration
             if not state.departed:  # the usual case: its log is not needed
@@ -381,7 +383,7 @@ class Engine(PoolQueries):
                 # a plan that became ready during this (planning) iteration is the one to
                 # install: profiling the iteration again would supersede it
                 self._pending = self.planner.take_ready(None)
-            if not (self.completed > self.options.warmup and self.schedule is None
+            if not (self.completed > self.warmup and self.schedule is None
                     and self._pending is None and not self.planner.busy):
                 self._at_boundary()
                 return False
@@ -438,12 +440,13 @@ class Engine(PoolQueries):
 
     # ------------------------------------------------------------------ shapes
     def _main_key(self) -> int:
-        blocks = self.schedule.profile.blocks
+        """The main plan's shape: its first request's size."""
+        blocks = self.schedule.profile.blocks if self.schedule is not None else ()
         return blocks[0].size if blocks else -1
 
     def _choose(self, rs: int) -> None:
         """The iteration's first request (``rs`` bytes) names its shape: follow its plan."""
-        self._choosing = False
+        self.state.choosing = False
         self._first_request = rs
         chosen = None
         if rs != self._main_key():
@@ -454,23 +457,24 @@ class Engine(PoolQueries):
         if chosen is not None:
             self.shapes.switches += 1
         self._follow(chosen or self.schedule)
+        self._refresh_kind()
 
     def _follow(self, schedule: Schedule | None) -> None:
-        """Answer this iteration from ``schedule`` (None: only the first request is known)."""
+        """Answer this iteration from ``schedule`` (None: no plan until the first request
+        names the iteration's shape, see :meth:`_choose`)."""
         hot = self.hot
         if schedule is None:
             self.current = None
-            hot.install(_NO_ROWS)  # the first request goes to the slow path: _choose
+            hot.install(None)
             return
-        if self.current is schedule and hot.rows is schedule.rows:
+        if self.current is schedule:
             return
         self.current = schedule
         arena = hot.arena
         ptr = arena.ptr if arena is not None else 0
         cached = self._addresses.get(id(schedule))
         if cached is None or cached[0] != ptr or cached[2] is not schedule:
-            cached = (ptr, [ptr + row[1] if row[1] >= 0 else 0 for row in schedule.rows],
-                      schedule)
+            cached = (ptr, hot.addresses_for(schedule.rows), schedule)
             self._addresses[id(schedule)] = cached
         hot.install(schedule.rows, cached[1])
 
@@ -533,8 +537,7 @@ class Engine(PoolQueries):
             self._pending = schedule
             if not self.state.inside:
                 self._at_boundary()
-            self.options = dataclasses.replace(
-                self.options, warmup=min(self.options.warmup, self.completed))
+            self.warmup = min(self.warmup, self.completed)  # the plan is wanted now
         return schedule.plan
 
     def adopt(self, profile: Trace, plan: Plan) -> None:
@@ -570,8 +573,8 @@ class Engine(PoolQueries):
         self.schedule = self._pending = self.current = None
         self.shapes.clear()
         self._addresses.clear()
-        self._choosing = False
-        self.hot.install(_NO_ROWS)
+        state.choosing = False
+        self.hot.install(None)
         state.on_plan = False
         self._refresh_kind()
         self.memory.drop()
@@ -580,7 +583,88 @@ class Engine(PoolQueries):
         """Stop background work now (also done when the engine is garbage collected)."""
         self.planner.shutdown()
 
+    # --------------------------------------------------- CuPy's pool queries
+    # Each takes the lock and applies pending frees first, so that what it reports is
+    # current; the numbers come from the device memory and the hot path's counters.
+    def set_limit(self, size: int) -> None:
+        with self:
+            self.hot.drain()
+            self.memory.set_limit(size)
+
+    def get_limit(self) -> int:
+        return self.memory.limit
+
+    def used_bytes(self) -> int:
+        with self:
+            hot = self.hot
+            hot.drain()
+            return hot.used
+
+    def free_bytes(self) -> int:
+        with self:
+            self.hot.drain()
+            return self.memory.own_free_bytes() + self.memory.stock.free_bytes()
+
+    def total_bytes(self) -> int:
+        with self:
+            self.hot.drain()
+            return self.memory.total_bytes()
+
+    def n_free_blocks(self) -> int:
+        """Free gaps in the arenas, idle kept buffers, and the stock pool's cached blocks."""
+        with self:
+            self.hot.drain()
+            return self.memory.free_gaps() + self.memory.stock.n_free_blocks()
+
+    def free_all_blocks(self) -> None:
+        """Give back every idle byte: the stock pool's cache, idle survivors' buffers, the
+        arena between iterations, an idle worker.
+
+        The plan stays: its arena is taken again at the next iteration.
+        """
+        with self:
+            self.memory.release_idle(arena_too=not self.state.inside)
+        self.planner.stop_idle_worker()
+
+    def reset_peak_stats(self) -> None:
+        """Peaks start again from what is in use and held now (PyTorch's reset_peak_memory_stats)."""
+        with self:
+            self.hot.drain()
+            self.hot.reset_peak()
+            self.memory.peak_total = self.memory.total_bytes()
+
+    def stats(self) -> PoolStats:
+        """Every counter at once (frees applied first, so they are current)."""
+        with self:
+            self.hot.drain()
+            return pool_stats(self)
+
     # ------------------------------------------------------------------- views
+    @property
+    def in_iteration(self) -> bool:
+        return self.state.inside
+
+    @property
+    def latest_schedule(self) -> Schedule | None:
+        """The schedule in use from the next boundary: the one waiting there, else the installed one."""
+        return self._pending or self.schedule
+
+    @property
+    def profile(self) -> Trace | None:
+        """The profile the installed plan was made for."""
+        s = self.latest_schedule
+        return s.profile if s is not None else None
+
+    @property
+    def plan(self) -> Plan | None:
+        s = self.latest_schedule
+        return s.plan if s is not None else None
+
+    @property
+    def iteration_source(self) -> str:
+        """Where iterations come from: "marked", "detected (every n requests)" or "none"."""
+        return self.watch.source
+
     @property
     def mode(self) -> str:
         return self.state.mode(self._next_mode(), self.watch.unplanned)
@@ -589,7 +673,7 @@ class Engine(PoolQueries):
         """What an iteration starting now does."""
         if self.state.interrupts:
             return "fallback"
-        if self.completed < self.options.warmup:
+        if self.completed < self.warmup:
             return "warmup"
         if self.schedule is not None or self._pending is not None:
             if self.memory.blocked and self.schedule is not None and not self._plan_ready():

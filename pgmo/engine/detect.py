@@ -13,8 +13,8 @@ engine can open an iteration every ``P`` requests from there.
 
 This is safe whatever it finds: the engine never trusts a plan blindly (a
 request larger than planned, an extra request, or a block still in use all
-go to the fallback), so a wrong period costs memory savings, never data.
-:class:`~.unmarked.LoopWatch` gives up on a period whose iterations keep
+get memory elsewhere), so a wrong period costs memory savings, never data.
+:class:`~.loop_watch.LoopWatch` gives up on a period whose iterations keep
 departing from their plan; this module only finds periods.
 """
 
@@ -54,7 +54,7 @@ class IterationDetector:
         self.sizes: list[int] = []
         self.live: list[int] = []  # watched blocks live just before each request
         self.allocs = 0  # every request seen (its sequence number is its index)
-        self.frees = 0
+        self.frees = 0  # of the watched blocks (the engine counts them: LoopWatch sets it)
         self.offset = 0  # sequence number of sizes[0]
         self._next_search = 64
 
@@ -69,9 +69,6 @@ class IterationDetector:
             del self.sizes[:drop], self.live[:drop]
             self.offset += drop
         return k
-
-    def freed(self) -> None:
-        self.frees += 1
 
     def due(self) -> bool:
         """Whether enough new requests arrived to search again (doubling, then steady)."""

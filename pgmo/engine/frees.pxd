@@ -1,4 +1,6 @@
 # Types for compiling frees.py with Cython in its "pure Python mode" (see handout.pxd).
+# Fields are readonly from Python (the hot path writes them through C), but an arena's
+# size (memory.py grows and trims it) and a Release's on_free (the pool's hooks).
 # cython: language_level=3
 
 cimport cython
@@ -10,31 +12,31 @@ cdef long long _KEY_BIAS
 
 @cython.final
 cdef class Arena:
-    cdef public object buffer
-    cdef public long long ptr
+    cdef readonly object buffer
+    cdef readonly long long ptr
     cdef public long long size
-    cdef public dict overdue
+    cdef readonly dict overdue
 
 
 @cython.final
 cdef class Counts:
-    cdef public long long planned
-    cdef public long long profiled
-    cdef public long long departed
-    cdef public long long pinned
-    cdef public long long interrupted
-    cdef public long long outside
-    cdef public long long foreign
+    cdef readonly long long planned
+    cdef readonly long long profiled
+    cdef readonly long long departed
+    cdef readonly long long pinned
+    cdef readonly long long interrupted
+    cdef readonly long long outside
+    cdef readonly long long foreign
 
 
 @cython.final
 cdef class Inbox:
-    cdef public list items
-    cdef public list keys
-    cdef public list sizes
-    cdef public list arenas
-    cdef public Py_ssize_t count
-    cdef public bint closed
+    cdef readonly list items
+    cdef readonly list keys
+    cdef readonly list sizes
+    cdef readonly list arenas
+    cdef readonly Py_ssize_t count
+    cdef readonly bint closed
 
     @cython.locals(key=cython.longlong, n=Py_ssize_t)
     cpdef record(self, long long index, long long iteration, long long size, object arena)
@@ -47,11 +49,11 @@ cdef class Inbox:
 @cython.final
 @cython.freelist(64)
 cdef class Release:
-    cdef public Inbox inbox
-    cdef public long long index
-    cdef public long long iteration
-    cdef public long long size
-    cdef public Arena arena
-    cdef public object keep
-    cdef public long long source
+    cdef readonly Inbox inbox
+    cdef readonly long long index
+    cdef readonly long long iteration
+    cdef readonly long long size
+    cdef readonly Arena arena
+    cdef readonly object keep
+    cdef readonly long long source
     cdef public object on_free

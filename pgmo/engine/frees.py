@@ -7,14 +7,19 @@ destructor is the block's free, from any thread, the garbage collector, or
 after the pool is gone.  It only queues the free in the engine's
 :class:`Inbox` (and lets the block's own memory go at once); the hot path
 applies queued frees in order at its next call.
+
+:class:`Release`, :class:`Inbox` and :class:`Counts` are the hot path's own
+(:mod:`.handout` makes and changes them; others read them); :class:`Arena` is
+the record :mod:`.memory` makes of each arena.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any, Callable
 
-__all__ = ["Arena", "Counts", "Inbox", "Release", "APART", "ARENA", "STOCK", "EXACT", "KEPT",
-           "SOURCE_BITS", "KEY_BIAS", "KEY_LOW"]
+__all__ = ["Arena", "APART", "ARENA", "STOCK", "EXACT", "KEPT", "SOURCE_BITS", "KEY_BIAS",
+           "KEY_LOW"]
 
 log = logging.getLogger("pgmo.pool")
 
@@ -51,15 +56,16 @@ class Arena:
     all the arena's live blocks).
     """
 
-    def __init__(self, buffer, size):
+    def __init__(self, buffer: Any, size: int):
         self.buffer = buffer  # keeps the raw memory alive
         self.ptr = int(buffer.ptr)
         self.size = size
-        self.overdue = {}
+        self.overdue: dict[int, tuple[int, int, int]] = {}
 
 
 class Counts:
-    """Requests served, one counter per kind; each request is counted in exactly one.
+    """Requests served, one counter per kind; each request is counted in exactly one
+    (by the hot path, as it hands the request out).
 
     ``planned``: from the arena; ``profiled``: recorded while warming up,
     profiling or waiting for a plan; ``departed``: in a planned iteration,
@@ -69,7 +75,7 @@ class Counts:
     ``foreign``: another thread, device or stream during an iteration.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.planned = 0
         self.profiled = 0
         self.departed = 0
@@ -78,7 +84,7 @@ class Counts:
         self.outside = 0
         self.foreign = 0
 
-    def total(self):
+    def total(self) -> int:
         return (self.planned + self.profiled + self.departed + self.pinned + self.interrupted
                 + self.outside + self.foreign)
 
@@ -93,15 +99,17 @@ class Inbox:
     Release queues itself in ``items`` (one atomic append).
     """
 
-    def __init__(self):
-        self.items = []  # Releases queued by __del__ (plain Python)
-        self.keys = []  # frees recorded by record() (compiled): pack(request, iteration),
-        self.sizes = []  # rounded size | source,
-        self.arenas = []  # and arena (None: not an arena block, or a slot already applied)
+    def __init__(self) -> None:
+        self.items: list[Release] = []  # Releases queued by __del__ (plain Python)
+        # frees recorded by record() (compiled): pack(request, iteration), rounded size |
+        # source, and arena (None: not an arena block, or a slot already applied)
+        self.keys: list[int] = []
+        self.sizes: list[int] = []
+        self.arenas: list[Arena | None] = []
         self.count = 0
         self.closed = False
 
-    def record(self, index, iteration, size, arena):
+    def record(self, index: int, iteration: int, size: int, arena: Arena | None) -> None:
         """Note one free (compiled only: called from a destructor, holding the GIL)."""
         key = ((iteration + _KEY_BIAS) << 32) | (index + 1)
         n = self.count
@@ -115,7 +123,7 @@ class Inbox:
             self.arenas.append(arena)
         self.count = n + 1
 
-    def consumed(self, m):
+    def consumed(self, m: int) -> None:
         """The first ``m`` entries are applied: move later ones to the front."""
         keys, sizes, arenas = self.keys, self.sizes, self.arenas
         n = self.count
@@ -128,7 +136,7 @@ class Inbox:
         if self.count == 0 and len(keys) > _INBOX_KEEP:  # after a burst: give the room back
             del keys[:], sizes[:], arenas[:]
 
-    def close(self):
+    def close(self) -> None:
         """The engine is gone: later frees release their memory and queue nothing."""
         self.closed = True
         self.count = 0
@@ -140,26 +148,38 @@ class Release:
 
     ``arena`` (an arena block) or ``keep`` (the block's own memory, let go at
     once) keep the memory alive; ``source`` says where it came from;
-    ``on_free`` (memory hooks) runs in the freeing thread.
+    ``on_free`` (memory hooks) runs in the freeing thread.  Made by the hot
+    path without ``__init__`` (``handout._release``).
     """
 
-    def __dealloc__(self):  # compiled only; plain Python gets __del__ below
+    inbox: Inbox
+    index: int
+    iteration: int
+    size: int
+    arena: Arena | None
+    keep: Any
+    source: int
+    on_free: Callable[[], None] | None
+
+    def __dealloc__(self) -> None:  # compiled only; plain Python gets __del__ below
         if self.on_free is not None:
             self.report_free()
         inbox = self.inbox
         if not inbox.closed:
             inbox.record(self.index, self.iteration, self.size | self.source, self.arena)
 
-    def report_free(self):
+    def report_free(self) -> None:
         on_free = self.on_free
         self.on_free = None
+        if on_free is None:
+            return
         try:
             on_free()
         except Exception:  # a hook must never break a free
             log.exception("memory hook failed on free")
 
 
-def _queue_free(self):
+def _queue_free(self: Release) -> None:
     """``Release.__del__`` as plain Python: queue the Release (resurrected until drained)."""
     if self.on_free is not None:
         self.report_free()
@@ -172,6 +192,6 @@ def _queue_free(self):
 
 
 if not _COMPILED:
-    Release.__del__ = _queue_free
+    Release.__del__ = _queue_free  # type: ignore[attr-defined]
 
 

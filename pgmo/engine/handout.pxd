@@ -1,6 +1,8 @@
 # Types for compiling handout.py with Cython in its "pure Python mode": the
 # .py file stays the one source of the code; this file only declares the C
 # layout, so that the plain-Python module and the compiled one do the same.
+# The engine reads the readonly fields; the rest, and the cdef methods, are
+# the hot path's own (invisible from Python when compiled).
 # cython: language_level=3
 
 cimport cython
@@ -19,6 +21,9 @@ cdef long long _STOCK
 cdef long long _EXACT
 cdef long long _KEPT
 cdef long long _APART
+cdef Py_ssize_t _CAP
+cdef Py_ssize_t _OFFSET
+cdef Py_ssize_t _DUE
 
 
 @cython.locals(owner=Release)
@@ -28,50 +33,50 @@ cdef Release _release(Inbox inbox, long long index, long long iteration, long lo
 
 @cython.final
 cdef class HotPath:
-    cdef public Inbox inbox
-    cdef public object memory_type
-    cdef public object pointer_type
-    cdef public int device_id
-    cdef public object slow
-    cdef public object on_arena_idle
-    cdef public object stock
-    cdef public object exact
-    cdef public object kept
-    cdef public object reuse
-    cdef public object between
-    cdef public long long between_source
-    cdef public object placer
-    cdef public bint limited
-    cdef public object context
-    cdef public object ctx
-    cdef public unsigned long owner
-    cdef public int kind
-    cdef public bint solo
-    cdef public bint busy
-    cdef public bint in_iter
-    cdef public bint planned_iter
-    cdef public list rows
-    cdef public list addresses
-    cdef public long long[:] slot
-    cdef public Arena arena
-    cdef public long long iteration
-    cdef public bint logging_frees
-    cdef public Py_ssize_t n
-    cdef public Py_ssize_t max_n
-    cdef public long long tick
-    cdef public long long[:] obs_sizes
-    cdef public long long[:] obs_lowers
-    cdef public long long[:] obs_uppers
-    cdef public tuple log_arrays
-    cdef public object thread_hooks
-    cdef public object owner_hooks
-    cdef public object hooked
-    cdef public Py_ssize_t live_slots
-    cdef public long long watched_frees
-    cdef public long long used
-    cdef public long long[:] source_used
-    cdef public long long peak_used
-    cdef public Counts counts
+    cdef readonly Inbox inbox
+    cdef object _memory_type
+    cdef object _pointer_type
+    cdef int _device_id
+    cdef object _slow
+    cdef object _on_departure
+    cdef object _on_late_free
+    cdef object _on_arena_idle
+    cdef object _stock
+    cdef object _exact
+    cdef object _kept
+    cdef object _reuse
+    cdef object _between
+    cdef long long _between_source
+    cdef object _placer
+    cdef bint _limited
+    cdef object _context
+    cdef readonly object ctx
+    cdef readonly unsigned long owner
+    cdef object _owner_hooks
+    cdef readonly int kind
+    cdef readonly bint solo
+    cdef readonly bint busy
+    cdef bint _in_iter
+    cdef bint _planned_iter
+    cdef list _rows
+    cdef list _addresses
+    cdef long long[:] _slot
+    cdef readonly Arena arena
+    cdef readonly long long iteration
+    cdef bint _logging_frees
+    cdef readonly Py_ssize_t n
+    cdef Py_ssize_t _max_n
+    cdef long long _tick
+    cdef long long[:] _obs_sizes
+    cdef long long[:] _obs_lowers
+    cdef long long[:] _obs_uppers
+    cdef readonly tuple log_arrays
+    cdef Py_ssize_t _live_slots
+    cdef readonly long long watched_frees
+    cdef readonly long long used
+    cdef long long[:] _source_used
+    cdef readonly long long peak_used
+    cdef readonly Counts counts
 
     cpdef connect(self, object stock, object exact, object kept, object reuse, object context,
                   object on_arena_idle, object between, long long between_source)
@@ -82,7 +87,7 @@ cdef class HotPath:
 
     cpdef set_placer(self, object placer)
 
-    cpdef connect_hooks(self, object thread_hooks, object hooked, object owner_hooks)
+    cpdef set_owner_hooks(self, object owner_hooks)
 
     cpdef set_kind(self, int kind, bint in_iter)
 
@@ -93,9 +98,12 @@ cdef class HotPath:
 
     cpdef install(self, list rows, object addresses=*)
 
+    @cython.locals(base=cython.longlong, row=tuple)
+    cpdef list addresses_for(self, list rows)
+
     cpdef set_arena(self, Arena arena)
 
-    @cython.locals(rows=list, overdue=dict, j=Py_ssize_t,
+    @cython.locals(arena=Arena, rows=list, overdue=dict, j=Py_ssize_t,
                    it=cython.longlong, o=cython.longlong)
     cpdef retire(self)
 
@@ -103,43 +111,63 @@ cdef class HotPath:
 
     cpdef long long arena_used(self)
 
+    cpdef long long source_bytes(self, Py_ssize_t source)
+
     cpdef bint arena_idle(self, Arena arena)
 
-    @cython.locals(rs=cython.longlong, i=Py_ssize_t, cap=cython.longlong, o=cython.longlong,
-                   due=tuple, arena=Arena, row=tuple)
-    cpdef object serve_inline(self, long long size, int kind)
+    @cython.locals(spans=list, span=tuple, rows=list, j=Py_ssize_t, o=cython.longlong)
+    cpdef list live_spans(self, Arena arena)
 
-    cpdef open_log(self, Py_ssize_t n)
+    cpdef object null_block(self)
+
+    @cython.locals(kind=int, inbox=Inbox, n=cython.longlong, rs=cython.longlong,
+                   result=object)
+    cpdef object malloc(self, object size)
+
+    cdef object _serve_unnumbered(self, object size, long long rs)
+
+    @cython.locals(i=Py_ssize_t, cap=cython.longlong, o=cython.longlong, due=tuple,
+                   arena=Arena, row=tuple, late=tuple, block=object)
+    cpdef object serve_numbered(self, long long rs)
+
+    @cython.locals(pointer=object)
+    cpdef object serve_outside(self, object block, long long rs, long long source,
+                               bint foreign, long long index, long long iteration)
+
+    cdef _open_log(self, Py_ssize_t n)
 
     @cython.locals(k=Py_ssize_t)
-    cpdef record(self, Py_ssize_t i, long long tick, long long rs)
+    cdef _record(self, Py_ssize_t i, long long tick, long long rs)
 
-    cpdef aim(self)
+    cdef _aim(self)
 
-    @cython.locals(i=Py_ssize_t, it=cython.longlong, owner=Release, used=cython.longlong,
-                   t=cython.longlong, pointer=object)
-    cpdef object serve_planned(self, Arena arena, object size, long long rs)
-
-    @cython.locals(placer=object, lo=cython.longlong, block=object)
-    cpdef object serve_unplanned(self, long long rs)
+    @cython.locals(span=tuple)
+    cdef tuple _overdue_in(self, Arena arena, long long lo, long long hi)
 
     @cython.locals(i=Py_ssize_t, it=cython.longlong, owner=Release, used=cython.longlong,
                    t=cython.longlong, pointer=object)
-    cpdef object serve_placed(self, Arena arena, long long lo, long long rs)
+    cdef object _serve_planned(self, Arena arena, object size, long long rs)
+
+    @cython.locals(placer=object, lo=cython.longlong, block=object, arena=Arena)
+    cdef object _serve_unplanned(self, long long rs)
+
+    @cython.locals(i=Py_ssize_t, it=cython.longlong, owner=Release, used=cython.longlong,
+                   t=cython.longlong, pointer=object)
+    cdef object _serve_placed(self, Arena arena, long long lo, long long rs)
 
     @cython.locals(i=Py_ssize_t, t=cython.longlong, pointer=object)
-    cpdef object serve_off_plan(self, object block, long long rs, bint pinned, long long source)
+    cdef object _serve_off_plan(self, object block, long long rs, bint pinned, long long source)
 
     @cython.locals(i=Py_ssize_t, t=cython.longlong, pointer=object)
-    cpdef object serve_recorded(self, object block, long long rs, long long source)
+    cdef object _serve_recorded(self, object block, long long rs, long long source)
 
     @cython.locals(owner=Release, used=cython.longlong)
-    cpdef object outside_block(self, object block, long long rs, long long index,
-                               long long iteration, long long source)
+    cdef object _hand_out(self, object block, long long rs, long long index,
+                          long long iteration, long long source)
 
-    @cython.locals(rows=list, overdue=dict, j=Py_ssize_t, it=cython.longlong,
+    @cython.locals(rows=list, arena=Arena, overdue=dict, j=Py_ssize_t, it=cython.longlong,
                    o=cython.longlong, row=tuple)
-    cpdef check_due(self, tuple due)
+    cdef _check_due(self, tuple due)
 
     @cython.locals(inbox=Inbox, items=list, k=Py_ssize_t, m=Py_ssize_t, owner=Release,
                    arenas=list, keys=list, sizes=list, key=cython.longlong,
@@ -147,5 +175,5 @@ cdef class HotPath:
     cpdef drain(self)
 
     @cython.locals(overdue=dict, row=tuple, span=tuple)
-    cpdef apply_free(self, long long index, long long it, long long rs, Arena arena,
+    cdef _apply_free(self, long long index, long long it, long long rs, Arena arena,
                      long long source)

@@ -10,11 +10,20 @@ death is the block's free (see :mod:`.frees`); the engine applies queued
 frees in order at its next call (:meth:`HotPath.drain`).  A block's *source*
 says where its memory comes from (:mod:`.memory` obtains and releases all).
 
-:meth:`HotPath.serve_inline` answers the owner thread's usual requests;
-the rare ones go to the engine's slow path (``HotPath.slow``, see
-:mod:`.core`), which only decides: both hand out through the ``serve_*``
-methods, where a request is numbered, logged and counted.  The engine
-changes this object only through its methods: its fields are its own.
+:meth:`HotPath.malloc` answers the owner thread's usual requests inline; the
+rest go to the engine's slow path (:mod:`.core`), which decides only whose
+request it is (another thread's, one between iterations, the first of an
+iteration whose shape picks its plan).  Both then hand out through the same
+methods: :meth:`HotPath.serve_numbered` is **the one hand-out decision** for
+a request of an iteration (its row: planned size, offset, blocks due dead,
+overdue blocks in the way), and :meth:`HotPath.serve_outside` hands out and
+counts every request outside an iteration's plan.  When a request departs
+from its plan, the decision calls the engine back (``on_departure``,
+``on_late_free``) and goes on; it is made once per request.
+
+The engine reads this object's state (read-only when compiled) and changes it
+only through its methods; ``tests/test_hot_path_seal.py`` checks that no
+module outside the hot path assigns to its fields.
 """
 
 from __future__ import annotations
@@ -22,14 +31,21 @@ from __future__ import annotations
 import array
 import logging
 import threading
+from typing import TYPE_CHECKING, Any, Callable, Final
 
+from pgmo.engine.schedule import CAP, DUE, OFFSET, SENTINEL
+from pgmo.trace import intervals_overlap
 from pgmo.units import ALIGNMENT
 
-from .frees import (APART, ARENA, EXACT, KEPT, KEY_BIAS, KEY_LOW, SOURCE_BITS, STOCK, Counts,
-                    Inbox, Release)
+from .frees import (APART, ARENA, EXACT, KEPT, KEY_BIAS, KEY_LOW, SOURCE_BITS, STOCK, Arena,
+                    Counts, Inbox, Release)
 
-__all__ = ["HotPath", "COMPILED", "NO_SLOT", "NOT_FREED", "new_slots", "new_log", "OUTSIDE",
-           "WATCHED", "SLOW", "PLANNED", "RECORDED", "FALLBACK", "INLINE_MAX"]
+if TYPE_CHECKING:
+    from .placement import Placer
+    from .schedule import Row
+
+__all__ = ["HotPath", "COMPILED", "NO_SLOT", "NOT_FREED", "OUTSIDE", "WATCHED", "SLOW",
+           "PLANNED", "RECORDED", "FALLBACK", "INLINE_MAX"]
 
 log = logging.getLogger("pgmo.pool")
 
@@ -37,7 +53,7 @@ log = logging.getLogger("pgmo.pool")
 # Python, threading's (through globals(): Cython sees no assignment to its C name).
 globals().setdefault("PyThread_get_thread_ident", threading.get_ident)
 
-#: ``HotPath.slot[i]`` when request ``i`` has no live block in the current arena.
+#: ``HotPath._slot[i]`` when request ``i`` has no live block in the current arena.
 NO_SLOT = -1
 #: Iteration number of blocks outside any iteration's plan.
 OUTSIDE = -1
@@ -47,40 +63,50 @@ WATCHED = -3
 try:
     import cython
 
-    COMPILED = cython.compiled
+    COMPILED: bool = cython.compiled
 except ImportError:  # Cython is a build dependency only
     COMPILED = False
 
-# frees.py's constants and the allocation unit, as C integers when compiled (handout.pxd).
+# frees.py's and schedule.py's constants and the allocation unit, as C integers when
+# compiled (handout.pxd).
 _ARENA, _STOCK, _EXACT, _KEPT = ARENA, STOCK, EXACT, KEPT
 _SOURCE_BITS, _KEY_BIAS, _KEY_LOW, _APART = SOURCE_BITS, KEY_BIAS, KEY_LOW, APART
 _ROUND_UP, _ROUND_MASK = ALIGNMENT - 1, -ALIGNMENT
+_CAP: Final = CAP
+_OFFSET: Final = OFFSET
+_DUE: Final = DUE
 
 #: Larger requests always take the slow path (they cannot fit a C integer, or a device).
 INLINE_MAX = 1 << 62
 
 #: What the owner thread's requests are right now (``HotPath.kind``, set by the engine).
-SLOW = 0  # only the engine's slow path knows (watching for a loop, a boundary due...)
+SLOW = 0  # only the engine's slow path knows (watching for a loop, a shape to pick...)
 PLANNED = 1  # numbered, answered from the schedule
 RECORDED = 2  # numbered and logged, each in memory of its own (warm-up, profiling, departed)
 FALLBACK = 3  # not numbered: interrupted, or between iterations: CuPy's stock pool
 
-#: ``obs_uppers[i]`` of a request not freed (yet).
+#: ``log_arrays[1][i]`` of a request not freed (yet).
 NOT_FREED = -1
 
 
-def new_slots(n):
-    """``slot`` for ``n`` requests, none live (a C array of 64-bit integers)."""
+def _new_slots(n: int) -> array.array:
+    """``_slot`` for ``n`` requests, none live (a C array of 64-bit integers)."""
     return array.array("q", [NO_SLOT]) * n
 
 
-def new_log(n):
+def _new_log(n: int) -> tuple[array.array, array.array, array.array]:
     """Empty log arrays (lowers, uppers, sizes: :meth:`.Trace.columns`' order) for ``n`` requests."""
     return (array.array("q", [0]) * n, array.array("q", [NOT_FREED]) * n,
             array.array("q", [0]) * n)
 
 
-def _release(inbox, index, iteration, size, arena, keep, source):
+def _unconnected(*args: Any) -> Any:
+    """A source or callback before the engine connects its own (never called)."""
+    raise RuntimeError("the hot path is not connected to an engine")
+
+
+def _release(inbox: Inbox, index: int, iteration: int, size: int, arena: Arena | None,
+             keep: Any, source: int) -> Release:
     """A new :class:`Release` (without ``__init__``: compiled, this is a plain C allocation)."""
     owner = Release.__new__(Release)
     owner.inbox = inbox
@@ -97,154 +123,202 @@ def _release(inbox, index, iteration, size, arena, keep, source):
 class HotPath:
     """The state every allocation touches, and the code that hands blocks out.
 
-    ``kind``: what the owner's next request is.  ``rows[i] = (cap, offset,
-    due)`` per planned request, then the sentinel ``(-1, -1, ())``: planned
-    size, offset (-1: a survivor, kept apart), requests planned dead by then.
-    ``slot[i]``: the iteration whose block ``i`` lives in the arena under this
-    plan, else :data:`NO_SLOT`.  ``max_n``: a detected iteration's length.
-    ``exact(rs)``, ``kept(rs)``, ``stock``: the other sources (:mod:`.memory`);
-    ``limited``: stock requests take the slow path, which keeps the limit.
-    ``used``/``source_used``: live bytes; ``counts``: requests served.
+    Read by the engine (read-only when compiled): ``kind``, what the owner's
+    next request is; ``owner`` and ``ctx``, the thread and device/stream the
+    plan serves; ``solo``/``busy``, the lock-free protocol (see
+    :meth:`malloc`); ``iteration`` and ``n``, the current iteration and its
+    requests numbered so far; ``arena``; ``used``/``peak_used``, live bytes;
+    ``counts``, requests served (:class:`~.frees.Counts`); ``log_arrays``,
+    the iteration's log (see :mod:`.profiles`); ``watched_frees``; ``inbox``.
+
+    Its own: the rows of the plan in use (:data:`~.schedule.Row`), each
+    row's address, which planned blocks live in the arena (``_slot``), the
+    memory sources (``_exact(rs)``, ``_kept(rs)``, ``_stock``, from
+    :mod:`.memory`), the engine's callbacks, the event clock.
     """
 
-    def __init__(self, memory_type, pointer_type, device_id, slow):
+    def __init__(self, memory_type: Callable[..., Any], pointer_type: Callable[[Any, int], Any],
+                 device_id: int, slow: Callable[[Any], Any],
+                 on_departure: Callable[[int, int], None],
+                 on_late_free: Callable[[int], None]):
+        """``slow(size)``: the engine's slow path; ``on_departure(i, rs)``: request ``i``
+        (``rs`` bytes) is larger than planned or beyond the planned count, the engine
+        leaves the plan; ``on_late_free(iteration)``: a block of ``iteration``, freed later
+        than planned, lies where the request was planned."""
         self.inbox = Inbox()
-        self.memory_type = memory_type
-        self.pointer_type = pointer_type
-        self.device_id = device_id
-        self.slow = slow  # the engine's slow path: slow(size) -> pointer
-        self.on_arena_idle = None  # an old arena's last block was freed
-        self.stock = self.exact = self.kept = self.reuse = None  # the sources (connect)
-        self.between = None  # serves the owner's requests between iterations (connect)
-        self.between_source = _STOCK
-        self.placer = None  # places off-plan requests in the arena's gaps (see .placement)
-        self.limited = False
-        self.context = None  # callable naming the device/stream, or None
-        self.ctx = None  # the iteration's context
-        self.owner = PyThread_get_thread_ident()  # the thread running the hot loop
+        self._memory_type = memory_type
+        self._pointer_type = pointer_type
+        self._device_id = device_id
+        self._slow = slow
+        self._on_departure = on_departure
+        self._on_late_free = on_late_free
+        self._on_arena_idle: Callable[[Arena], None] = _unconnected  # an old arena went idle
+        self._stock: Any = None  # the sources (connect)
+        self._exact: Callable[[int], Any] = _unconnected
+        self._kept: Callable[[int], Any] = _unconnected
+        self._reuse: Callable[[int], Any] = _unconnected
+        self._between: Callable[[int], Any] = _unconnected  # the owner's, between iterations
+        self._between_source = _STOCK
+        self._placer: Placer | None = None  # off-plan requests in the arena's gaps
+        self._limited = False  # stock requests take the slow path, which keeps the limit
+        self._context: Callable[[], Any] | None = None  # names the device/stream, or None
+        self.ctx: Any = None  # the iteration's device/stream
+        # the thread running the hot loop (PyThread_get_thread_ident: see the module's top)
+        self.owner = PyThread_get_thread_ident()  # type: ignore[name-defined]
+        self._owner_hooks: Any = None  # the owner thread's memory hooks (a dict), if any
         self.kind = SLOW
         self.solo = True  # only the owner has used the engine so far
         self.busy = False  # the owner is inside the inline path
-        self.in_iter = False
-        self.planned_iter = False  # the iteration started with the schedule in use
-        self.rows = [(-1, -1, ())]
-        self.addresses = [0]  # arena.ptr + offset, per row (see aim)
-        self.slot = new_slots(0)
-        self.arena = None
+        self._in_iter = False
+        self._planned_iter = False  # the iteration started with the schedule in use
+        self._rows: list[Row] = [SENTINEL]
+        self._addresses: list[int] = [0]  # arena.ptr + offset, per row (see _aim)
+        self._slot = _new_slots(0)
+        self.arena: Arena | None = None
         self.iteration = 0  # number of the current (or last) iteration
-        self.logging_frees = False  # frees of this iteration's blocks tick the clock
+        self._logging_frees = False  # frees of this iteration's blocks tick the clock
         self.n = 0  # requests numbered in this iteration
-        self.max_n = 1 << 62
-        self.tick = 0  # the event clock
-        # The iteration's log (see .recording): per request its alloc tick, free
+        self._max_n = 1 << 62  # a detected iteration's length
+        self._tick = 0  # the event clock
+        # The iteration's log (see .profiles): per request its alloc tick, free
         # tick (NOT_FREED until freed) and rounded size (0: as planned), in C
         # arrays so that logging creates no Python objects.
-        self.obs_lowers = self.obs_uppers = self.obs_sizes = new_log(0)[0]
-        self.open_log(0)
-        self.thread_hooks = None  # callable: the calling thread's memory hooks (CuPy)
-        self.owner_hooks = None  # the owner thread's memory hooks (a dict), if any
-        self.hooked = None  # serves a request while reporting it to the hooks
-        self.live_slots = 0  # entries of slot that are not NO_SLOT
+        self._obs_lowers = self._obs_uppers = self._obs_sizes = _new_log(0)[0]
+        self._open_log(0)
+        self._live_slots = 0  # entries of _slot that are not NO_SLOT
         self.watched_frees = 0  # frees of blocks watched for a repeating loop
         self.used = 0  # bytes of live blocks, every source
-        self.source_used = array.array("q", [0, 0, 0, 0])  # per source, but arena_used()
+        self._source_used = array.array("q", [0, 0, 0, 0])  # per source, but arena_used()
         self.peak_used = 0
         self.counts = Counts()
 
     # ------------------------------------------------------- the engine's calls
-    def connect(self, stock, exact, kept, reuse, context, on_arena_idle, between,
-                between_source):
+    def connect(self, stock: Any, exact: Callable[[int], Any], kept: Callable[[int], Any],
+                reuse: Callable[[int], Any], context: Callable[[], Any] | None,
+                on_arena_idle: Callable[[Arena], None], between: Callable[[int], Any],
+                between_source: int) -> None:
         """The memory sources, the request's device/stream, who hears an old arena go idle;
         ``between(rs)`` serves the owner's requests between iterations, from
         ``between_source``."""
-        self.stock = stock
-        self.exact = exact
-        self.kept = kept
-        self.reuse = reuse
-        self.context = context
-        self.on_arena_idle = on_arena_idle
-        self.between = between
-        self.between_source = between_source
+        self._stock = stock
+        self._exact = exact
+        self._kept = kept
+        self._reuse = reuse
+        self._context = context
+        self._on_arena_idle = on_arena_idle
+        self._between = between
+        self._between_source = between_source
 
-    def share(self):
+    def share(self) -> None:
         """Another thread came in: from now on the owner takes the engine's lock too."""
         self.solo = False
 
-    def set_limited(self, limited):
-        self.limited = limited
+    def set_limited(self, limited: bool) -> None:
+        self._limited = limited
 
-    def set_placer(self, placer):
-        self.placer = placer
+    def set_placer(self, placer: Placer | None) -> None:
+        self._placer = placer
 
-    def connect_hooks(self, thread_hooks, hooked, owner_hooks):
-        self.thread_hooks = thread_hooks
-        self.hooked = hooked
-        self.owner_hooks = owner_hooks
+    def set_owner_hooks(self, owner_hooks: Any) -> None:
+        """The owner thread's memory hooks (a mapping; its requests with hooks take the slow
+        path, which reports them)."""
+        self._owner_hooks = owner_hooks
 
-    def set_kind(self, kind, in_iter):
-        self.kind, self.in_iter = kind, in_iter
+    def set_kind(self, kind: int, in_iter: bool) -> None:
+        self.kind, self._in_iter = kind, in_iter
 
-    def begin(self, owner, owner_hooks, ctx, planned, max_n, log_size):
+    def begin(self, owner: int, owner_hooks: Any, ctx: Any, planned: bool, max_n: int,
+              log_size: int) -> None:
         """Start the next iteration: numbering and the clock restart, a fresh log."""
         self.iteration += 1
         self.owner = owner
-        self.owner_hooks = owner_hooks
+        self._owner_hooks = owner_hooks
         self.ctx = ctx
         self.n = 0
-        self.tick = 0
-        self.logging_frees = True
-        self.planned_iter = planned
-        self.max_n = max_n
-        self.placer = None
-        self.open_log(log_size)
+        self._tick = 0
+        self._logging_frees = True
+        self._planned_iter = planned
+        self._max_n = max_n
+        self._placer = None
+        self._open_log(log_size)
 
-    def end(self):
+    def end(self) -> None:
         """The iteration is over: frees no longer tick its clock; no more placing."""
-        self.logging_frees = False
-        self.placer = None
+        self._logging_frees = False
+        self._placer = None
 
-    def install(self, rows, addresses=None):
-        """Answer from these rows from now on (a new plan; no slot is live); ``addresses``:
-        each row's address in the current arena, when the engine has them already."""
-        self.rows = rows
-        self.slot = new_slots(len(rows) - 1)
-        self.live_slots = 0
+    def install(self, rows: list[Row] | None, addresses: list[int] | None = None) -> None:
+        """Answer from these rows from now on (a new plan; no slot is live); None: no plan.
+
+        ``addresses``: each row's address in the current arena, when the engine
+        has them already (:meth:`addresses_for`)."""
+        if rows is None:
+            rows = [SENTINEL]
+        self._rows = rows
+        self._slot = _new_slots(len(rows) - 1)
+        self._live_slots = 0
         if addresses is None:
-            self.aim()
+            self._aim()
         else:
-            self.addresses = addresses
+            self._addresses = addresses
 
-    def set_arena(self, arena):
+    def addresses_for(self, rows: list[Row]) -> list[int]:
+        """Each row's address in the current arena (0 for a survivor's)."""
+        arena = self.arena
+        base = arena.ptr if arena is not None else 0
+        return [base + row[_OFFSET] if row[_OFFSET] >= 0 else 0 for row in rows]
+
+    def set_arena(self, arena: Arena | None) -> None:
         self.arena = arena
-        self.aim()
+        self._aim()
 
-    def retire(self):
+    def retire(self) -> None:
         """Live blocks of the current plan are no longer accounted for: overdue."""
-        if not self.live_slots:
+        arena = self.arena
+        if not self._live_slots or arena is None:  # live slots are the arena's
             return
-        rows = self.rows
-        overdue = self.arena.overdue
-        for j in range(len(self.slot)):
-            it = self.slot[j]
+        rows = self._rows
+        overdue = arena.overdue
+        for j in range(len(self._slot)):
+            it = self._slot[j]
             if it != NO_SLOT:
-                self.slot[j] = NO_SLOT
-                o = rows[j][1]
-                overdue[(it << 32) | j] = (o, o + rows[j][0], it)
-        self.live_slots = 0
+                self._slot[j] = NO_SLOT
+                o = rows[j][_OFFSET]
+                overdue[(it << 32) | j] = (o, o + rows[j][_CAP], it)
+        self._live_slots = 0
 
-    def reset_peak(self):
+    def reset_peak(self) -> None:
         self.peak_used = self.used
 
-    def arena_used(self):  # the only source not counted block by block
-        used = self.source_used
+    def arena_used(self) -> int:  # the only source not counted block by block
+        used = self._source_used
         return self.used - used[_STOCK] - used[_EXACT] - used[_KEPT]
 
-    def arena_idle(self, arena):
+    def source_bytes(self, source: int) -> int:
+        """Live bytes from ``source`` (:data:`~.frees.STOCK`, ``EXACT`` or ``KEPT``)."""
+        return self._source_used[source]
+
+    def arena_idle(self, arena: Arena) -> bool:
         """Whether no block lives in ``arena``."""
-        return not arena.overdue and (arena is not self.arena or not self.live_slots)
+        return not arena.overdue and (arena is not self.arena or not self._live_slots)
+
+    def live_spans(self, arena: Arena) -> list[tuple[int, int]]:
+        """``(start, end)`` of every block alive in ``arena``: overdue, or in its planned slot."""
+        spans = [(span[0], span[1]) for span in arena.overdue.values()]
+        if arena is self.arena and self._live_slots:  # none live: no scan of the slots
+            rows = self._rows
+            for j in range(len(self._slot)):
+                if self._slot[j] != NO_SLOT:
+                    o = rows[j][_OFFSET]
+                    spans.append((o, o + rows[j][_CAP]))
+        return spans
+
+    def null_block(self) -> Any:
+        """What a request of 0 bytes gets: a null memory object, as in CuPy; not a request."""
+        return self._pointer_type(self._memory_type(0, 0, None, self._device_id), 0)
 
     # ------------------------------------------------------------------ malloc
-    def malloc(self, size):
+    def malloc(self, size: Any) -> Any:
         """Allocate ``size`` bytes: inline for the owner's usual requests, else the slow path.
 
         With memory hooks registered the slow path serves (and reports).  The
@@ -253,96 +327,141 @@ class HotPath:
         clears ``solo`` under the lock, then waits for ``busy`` to drop.
         """
         kind = self.kind
-        if kind != SLOW and self.solo and PyThread_get_thread_ident() == self.owner \
-                and type(size) is int and 0 < size < INLINE_MAX \
-                and not self.owner_hooks:  # others: the slow path checks and reports
+        if (kind != SLOW and self.solo
+                and PyThread_get_thread_ident() == self.owner  # type: ignore[name-defined]
+                and type(size) is int and 0 < size < INLINE_MAX
+                and not self._owner_hooks):  # others: the slow path checks and reports
             self.busy = True
             try:
                 if self.solo:
                     inbox = self.inbox
                     if inbox.count or inbox.items:
                         self.drain()
-                    result = self.serve_inline(size, kind)
+                    n = size  # a C integer when compiled
+                    rs = (n + _ROUND_UP) & _ROUND_MASK
+                    if kind == FALLBACK:
+                        result = self._serve_unnumbered(size, rs)
+                    elif self.n < self._max_n and (self._context is None
+                                                    or self._context() == self.ctx):
+                        result = self.serve_numbered(rs)
+                    else:  # a detected iteration's end, another device or stream
+                        result = None
                     if result is not None:
                         return result
             except MemoryError:
                 pass  # the slow path makes room and tries again
             finally:
                 self.busy = False
-        return self.slow(size)
+        return self._slow(size)
 
-    def serve_inline(self, size, kind):
-        """Serve a request of the usual ``kind``; None (nothing changed) when the engine must decide.
+    def _serve_unnumbered(self, size: int, rs: int) -> Any:
+        """The owner's request outside an iteration's plan (interrupted: CuPy's stock pool;
+        between iterations: ``_between``); None when a limit is set (the slow path keeps
+        it)."""
+        if self._limited:
+            return None
+        if self._in_iter:
+            return self.serve_outside(self._stock.malloc(size), rs, _STOCK, False, -1, OUTSIDE)
+        return self.serve_outside(self._between(rs), rs, self._between_source, False, -1,
+                                  OUTSIDE)
 
-        A MemoryError of a source changes nothing either.  The caller holds
-        the engine or is its solo owner.
+    def serve_numbered(self, rs: int) -> Any:
+        """Request ``n`` of the iteration (``rs`` bytes, rounded): **the one hand-out decision**.
+
+        Off plan (``kind`` RECORDED): in an arena gap or memory of its own.  On
+        plan, from its row (:data:`~.schedule.Row`):
+
+        * larger than planned, or beyond the planned count (the sentinel's cap
+          is -1): a departure, the engine leaves the plan (``on_departure``)
+          and the rest of the iteration is served off plan, this request first;
+        * blocks planned dead by now that live on become overdue;
+        * a survivor (offset -1): its kept buffer;
+        * an overdue block in its planned range (freed later than planned):
+          memory of its own, the plan goes on (``on_late_free``);
+        * else its planned place in the arena.
+
+        The caller holds the engine or is its solo owner.  A MemoryError of a
+        source leaves the decision made (a departure stays one).
         """
-        rs = (size + _ROUND_UP) & _ROUND_MASK
-        if kind == FALLBACK:
-            if self.limited:
-                return None
-            if self.in_iter:  # interrupted: CuPy's stock pool
-                pointer = self.outside_block(self.stock.malloc(size), rs, -1, OUTSIDE, _STOCK)
-                self.counts.interrupted += 1
-            else:
-                pointer = self.outside_block(self.between(rs), rs, -1, OUTSIDE,
-                                             self.between_source)
-                self.counts.outside += 1
-            return pointer
+        if self.kind != PLANNED:
+            return self._serve_unplanned(rs)
         i = self.n
-        if i >= self.max_n:
-            return None
-        if self.context is not None and self.context() != self.ctx:
-            return None
-        if kind == PLANNED:
-            row = self.rows[i]  # the sentinel sends request n on
-            cap = row[0]
-            o = row[1]
-            due = row[2]
-            if rs > cap:
-                return None
-            if due:
-                self.check_due(due)
-            if o < 0:  # a survivor: its kept buffer
-                return self.serve_off_plan(self.kept(rs), rs, True, _KEPT)
-            arena = self.arena
-            if arena.overdue:
-                return None
-            return self.serve_planned(arena, row[0] if rs == cap else rs, rs)
-        return self.serve_unplanned(rs)
-
-    def aim(self):
-        """Compute each planned request's address; after the rows or the arena change."""
+        row = self._rows[i]
+        cap = row[_CAP]
+        if rs > cap:
+            self._on_departure(i, rs)
+            return self._serve_unplanned(rs)
+        due = row[_DUE]
+        if due:
+            self._check_due(due)
+        o = row[_OFFSET]
+        if o < 0:
+            return self._serve_off_plan(self._kept(rs), rs, True, _KEPT)
         arena = self.arena
-        base = arena.ptr if arena is not None else 0
-        self.addresses = [base + row[1] if row[1] >= 0 else 0 for row in self.rows]
+        assert arena is not None  # a planned offset: the engine follows plans its arena holds
+        if arena.overdue:
+            late = self._overdue_in(arena, o, o + cap)
+            if late is not None:
+                block = self._exact(rs)
+                self._on_late_free(late[2])
+                return self._serve_off_plan(block, rs, False, _EXACT)
+        return self._serve_planned(arena, row[_CAP] if rs == cap else rs, rs)
 
-    def open_log(self, n):
+    def serve_outside(self, block: Any, rs: int, source: int, foreign: bool, index: int,
+                      iteration: int) -> Any:
+        """A request outside any iteration's plan (not numbered), in ``block`` from ``source``.
+
+        Counted as ``foreign`` (another thread, device or stream in an
+        iteration), else interrupted (in an iteration) or outside (between
+        iterations).  ``index``/``iteration``: the block's number in its free
+        (a request watched for a repeating loop), else -1 and :data:`OUTSIDE`.
+        """
+        pointer = self._hand_out(block, rs, index, iteration, source)
+        if foreign:
+            self.counts.foreign += 1
+        elif self._in_iter:
+            self.counts.interrupted += 1
+        else:
+            self.counts.outside += 1
+        return pointer
+
+    def _aim(self) -> None:
+        """Compute each planned request's address; after the rows or the arena change."""
+        self._addresses = self.addresses_for(self._rows)
+
+    def _open_log(self, n: int) -> None:
         """A fresh log with room for ``n`` requests (it grows when needed)."""
-        lowers, uppers, sizes = new_log(n)
-        self.obs_lowers = lowers
-        self.obs_uppers = uppers
-        self.obs_sizes = sizes
+        lowers, uppers, sizes = _new_log(n)
+        self._obs_lowers = lowers
+        self._obs_uppers = uppers
+        self._obs_sizes = sizes
         self.log_arrays = (lowers, uppers, sizes)  # the same arrays, for Python readers
 
-    def record(self, i, tick, rs):
+    def _record(self, i: int, tick: int, rs: int) -> None:
         """Log request ``i`` (not served by the plan) on the event clock."""
-        if i >= len(self.obs_sizes):  # double the room, copying what is there
-            lowers, uppers, sizes = new_log(2 * i + 16)
+        if i >= len(self._obs_sizes):  # double the room, copying what is there
+            lowers, uppers, sizes = _new_log(2 * i + 16)
             for k in range(i):
-                lowers[k] = self.obs_lowers[k]
-                uppers[k] = self.obs_uppers[k]
-                sizes[k] = self.obs_sizes[k]
-            self.obs_lowers = lowers
-            self.obs_uppers = uppers
-            self.obs_sizes = sizes
+                lowers[k] = self._obs_lowers[k]
+                uppers[k] = self._obs_uppers[k]
+                sizes[k] = self._obs_sizes[k]
+            self._obs_lowers = lowers
+            self._obs_uppers = uppers
+            self._obs_sizes = sizes
             self.log_arrays = (lowers, uppers, sizes)
-        self.obs_sizes[i] = rs
-        self.obs_lowers[i] = tick
+        self._obs_sizes[i] = rs
+        self._obs_lowers[i] = tick
+
+    def _overdue_in(self, arena: Arena, lo: int, hi: int) -> tuple[int, int, int] | None:
+        """An overdue block in ``[lo, hi)`` of ``arena`` (``(start, end, iteration)``), or None."""
+        for span in arena.overdue.values():
+            if intervals_overlap(span[0], span[1], lo, hi):
+                return span
+        return None
 
     # --------------------------------------------------------------- hand-outs
     # What serving a request does, written once for the inline and the slow path.
-    def serve_planned(self, arena, size, rs):
+    def _serve_planned(self, arena: Arena, size: int, rs: int) -> Any:
         """The next request at its planned place, checked free; ``size``: ``rs`` as an object.
 
         Logs its alloc tick (its size stays 0: as planned).
@@ -350,36 +469,38 @@ class HotPath:
         i = self.n
         it = self.iteration
         owner = _release(self.inbox, i, it, rs, arena, None, _ARENA)
-        self.slot[i] = it
-        self.live_slots += 1
+        self._slot[i] = it
+        self._live_slots += 1
         used = self.used + rs
         self.used = used
         if used > self.peak_used:
             self.peak_used = used
         self.counts.planned += 1
-        pointer = self.pointer_type(self.memory_type(self.addresses[i], size, owner,
-                                                     self.device_id), 0)
-        t = self.tick
+        pointer = self._pointer_type(self._memory_type(self._addresses[i], size, owner,
+                                                       self._device_id), 0)
+        t = self._tick
         self.n = i + 1
-        self.tick = t + 1
-        self.obs_lowers[i] = t
+        self._tick = t + 1
+        self._obs_lowers[i] = t
         return pointer
 
-    def serve_unplanned(self, rs):
+    def _serve_unplanned(self, rs: int) -> Any:
         """Off plan: in an arena gap while a placer is on, else memory of its own; logged."""
-        placer = self.placer
+        placer = self._placer
         if placer is not None:
             lo = placer.place(rs)
             if lo >= 0:
-                return self.serve_placed(self.arena, lo, rs)
+                arena = self.arena
+                assert arena is not None  # the placer places in it
+                return self._serve_placed(arena, lo, rs)
             if lo == _APART:  # the size of a survivor
-                return self.serve_recorded(self.kept(rs), rs, _KEPT)
-        block = self.reuse(rs)  # the stock pool's idle memory first
+                return self._serve_recorded(self._kept(rs), rs, _KEPT)
+        block = self._reuse(rs)  # the stock pool's idle memory first
         if block is not None:
-            return self.serve_recorded(block, rs, _STOCK)
-        return self.serve_recorded(self.exact(rs), rs, _EXACT)
+            return self._serve_recorded(block, rs, _STOCK)
+        return self._serve_recorded(self._exact(rs), rs, _EXACT)
 
-    def serve_placed(self, arena, lo, rs):
+    def _serve_placed(self, arena: Arena, lo: int, rs: int) -> Any:
         """The next request in the gap at ``lo``; checked by address, as overdue blocks are."""
         i = self.n
         it = self.iteration
@@ -389,76 +510,78 @@ class HotPath:
         self.used = used
         if used > self.peak_used:
             self.peak_used = used
-        pointer = self.pointer_type(self.memory_type(arena.ptr + lo, rs, owner, self.device_id),
-                                    0)
-        t = self.tick
+        pointer = self._pointer_type(self._memory_type(arena.ptr + lo, rs, owner,
+                                                       self._device_id), 0)
+        t = self._tick
         self.n = i + 1
-        self.tick = t + 1
-        self.record(i, t, rs)
+        self._tick = t + 1
+        self._record(i, t, rs)
         self.counts.departed += 1
         return pointer
 
-    def serve_off_plan(self, block, rs, pinned, source):
+    def _serve_off_plan(self, block: Any, rs: int, pinned: bool, source: int) -> Any:
         """The next request of a planned iteration in ``block``, not the arena.
 
         ``pinned``: the plan keeps it apart (a survivor); else it departs.
         """
         i = self.n
-        pointer = self.outside_block(block, rs, i, self.iteration, source)
-        t = self.tick
+        pointer = self._hand_out(block, rs, i, self.iteration, source)
+        t = self._tick
         self.n = i + 1
-        self.tick = t + 1
-        self.obs_lowers[i] = t
-        self.obs_sizes[i] = rs
+        self._tick = t + 1
+        self._obs_lowers[i] = t
+        self._obs_sizes[i] = rs
         if pinned:
             self.counts.pinned += 1
         else:
             self.counts.departed += 1
         return pointer
 
-    def serve_recorded(self, block, rs, source):
+    def _serve_recorded(self, block: Any, rs: int, source: int) -> Any:
         """The next request of an iteration not served by the plan, in ``block``, logged.
 
         The log is the profile (warm-up, profiling) or goes into the next plan
         (after a departure).
         """
         i = self.n
-        pointer = self.outside_block(block, rs, i, self.iteration, source)
-        t = self.tick
+        pointer = self._hand_out(block, rs, i, self.iteration, source)
+        t = self._tick
         self.n = i + 1
-        self.tick = t + 1
-        self.record(i, t, rs)
-        if self.planned_iter:
+        self._tick = t + 1
+        self._record(i, t, rs)
+        if self._planned_iter:
             self.counts.departed += 1
         else:
             self.counts.profiled += 1
         return pointer
 
-    def outside_block(self, block, rs, index, iteration, source):
+    def _hand_out(self, block: Any, rs: int, index: int, iteration: int, source: int) -> Any:
         """Hand out ``block`` (not the arena's); its memory goes back where it came from."""
         owner = _release(self.inbox, index, iteration, rs, None, block, source)
-        self.source_used[source] += rs
+        self._source_used[source] += rs
         used = self.used + rs
         self.used = used
         if used > self.peak_used:
             self.peak_used = used
-        return self.pointer_type(self.memory_type(block.ptr, rs, owner, self.device_id), 0)
+        return self._pointer_type(self._memory_type(block.ptr, rs, owner, self._device_id), 0)
 
-    def check_due(self, due):
+    def _check_due(self, due: tuple[int, ...]) -> None:
         """Blocks planned to be freed by now that are still alive become overdue."""
-        rows = self.rows
-        overdue = self.arena.overdue
+        rows = self._rows
+        arena = self.arena
+        assert arena is not None  # a block planned dead by now lived in it
+        overdue = arena.overdue
         for j in due:
-            it = self.slot[j]
+            it = self._slot[j]
             if it != NO_SLOT:
-                self.slot[j] = NO_SLOT
-                self.live_slots -= 1
+                self._slot[j] = NO_SLOT
+                self._live_slots -= 1
                 row = rows[j]
-                o = row[1]
-                overdue[(it << 32) | j] = (o, o + row[0], it)
+                o = row[_OFFSET]
+                overdue[(it << 32) | j] = (o, o + row[_CAP], it)
 
     # ------------------------------------------------------------------- frees
-    def drain(self):
+    def drain(self) -> None:
         """Apply queued frees in the order they happened (the engine is held)."""
         inbox = self.inbox
         m = inbox.count
@@ -469,42 +592,43 @@ class HotPath:
                 arena = arenas[k]
                 arenas[k] = None  # an old arena may go here: its frees land after m
                 packed = sizes[k]
-                self.apply_free((key & _KEY_LOW) - 1, (key >> 32) - _KEY_BIAS,
-                                packed & _ROUND_MASK, arena, packed & _SOURCE_BITS)
+                self._apply_free((key & _KEY_LOW) - 1, (key >> 32) - _KEY_BIAS,
+                                 packed & _ROUND_MASK, arena, packed & _SOURCE_BITS)
             inbox.consumed(m)
         items = inbox.items
         m = len(items)
         if m:
             for k in range(m):  # frees queued meanwhile land after m, for the next drain
                 owner = items[k]
-                self.apply_free(owner.index, owner.iteration, owner.size, owner.arena,
-                                owner.source)
+                self._apply_free(owner.index, owner.iteration, owner.size, owner.arena,
+                                 owner.source)
             if len(items) == m:
                 items.clear()
             else:
                 del items[:m]
 
-    def apply_free(self, index, it, rs, arena, source):
+    def _apply_free(self, index: int, it: int, rs: int, arena: Arena | None,
+                    source: int) -> None:
         """One free, in its turn: the bytes, the slot or overdue entry, the clock."""
         self.used -= rs
         if arena is not None:
-            if arena is self.arena and index < len(self.slot) and self.slot[index] == it:
-                self.slot[index] = NO_SLOT
-                self.live_slots -= 1
-                if self.placer is not None:
-                    row = self.rows[index]
-                    self.placer.release(row[1], row[1] + row[0])
+            if arena is self.arena and index < len(self._slot) and self._slot[index] == it:
+                self._slot[index] = NO_SLOT
+                self._live_slots -= 1
+                if self._placer is not None:
+                    row = self._rows[index]
+                    self._placer.release(row[_OFFSET], row[_OFFSET] + row[_CAP])
             else:
                 overdue = arena.overdue
                 span = overdue.pop((it << 32) | index)
-                if self.placer is not None and arena is self.arena:
-                    self.placer.release(span[0], span[1])
+                if self._placer is not None and arena is self.arena:
+                    self._placer.release(span[0], span[1])
                 if not overdue and arena is not self.arena:
-                    self.on_arena_idle(arena)
+                    self._on_arena_idle(arena)
         else:  # arena bytes are the rest: used - the other sources (see arena_used)
-            self.source_used[source] -= rs
-        if it == self.iteration and self.logging_frees:
-            self.obs_uppers[index] = self.tick
-            self.tick += 1
+            self._source_used[source] -= rs
+        if it == self.iteration and self._logging_frees:
+            self._obs_uppers[index] = self._tick
+            self._tick += 1
         elif it == WATCHED:
             self.watched_frees += 1

@@ -73,11 +73,12 @@ import collections
 import gc
 import logging
 import weakref
-from typing import Any, Callable
+from typing import Callable
 
 from ..units import round_size
 from .frees import EXACT, KEPT, STOCK, Arena
-from .handout import NO_SLOT, HotPath
+from .handout import HotPath
+from .options import Buffer, ReservedRange, StockPool, StreamHeap
 from .placement import Placer
 
 __all__ = ["DeviceMemory", "RawListener", "GROWTH", "MAPPING_MAX", "TRIM_SLACK"]
@@ -101,17 +102,23 @@ class _KeptBlock:
 
     __slots__ = ("ptr", "size", "_buffer", "_returned")
 
-    def __del__(self):
+    def __init__(self, buffer: Buffer, size: int, returned: collections.deque[Buffer]):
+        self.ptr = buffer.ptr
+        self.size = size
+        self._buffer = buffer
+        self._returned = returned
+
+    def __del__(self) -> None:
         self._returned.append(self._buffer)
 
 
 class DeviceMemory:
     """The arenas, the heap, the survivors' buffers and the stock pool, counted."""
 
-    def __init__(self, hot: HotPath, allocate: Callable[[int], Any], stock: Any,
+    def __init__(self, hot: HotPath, allocate: Callable[[int], Buffer], stock: StockPool,
                  oom_error: Callable[[int, int, int], BaseException],
-                 reserve: Callable[[int], Any] | None = None,
-                 heap: Callable[[], Any] | None = None, device_memory: int = 0):
+                 reserve: Callable[[int | None], ReservedRange] | None = None,
+                 heap: Callable[[], StreamHeap] | None = None, device_memory: int = 0):
         """``allocate(size)``: the raw allocator (cudaMalloc; MemoryError when full);
         ``stock``: CuPy's pool; ``oom_error(size, total, limit)``: a full device's error;
         ``reserve(size)``: a virtual address range (None: no virtual memory management);
@@ -124,8 +131,8 @@ class DeviceMemory:
         self._reserve = reserve
         self._make_heap = heap
         self.device_memory = device_memory
-        self.range: Any = None  # the reserved range (taken at the first arena)
-        self.heap: Any = None  # the stream-ordered pool (made at its first request)
+        self.range: ReservedRange | None = None  # the reserved range (taken at the first arena)
+        self.heap: StreamHeap | None = None  # the stream-ordered pool (made at its first request)
         self.arenas: set[Arena] = set()  # the current arena and old ones with live blocks
         self.blocked = False  # the last arena was refused: wait for memory to free up
         self.failures = 0  # arenas refused
@@ -136,9 +143,9 @@ class DeviceMemory:
         self.peak_total = 0  # most bytes held at once
         self.releases = 0  # boundary releases (a stream sync and one release call each)
         self._released_at = -1  # the boundary (iteration number) of the last release
-        self._idle_kept: dict[int, list[tuple[Any, int]]] = {}  # size -> (buffer, stamp)
+        self._idle_kept: dict[int, list[tuple[Buffer, int]]] = {}  # size -> (buffer, stamp)
         self._idle_kept_bytes = 0
-        self._returned: collections.deque = collections.deque()  # kept buffers freed
+        self._returned: collections.deque[Buffer] = collections.deque()  # kept buffers freed
 
     @property
     def arena_kind(self) -> str:
@@ -158,7 +165,7 @@ class DeviceMemory:
             if self.total_bytes() + size > self.limit:
                 raise self.oom_error(size, self.total_bytes(), self.limit)
 
-    def _retrying(self, take: Callable[[], Any], size: int) -> Any:
+    def _retrying(self, take: Callable[[], Buffer], size: int) -> Buffer:
         """``take()``; when the device refuses, make room and try once more, then OOM."""
         try:
             return take()
@@ -169,7 +176,7 @@ class DeviceMemory:
             except MemoryError:
                 raise self.oom_error(size, self.total_bytes(), self.limit) from None
 
-    def raw(self, size: int) -> Any:
+    def raw(self, size: int) -> Buffer:
         """A raw allocation of ``size`` bytes within the limit, making room once if refused."""
         self._room_for(size)
         buffer = self._retrying(lambda: self.allocate(size), size)
@@ -177,7 +184,7 @@ class DeviceMemory:
         self.note_reserved(size)
         return buffer
 
-    def exact(self, rs: int) -> Any:
+    def exact(self, rs: int) -> Buffer:
         """A block's own memory, given back at its free (the block's owner keeps it)."""
         if self._make_heap is None:
             return self.raw(rs)
@@ -187,7 +194,7 @@ class DeviceMemory:
         self.note_reserved()
         return block
 
-    def between_iterations(self) -> tuple[Callable[[int], Any], int]:
+    def between_iterations(self) -> tuple[Callable[[int], Buffer], int]:
         """What serves the owner's requests between iterations, and its source: the heap
         when it is a stream-ordered pool (model weights made before the first iteration
         never sit in a cache whose release costs a cudaFree each), else the stock pool."""
@@ -196,12 +203,13 @@ class DeviceMemory:
         stock = self.stock
         return (lambda rs: stock.malloc(rs)), STOCK
 
-    def _heap(self) -> Any:
+    def _heap(self) -> StreamHeap:
         if self.heap is None:
+            assert self._make_heap is not None  # exact() asks only where there is one
             self.heap = self._make_heap()
         return self.heap
 
-    def reuse(self, rs: int) -> Any:
+    def reuse(self, rs: int) -> Buffer | None:
         """A block of the stock pool's idle memory, if it holds ``rs`` bytes without growing.
 
         Idle memory is used before new memory is taken: a chunk the stock pool
@@ -220,7 +228,7 @@ class DeviceMemory:
         finally:
             stock.set_limit(size=limit)
 
-    def kept(self, rs: int) -> Any:
+    def kept(self, rs: int) -> Buffer:
         """A survivor's buffer: an idle one of this size, else a new one (from the heap).
 
         Reusing the very buffer the same request had last iteration keeps the
@@ -234,10 +242,7 @@ class DeviceMemory:
             self._idle_kept_bytes -= rs
         else:
             buffer = self.exact(rs)
-        block = _KeptBlock()
-        block.ptr, block.size, block._buffer, block._returned = (
-            buffer.ptr, rs, buffer, self._returned)
-        return block
+        return _KeptBlock(buffer, rs, self._returned)
 
     def _collect_kept(self) -> None:
         returned = self._returned
@@ -258,7 +263,7 @@ class DeviceMemory:
             else:
                 del self._idle_kept[size]
 
-    def from_stock(self, size: int, rs: int) -> Any:
+    def from_stock(self, size: int, rs: int) -> Buffer:
         """A stock pool block within the limit, after making room if refused."""
         if self.limit:
             self.sync_stock_limit()
@@ -375,6 +380,7 @@ class DeviceMemory:
         if arena is not None:
             return arena
         if self.range is None:
+            assert self._reserve is not None  # only a device with virtual memory gets here
             try:
                 self.range = self._reserve(2 * self.device_memory or None)
             except MemoryError as e:
@@ -426,9 +432,11 @@ class DeviceMemory:
         No device sync: a mapping waits for nothing.  False, with the arena as
         it was, when the limit or the device refuses.
         """
-        granule = self.range.granule
+        rng = self.range
+        assert rng is not None  # only the reserved arena grows in place
+        granule = rng.granule
         end = -(-size // granule) * granule
-        if end > self.range.size or \
+        if end > rng.size or \
                 (self.limit and self.total_bytes() + end - arena.size > self.limit):
             return False
         old = arena.size
@@ -438,11 +446,11 @@ class DeviceMemory:
         while arena.size < end:
             step = min(end - arena.size, piece)
             try:
-                self.range.map(arena.size, step)
+                rng.map(arena.size, step)
             except MemoryError:
                 if arena.size > old:  # what this growth mapped goes back (a full device)
                     self._sync()
-                    self.range.unmap(old, arena.size - old)
+                    rng.unmap(old, arena.size - old)
                     arena.size = old
                 return False
             arena.size += step
@@ -469,15 +477,17 @@ class DeviceMemory:
         """Unmap the arena's whole mappings beyond ``keep`` bytes (one stream sync, one release
         call); False when none lies wholly beyond it, or when this boundary has had its
         release (``budget``, rule 4)."""
+        rng = self.range
+        assert rng is not None  # only the reserved arena is trimmed
         cut = arena.size
-        for start, _ in reversed(self.range.mappings()):
+        for start, _ in reversed(rng.mappings()):
             if start < keep:
                 break
             cut = start
         if cut >= arena.size or (budget and not self._may_release()):
             return False
         self._sync()
-        self.range.unmap(cut, arena.size - cut)
+        rng.unmap(cut, arena.size - cut)
         arena.size = cut
         return True
 
@@ -512,7 +522,7 @@ class DeviceMemory:
             self.heap.synchronize()
 
     def _live_end(self, arena: Arena) -> int:
-        return max((end for _, end in self._live_spans(arena)), default=0)
+        return max((end for _, end in self.hot.live_spans(arena)), default=0)
 
     # ------------------------------------------------------------- placement
     def start_placing(self, apart: frozenset = frozenset()) -> None:
@@ -525,7 +535,7 @@ class DeviceMemory:
             return
         grow = self.grow_for_placer if arena.buffer is self.range and self.range is not None \
             else None
-        self.placer = Placer(arena.size, self._live_spans(arena), apart, grow, snug=True)
+        self.placer = Placer(arena.size, self.hot.live_spans(arena), apart, grow, snug=True)
         hot.set_placer(self.placer)
 
     def stop_placing(self) -> None:
@@ -585,13 +595,13 @@ class DeviceMemory:
         """Bytes the heap holds: the stream-ordered pool's mapped memory, or the live blocks
         of their own."""
         if self._make_heap is None:
-            return self.hot.source_used[EXACT]
+            return self.hot.source_bytes(EXACT)
         return self.heap.held if self.heap is not None else 0
 
     def kept_total(self) -> int:
         """Survivors' bytes: live (and, without a stream-ordered pool, idle buffers)."""
         self._collect_kept()
-        return self.hot.source_used[KEPT] + self._idle_kept_bytes
+        return self.hot.source_bytes(KEPT) + self._idle_kept_bytes
 
     def own_free_bytes(self) -> int:
         """pgmo's idle bytes: arena room no live block uses, the heap's idle memory, idle
@@ -617,22 +627,12 @@ class DeviceMemory:
                 "exact": heap, "kept": self.kept_total(),
                 "stock": self.stock.total_bytes()}
 
-    def _live_spans(self, arena: Arena) -> list[tuple[int, int]]:
-        """``(start, end)`` of every block alive in ``arena``: overdue, or in its planned slot."""
-        spans = [(start, end) for start, end, _ in arena.overdue.values()]
-        hot = self.hot
-        if arena is hot.arena and hot.live_slots:
-            rows = hot.rows
-            spans += [(rows[j][1], rows[j][1] + rows[j][0])
-                      for j, it in enumerate(hot.slot) if it != NO_SLOT]
-        return spans
-
     def free_gaps(self) -> int:
         """Free address ranges in the arenas, plus idle kept buffers (CuPy's free blocks)."""
         gaps = sum(len(v) for v in self._idle_kept.values())
         for arena in self.arenas:
             pos = 0
-            for start, end in sorted(self._live_spans(arena)):
+            for start, end in sorted(self.hot.live_spans(arena)):
                 if start > pos:
                     gaps += 1
                 pos = max(pos, end)

@@ -11,12 +11,87 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from ..solver.options import SolverOptions, solver_options
-from .planner import MODES
+from .planner import REPLAN_MODES
 
-__all__ = ["Backend", "PoolOptions", "PlainMemory", "pool_options"]
+__all__ = ["Backend", "PoolOptions", "PlainMemory", "pool_options", "Buffer", "StockPool",
+           "ReservedRange", "StreamHeap"]
+
+
+class Buffer(Protocol):
+    """Memory that is its holder's until dropped: a cudaMalloc, a pool's block."""
+
+    @property
+    def ptr(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+class StockPool(Protocol):
+    """CuPy's stock pool (``cupy.cuda.MemoryPool``), as the engine uses it."""
+
+    def malloc(self, size: int) -> Buffer: ...
+
+    def used_bytes(self) -> int: ...
+
+    def free_bytes(self) -> int: ...
+
+    def total_bytes(self) -> int: ...
+
+    def n_free_blocks(self) -> int: ...
+
+    def free_all_blocks(self) -> None: ...
+
+    def set_limit(self, size: int | None = None) -> None: ...
+
+    def get_limit(self) -> int: ...
+
+
+class ReservedRange(Protocol):
+    """Reserved virtual address space, mapped in granules (CUDA's virtual memory
+    management: :class:`pgmo.cuda_device.CudaRange`, :class:`pgmo.host_device.HostRange`)."""
+
+    @property
+    def ptr(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def granule(self) -> int: ...
+
+    @property
+    def mapped(self) -> int: ...
+
+    def map(self, offset: int, nbytes: int) -> None: ...
+
+    def unmap(self, offset: int, nbytes: int) -> None: ...
+
+    def mappings(self) -> list[tuple[int, int]]: ...
+
+    def synchronize(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class StreamHeap(Protocol):
+    """A private stream-ordered pool (cudaMallocFromPoolAsync / cudaFreeAsync): a block's
+    death frees it without a device sync; ``trim()`` gives wholly free granules back."""
+
+    @property
+    def held(self) -> int: ...
+
+    @property
+    def used(self) -> int: ...
+
+    def malloc(self, size: int) -> Buffer: ...
+
+    def trim(self) -> object: ...
+
+    def synchronize(self) -> None: ...
 
 
 class PlainMemory:
@@ -24,7 +99,7 @@ class PlainMemory:
 
     __slots__ = ("ptr", "size", "owner", "device_id")
 
-    def __init__(self, ptr: int, size: int, owner: Any, device_id: int):
+    def __init__(self, ptr: int, size: int, owner: object, device_id: int):
         self.ptr, self.size, self.owner, self.device_id = ptr, size, owner, device_id
 
 
@@ -67,15 +142,15 @@ class Backend:
     spans).
     """
 
-    allocate: Callable[[int], Any]
-    fallback: Any
-    memory_type: Callable[..., Any] = PlainMemory
+    allocate: Callable[[int], Buffer]
+    fallback: StockPool
+    memory_type: Callable[[int, int, Any, int], Any] = PlainMemory
     pointer_type: Callable[[Any, int], Any] = bare_pointer
     device_id: int = 0
-    context: Callable[[], Any] | None = None
+    context: Callable[[], object] | None = None
     oom_error: Callable[[int, int, int], BaseException] = default_oom
-    reserve: Callable[[int], Any] | None = None
-    heap: Callable[[], Any] | None = None
+    reserve: Callable[[int | None], ReservedRange] | None = None
+    heap: Callable[[], StreamHeap] | None = None
     device_memory: int = 0
 
 
@@ -83,7 +158,9 @@ class Backend:
 class PoolOptions:
     """How the pool behaves; every field is also a keyword of the pool's constructor."""
 
-    warmup: int = 1  # iterations served by the fallback before the profiled one
+    # iterations before the profiled one, each request in memory of its own (the
+    # stream-ordered heap where the device has one, see engine/memory.py)
+    warmup: int = 1
     replan: str = "background"  # where plans are computed: background, sync or bestfit
     detect_iterations: bool = True  # find iterations when the user marks none
     warn_after: int = 10_000  # requests without iterations before one warning
@@ -93,9 +170,9 @@ class PoolOptions:
     def __post_init__(self) -> None:
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
             raise ValueError(f"warmup must be an integer >= 0, got {self.warmup!r}")
-        if self.replan not in MODES:
+        if self.replan not in REPLAN_MODES:  # the one check (the planner trusts it)
             raise ValueError(f"unknown replan mode {self.replan!r}; choose one of "
-                             f"{', '.join(MODES)}")
+                             f"{', '.join(REPLAN_MODES)}")
         if self.warn_after < 1:
             raise ValueError(f"warn_after must be >= 1, got {self.warn_after!r}")
 

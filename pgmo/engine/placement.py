@@ -20,7 +20,7 @@ cannot merge across allocations).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from .frees import APART
 
@@ -47,7 +47,6 @@ class Placer:
         self.apart = apart
         self.grow = grow
         self.snug = snug
-        self.grown = 0  # times the range grew
         self._gaps: list[tuple[int, int]] = []  # (length, start), sorted: best fit by bisection
         self._ends: dict[int, int] = {}  # start -> end of each gap
         self._starts: dict[int, int] = {}  # end -> start of each gap
@@ -80,7 +79,6 @@ class Placer:
             tail = self._starts.get(self.size)  # the free gap at the end, if any
             size = self.grow(nbytes - (self.size - tail if tail is not None else 0))
             if size > self.size:
-                self.grown += 1
                 self.release(self.size, size)
                 self.size = size
                 k = bisect_left(gaps, (nbytes, -1))
@@ -98,7 +96,7 @@ class Placer:
             self._add(lo + nbytes, hi)
         return lo
 
-    def gaps_from(self, nbytes: int):
+    def gaps_from(self, nbytes: int) -> Iterator[tuple[int, int]]:
         """The gaps that hold ``nbytes``, smallest first: ``(start, length)``."""
         gaps = self._gaps
         for k in range(bisect_left(gaps, (nbytes, -1)), len(gaps)):

@@ -3,13 +3,14 @@
 The engine hands the planner each log that changes the profile (the
 profiled iteration, or a planned one that departed from its plan) and, at
 every iteration boundary, asks for a schedule ready to install.  The mode
-(:data:`MODES`) decides where the work happens:
+(:data:`REPLAN_MODES`, the ``replan`` option) decides where the work happens:
 
 ``background`` (default)
     Training never waits for a solver.  A small profile (up to
     :data:`SYNC_BLOCKS` requests) gets the paper's best-fit plan at once,
     which takes milliseconds; a larger one is merged, solved with best-fit
-    and validated by a planner thread while the fallback keeps serving.  The
+    and validated by a planner thread while the iterations go on (each
+    request in memory of its own, or placed in the arena's gaps).  The
     full method (``best`` by default) then runs in a worker process (see
     :mod:`.worker`; a thread would hold the GIL for seconds) and its plan is
     validated and compiled by the planner thread, to be swapped in at a later
@@ -41,20 +42,22 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Callable
 
 from ..plan import Plan
 from ..solver import SolverOptions, solve
 from ..trace import Trace
-from .recording import Log, absorb, to_profile
+from .profiles import Log, absorb, to_profile
 from .schedule import Schedule, compile_schedule
 from .wire import receive, send
 
-__all__ = ["Planner", "MODES", "SYNC_BLOCKS"]
+__all__ = ["Planner", "REPLAN_MODES", "SYNC_BLOCKS"]
 
 log = logging.getLogger("pgmo.pool")
 
-MODES = ("background", "sync", "bestfit")
+#: Where plans are computed (the ``replan`` option, checked by
+#: :class:`~.options.PoolOptions`).
+REPLAN_MODES = ("background", "sync", "bestfit")
 #: In background mode, profiles up to this many requests are planned with
 #: best-fit at the boundary (about 10 us per request: a few milliseconds).
 SYNC_BLOCKS = 256
@@ -63,17 +66,26 @@ WORKER_GRACE = 20.0
 
 _planners: "weakref.WeakSet[Planner]" = weakref.WeakSet()
 
+#: A worker's answer (see :mod:`.worker`); None: the worker is gone.
+Message = dict[str, Any]
+#: Work for the planner thread: a log to fold into the profile ("profile", "merge"), or a
+#: profile to solve ("solve"), and whether its best-fit plan is made already.
+Job = tuple[str, "Log | Trace", bool]
+
 
 class _Worker:
     """One solver process and the thread that reads its answers."""
 
-    def __init__(self, on_message):
+    def __init__(self, on_message: Callable[[_Worker, Message | None], None]):
         package_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH"))
                                             if p)
         self.proc = subprocess.Popen([sys.executable, "-m", "pgmo.engine.worker"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # pipes
+        self._input: IO[bytes] = self.proc.stdin
+        self._output: IO[bytes] = self.proc.stdout
         self.job: int | None = None  # generation being solved
         self.stages_left = 0
         self.deadline = float("inf")
@@ -82,10 +94,10 @@ class _Worker:
                                        name="pgmo-planner-reader", daemon=True)
         self.reader.start()
 
-    def _read(self, on_message) -> None:
+    def _read(self, on_message: Callable[[_Worker, Message | None], None]) -> None:
         while True:
             try:
-                message = receive(self.proc.stdout)
+                message = receive(self._output)
             except Exception:  # a torn message: the worker is broken
                 message = None
             if message is None:
@@ -98,7 +110,7 @@ class _Worker:
         self.job, self.stages_left = generation, len(stages)
         budget = sum((s.time_limit or 0.0) * 1.05 for s in stages) + WORKER_GRACE
         self.deadline = time.monotonic() + budget
-        send(self.proc.stdin, {"job": generation, "lowers": lowers, "uppers": uppers,
+        send(self._input, {"job": generation, "lowers": lowers, "uppers": uppers,
                                "sizes": sizes,
                                "stages": [dataclasses.asdict(s) for s in stages]})
 
@@ -113,7 +125,7 @@ class _Worker:
         except OSError:
             pass
         try:
-            self.proc.stdin.close()
+            self._input.close()
         except OSError:
             pass
         try:
@@ -127,9 +139,7 @@ class Planner:
 
     def __init__(self, options: SolverOptions, mode: str = "background",
                  sync_blocks: int = SYNC_BLOCKS):
-        if mode not in MODES:
-            raise ValueError(f"unknown re-planning mode {mode!r}; choose one of "
-                             f"{', '.join(MODES)}")
+        """``mode``: one of :data:`REPLAN_MODES` (the pool's options checked it)."""
         self.options = options
         self.mode = mode
         self.sync_blocks = sync_blocks
@@ -147,9 +157,9 @@ class Planner:
 
     def _init_threading(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._jobs: list[tuple[str, Any, bool]] = []  # (kind, log or profile, best-fit done)
-        self._messages: list[tuple[_Worker, Any]] = []
-        self._chores: list = []  # work handed over by the engine (see later())
+        self._jobs: list[Job] = []
+        self._messages: list[tuple[_Worker, Message | None]] = []
+        self._chores: list[Callable[[], None]] = []  # work handed over (see later())
         self._ready: Schedule | None = None
         self._thread: threading.Thread | None = None
         self._worker: _Worker | None = None
@@ -192,7 +202,7 @@ class Planner:
                 self._cond.notify_all()
         return schedule
 
-    def later(self, fn) -> None:
+    def later(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on the planner thread, off the training loop."""
         with self._cond:
             self._chores.append(fn)
@@ -336,7 +346,7 @@ class Planner:
                                     check=True)
         except Exception:
             self.solve_failures += 1
-            log.warning("pgmo could not solve the profile; serving from the fallback",
+            log.warning("pgmo could not solve the profile; the plan in use stays",
                         exc_info=True)
             return None
 
@@ -347,7 +357,7 @@ class Planner:
             self._thread = threading.Thread(target=self._run, name="pgmo-planner", daemon=True)
             self._thread.start()
 
-    def _on_message(self, worker: _Worker, message: Any) -> None:
+    def _on_message(self, worker: _Worker, message: Message | None) -> None:
         with self._cond:
             self._messages.append((worker, message))
             self._cond.notify_all()
@@ -387,11 +397,12 @@ class Planner:
                     self._active = self._working = False
                     self._cond.notify_all()  # for wait_idle
 
-    def _start(self, jobs: list[tuple[str, Any, bool]]) -> None:
+    def _start(self, jobs: list[Job]) -> None:
         """Fold the logs into the profile, plan it with best-fit, then solve it fully."""
-        profile, bestfit_done = None, False
+        profile: Trace | None = None
+        bestfit_done = False
         for kind, item, done in jobs:
-            if kind == "solve":
+            if isinstance(item, Trace):  # "solve"
                 profile, bestfit_done = item, done
             else:
                 before = self.profile
@@ -439,7 +450,7 @@ class Planner:
         except OSError as exc:
             self._worker_failed(worker, f"it could not be started ({exc})")
 
-    def _handle(self, worker: _Worker, message: Any) -> None:
+    def _handle(self, worker: _Worker, message: Message | None) -> None:
         if message is None:
             if not worker.stopping:
                 with self._cond:
@@ -460,6 +471,9 @@ class Planner:
                         message["error"])
             return
         profile = self.profile
+        if profile is None:  # forgotten meanwhile (reset): nothing to plan for
+            self.stale_plans += 1
+            return
         try:
             plan = Plan(profile.without_open(), tuple(message["offsets"]),
                         method=message["method"], seconds=message["seconds"],

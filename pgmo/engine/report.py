@@ -7,14 +7,39 @@ pool count, and adds nothing of its own.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
 from ..stats import PoolStats
+from .handout import HotPath
+from .memory import DeviceMemory
+from .planner import Planner
+from .schedule import Schedule
+from .shapes import ShapeBook
 
-__all__ = ["pool_stats"]
+__all__ = ["pool_stats", "Counted"]
 
 
-def pool_stats(engine: Any) -> PoolStats:
+class Counted(Protocol):
+    """What this module reads of an :class:`~.core.Engine` (which imports it)."""
+
+    hot: HotPath
+    memory: DeviceMemory
+    planner: Planner
+    shapes: ShapeBook
+    completed: int
+    departures: int
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def iteration_source(self) -> str: ...
+
+    @property
+    def latest_schedule(self) -> Schedule | None: ...
+
+
+def pool_stats(engine: Counted) -> PoolStats:
     """Every counter of ``engine`` (an :class:`~.core.Engine`) at once.
 
     The caller holds the engine and has applied pending frees, so the byte
@@ -23,7 +48,7 @@ def pool_stats(engine: Any) -> PoolStats:
     hot, memory, planner = engine.hot, engine.memory, engine.planner
     counts = hot.counts
     parts = memory.parts()
-    stock = engine.fallback
+    stock = memory.stock
     schedule = engine.latest_schedule
     plan = schedule.plan if schedule is not None else None
     total = memory.total_bytes()
@@ -35,7 +60,7 @@ def pool_stats(engine: Any) -> PoolStats:
         requests=counts.total(),
         profiled_requests=counts.profiled,
         planned_requests=counts.planned,
-        fallback_requests=counts.departed,
+        departed_requests=counts.departed,
         pinned_requests=counts.pinned,
         interrupted_requests=counts.interrupted,
         outside_requests=counts.outside,

@@ -6,24 +6,40 @@ allocation has been freed.  The plan is valid, so blocks whose planned
 lifetimes overlap ``k``'s have other addresses; the only blocks that could
 sit on ``k``'s addresses are those planned dead by then.  Block ``j`` is
 listed in ``due[k]`` for the first request ``k`` allocated at or after ``j``'s
-planned free; :meth:`~.handout.HotPath.check_due` moves it to the arena's
-overdue list if it is still alive then, and a request meeting an overdue
-block by address goes to the fallback.
+planned free; the hot path's hand-out decision
+(:meth:`~.handout.HotPath.serve_numbered`) moves it to the arena's overdue
+list if it is still alive then, and a request meeting an overdue block by
+address gets memory of its own (a departure).
 """
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from typing import Final, cast
 
 from ..errors import PlanError
 from ..plan import Plan
 from ..trace import Trace
 from ..units import round_size
 
-__all__ = ["Schedule", "compile_schedule", "PINNED_CAP"]
+__all__ = ["Schedule", "compile_schedule", "Row", "CAP", "OFFSET", "DUE", "SENTINEL",
+           "PINNED_CAP"]
 
-#: The planned size of a pinned request: any size goes to the fallback quietly.
+#: A row, what request ``i`` of an iteration gets: ``(cap, offset, due)``.  ``cap``: its
+#: planned size (a larger request departs from the plan); ``offset``: its place in the
+#: arena (-1: a survivor, kept apart in a buffer of its own); ``due``: the requests
+#: planned dead by then (see the safety rule above).  A plain tuple, so that the compiled
+#: hot path reads it as a C tuple; its fields by position, named here only:
+Row = tuple[int, int, tuple[int, ...]]
+CAP: Final = 0
+OFFSET: Final = 1
+DUE: Final = 2
+#: The row after the last planned request: no request fits it (every one beyond the
+#: planned count departs).
+SENTINEL: Row = (-1, -1, ())
+
+#: The planned size of a pinned request: any size fits it (a survivor is kept apart).
 PINNED_CAP = 1 << 62
 
 
@@ -33,8 +49,8 @@ class Schedule:
 
     profile: Trace  # block i is request i; open blocks are pinned (kept apart)
     plan: Plan  # places the profile's closed blocks
-    rows: list  # (cap, offset, due) per request, then the sentinel (-1, -1, ())
-    pinned: frozenset  # requests that outlived their iteration
+    rows: list[Row]  # one per request, then the SENTINEL
+    pinned: frozenset[int]  # requests that outlived their iteration
     generation: int  # which profile this is (the planner counts them)
 
     @property
@@ -42,7 +58,7 @@ class Schedule:
         return len(self.rows) - 1
 
     @property
-    def pinned_sizes(self) -> frozenset:
+    def pinned_sizes(self) -> frozenset[int]:
         """The sizes of the requests that outlived their iteration (gradients, a kept loss)."""
         blocks = self.profile.blocks
         return frozenset(round_size(blocks[i].size) for i in self.pinned)
@@ -73,15 +89,16 @@ def compile_schedule(profile: Trace, plan: Plan, generation: int = 0,
     off = [-1] * n
     cap = [PINNED_CAP] * n
     for block, o in zip(plan.trace.blocks, plan.offsets):
-        off[block.id] = o
-        cap[block.id] = block.size
+        i = cast(int, block.id)  # a pool profile's ids are its request numbers
+        off[i] = o
+        cap[i] = block.size
     due: list[list[int]] = [[] for _ in range(n)]
     for j, b in enumerate(blocks):
         if b.upper is not None:
             k = bisect.bisect_left(lowers, b.upper)  # first request planned after j's free
             if k < n:
                 due[k].append(j)
-    rows = [(c, o, tuple(d)) for c, o, d in zip(cap, off, due)]
-    rows.append((-1, -1, ()))
+    rows: list[Row] = [(c, o, tuple(d)) for c, o, d in zip(cap, off, due)]
+    rows.append(SENTINEL)
     pinned = frozenset(i for i in range(n) if off[i] < 0)
     return Schedule(profile, plan, rows, pinned, generation)

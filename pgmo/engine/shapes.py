@@ -29,7 +29,7 @@ import threading
 from typing import Callable
 
 from ..trace import Trace
-from .recording import Log, to_profile
+from .profiles import Log, to_profile
 from .schedule import Schedule
 
 __all__ = ["ShapeBook", "MAX_SHAPES"]

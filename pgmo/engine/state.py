@@ -11,7 +11,8 @@ from .handout import FALLBACK, PLANNED, RECORDED, SLOW
 
 __all__ = ["IterationState", "MODES"]
 
-#: What an iteration does (``pool.mode``).
+#: What an iteration does (``pool.mode``; the re-planning modes are
+#: :data:`~.planner.REPLAN_MODES`).
 MODES = ("warmup", "profiling", "planning", "optimized", "fallback")
 
 
@@ -22,12 +23,14 @@ class IterationState:
     calls; ``mode``: what the open iteration does (one of :data:`MODES`,
     decided when it began); ``on_plan``: its requests are answered from the
     schedule (false from its first departure on); ``planned``: it began on
-    plan; ``departed``: it left its plan, so its log goes to the planner;
-    ``plan_dropped``: the plan went away while it ran (its log is no profile).
+    plan; ``choosing``: its first request is still to name its shape, which
+    picks the plan it follows (:mod:`.shapes`); ``departed``: it left its
+    plan, so its log goes to the planner; ``plan_dropped``: the plan went
+    away while it ran (its log is no profile).
     """
 
-    __slots__ = ("inside", "interrupts", "iteration_mode", "on_plan", "planned", "departed",
-                 "plan_dropped")
+    __slots__ = ("inside", "interrupts", "iteration_mode", "on_plan", "planned", "choosing",
+                 "departed", "plan_dropped")
 
     def __init__(self) -> None:
         self.inside = False
@@ -35,6 +38,7 @@ class IterationState:
         self.iteration_mode = "warmup"
         self.on_plan = False
         self.planned = False
+        self.choosing = False
         self.departed = False
         self.plan_dropped = False
 
@@ -43,10 +47,11 @@ class IterationState:
         """The owner's requests are numbered and logged (in an iteration, not interrupted)."""
         return self.inside and not self.interrupts
 
-    def begin(self, mode: str, on_plan: bool) -> None:
+    def begin(self, mode: str, on_plan: bool, choosing: bool = False) -> None:
         self.inside = True
         self.iteration_mode = mode
         self.on_plan = self.planned = on_plan
+        self.choosing = choosing
         self.departed = False
         self.plan_dropped = False
 
@@ -64,6 +69,8 @@ class IterationState:
         if self.interrupts:
             return FALLBACK
         if self.inside:
+            if self.choosing:  # the engine picks the plan first
+                return SLOW
             return PLANNED if self.on_plan else RECORDED
         return FALLBACK if marked else SLOW
 

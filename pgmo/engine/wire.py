@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import pickle
 import struct
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 __all__ = ["send", "receive"]
 
 _HEADER = struct.Struct("<Q")
 
 
-def send(stream: BinaryIO, message: Any) -> None:
+def send(stream: IO[bytes], message: Any) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(_HEADER.pack(len(data)))
     stream.write(data)
     stream.flush()
 
 
-def receive(stream: BinaryIO) -> Any:
+def receive(stream: IO[bytes]) -> Any:
     """The next message, or None when the stream ended."""
     header = stream.read(_HEADER.size)
     if len(header) < _HEADER.size:

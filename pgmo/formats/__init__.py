@@ -20,9 +20,10 @@ and the field.  Writes are atomic.  More readers plug in with
 from __future__ import annotations
 
 import codecs
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import TraceFormatError
 from ..trace import Trace
@@ -68,7 +69,7 @@ register(Format(minimalloc.NAME, "MiniMalloc CSV (header id,lower,upper,size)",
                 minimalloc.sniff, minimalloc.read))
 
 
-def detect(path) -> Format:
+def detect(path: str | os.PathLike) -> Format:
     """The format of ``path``, from its content.
 
     When no reader recognises the content, JSON goes to the pgmo JSON reader
@@ -100,7 +101,8 @@ def detect(path) -> Format:
                            f"name one with --format", path=str(path))
 
 
-def load(path, format: str | None = None, options: ReadOptions | None = None) -> Loaded:
+def load(path: str | os.PathLike, format: str | None = None,
+         options: ReadOptions | None = None) -> Loaded:
     """Read any supported file: the trace and, when it holds a plan, its offsets."""
     path = Path(path)
     if format is None:
@@ -122,7 +124,8 @@ def load(path, format: str | None = None, options: ReadOptions | None = None) ->
     return fmt.read(path, options)
 
 
-def read_trace(path, inclusive: bool = False, format: str | None = None, **options) -> Trace:
+def read_trace(path: str | os.PathLike, inclusive: bool = False, format: str | None = None,
+               **options: Any) -> Trace:
     """Read a trace from any supported file (see the table above).
 
     ``pgmo.read_trace`` (:func:`pgmo.bundled.read_trace`) also takes the name
@@ -134,7 +137,7 @@ def read_trace(path, inclusive: bool = False, format: str | None = None, **optio
     return load(path, format, ReadOptions(inclusive=inclusive, **options)).trace
 
 
-def write_trace(trace: Trace, path, offsets: Sequence[int] | None = None,
+def write_trace(trace: Trace, path: str | os.PathLike, offsets: Sequence[int] | None = None,
                 extra_metadata: dict | None = None) -> None:
     """Write ``trace`` (and the offsets of its closed blocks) as JSON or CSV, by suffix.
 

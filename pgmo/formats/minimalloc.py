@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import TraceFormatError
-from ..trace import Trace, block_from_values, to_int
+from ..trace import Block, Trace, block_from_values, to_int
 from .files import open_text, write_text_atomically
 from .model import Loaded, ReadOptions, offsets_for_closed
 
@@ -70,7 +70,9 @@ def _read(path: Path, inclusive: bool) -> Loaded:
             raise TraceFormatError("column appears twice", path=name, line=header_line, field=dup)
         index = {c: i for i, c in enumerate(columns)}
         has_offset = "offset" in index
-        blocks, offsets, seen = [], [], {}
+        blocks: list[Block] = []
+        offsets: list[int | None] = []
+        seen: dict[int | str, int] = {}  # id -> the line it was first seen at
         for row in reader:
             line = reader.line_num
             if not any(cell.strip() for cell in row):
@@ -80,11 +82,12 @@ def _read(path: Path, inclusive: bool) -> Loaded:
                     f"expected {len(columns)} fields ({','.join(columns)}), got {len(row)}",
                     path=name, line=line)
             where = {"path": name, "line": line}
-            block = block_from_values(*(row[index[c]] for c in REQUIRED), where=where,
+            ident, lower, upper, size = (row[index[c]] for c in REQUIRED)
+            block = block_from_values(ident, lower, upper, size, where=where,
                                       inclusive=inclusive)
             if block.id in seen:
                 raise TraceFormatError(f"duplicate id {block.id} (first seen at line "
-                                       f"{seen[block.id]})", field="id", **where)
+                                       f"{seen[block.id]})", path=name, line=line, field="id")
             seen[block.id] = line
             blocks.append(block)
             if has_offset:

@@ -39,13 +39,16 @@ class ReadOptions:
 
 
 def offsets_for_closed(blocks: Sequence[Block], offsets: Sequence[int | None]) -> list[int]:
-    """Keep the offsets of closed blocks; an open block must have none."""
+    """Keep the offsets of closed blocks; an open block must have none, a closed one one."""
     out = []
     for b, o in zip(blocks, offsets):
         if b.upper is None:
             if o is not None:
                 raise TraceFormatError(f"block id={b.id} is open (never freed) but has an "
                                        f"offset", field="offset")
+        elif o is None:
+            raise TraceFormatError(f"block id={b.id} is freed but has no offset",
+                                   field="offset")
         else:
             out.append(o)
     return out

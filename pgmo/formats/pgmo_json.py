@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import TraceFormatError
-from ..trace import Trace, block_from_values, to_int
+from ..trace import Block, Trace, block_from_values, to_int
 from .files import NESTED_TOO_DEEPLY, open_text, write_text_atomically
 from .minimalloc import OPTIONAL, REQUIRED
 from .model import Loaded, ReadOptions, offsets_for_closed
@@ -58,14 +58,17 @@ def read(path: Path, options: ReadOptions) -> Loaded:
     if not isinstance(rows, list) or not rows:
         raise TraceFormatError("'rows' must be a non-empty list", path=name, field="rows")
     has_offset = "offset" in columns
-    blocks, offsets, seen = [], [], {}
+    blocks: list[Block] = []
+    offsets: list[int | None] = []
+    seen: dict[int | str, int] = {}  # id -> the block it was first seen at
     for i, row in enumerate(rows):
         if not isinstance(row, list) or len(row) != len(columns):
             raise TraceFormatError(f"block {i}: expected a list of {len(columns)} values",
                                    path=name, field="rows")
         values = dict(zip(columns, row))
         try:
-            block = block_from_values(*(values[c] for c in REQUIRED), where={},
+            ident, lower, upper, size = (values[c] for c in REQUIRED)
+            block = block_from_values(ident, lower, upper, size, where={},
                                       inclusive=options.inclusive)
             if block.id in seen:
                 raise TraceFormatError(f"duplicate id {block.id} (first seen at block "

@@ -52,7 +52,7 @@ def dumps(profile: Trace, offsets: Sequence[int], method: str,
           extra: dict | None = None) -> bytes:
     """Serialize a profile (block i = request i) and the offsets of its closed blocks."""
     blocks = profile.blocks
-    closed = [b.id for b in blocks if b.upper is not None]
+    closed = [i for i, b in enumerate(blocks) if b.upper is not None]
     if list(range(len(blocks))) != [b.id for b in blocks]:
         raise ValueError("a pool profile's block ids are its request indices 0..n-1")
     if len(closed) != len(offsets):
@@ -91,8 +91,10 @@ def loads(data: bytes, source: str = "<bytes>") -> SavedPlan:
         raise fail(f"plan file version {doc.get('version')!r} is not supported "
                    f"(this pgmo reads version {VERSION})")
     payload = doc.get("payload")
+    if not isinstance(payload, dict):
+        raise fail("checksum mismatch: the file was modified or damaged")
     try:
-        intact = isinstance(payload, dict) and doc.get("sha256") == _checksum(payload)
+        intact = doc.get("sha256") == _checksum(payload)
     except RecursionError:
         raise fail(f"not a pgmo plan file ({NESTED_TOO_DEEPLY})") from None
     if not intact:

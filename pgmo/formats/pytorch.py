@@ -132,6 +132,8 @@ def _wanted_stream(value: int | str | None) -> Any:
 
 def _parts(data: Any, where: _Where) -> tuple[list, list]:
     """``(segments, device_traces)`` of a snapshot, checked to be lists."""
+    segments: Any
+    traces: Any
     if isinstance(data, list):  # torch.cuda.memory_snapshot(): segments only
         segments, traces = data, []
     elif isinstance(data, dict):
@@ -214,8 +216,8 @@ def snapshot_to_trace(data: Any, options: ReadOptions | None = None,
     ends_at = "free_completed" if any(isinstance(e, dict) and e.get("action") ==
                                       "free_completed" for e in events) else "free_requested"
     zero_size = 0
-    oom = Counter()
-    skipped: Counter = Counter()
+    oom: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
     reserved_deltas: list[int] = []
     for i, e in enumerate(events):
         place = f"device_traces[{device}][{i}]"

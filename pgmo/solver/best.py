@@ -17,7 +17,7 @@ while its budget lasts and until a packing reaches the proven lower bound
   briefly the skyline backtracking search under capacity
   (:mod:`.skyline_dfs`), and with what is left the neighbourhood search or,
   on the largest traces, local search over skyline priorities
-  (:mod:`.local_search`).
+  (:mod:`.skyline_search`).
 
 Each phase gets a share of the budget left when it starts.  The budget
 (:class:`.budget.Budget`) counts search steps and keeps the deadline on one
@@ -166,13 +166,14 @@ def best_offsets(trace: Trace, budget: Budget, progress: bool = False,
                       report.nodes, best.peak)
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(peak_over_lb=f"{best.peak / best.lower_bound:.4f}")
+                bar.set_postfix(peak_over_lb=f"{best.packing[2] / best.lower_bound:.4f}")
     finally:
         if bar is not None:
             bar.close()
-    info = BestInfo(best.name, best.peak, best.lower_bound, best.bound, budget.used,
+    name, offsets, peak = best.packing
+    info = BestInfo(name, peak, best.lower_bound, best.bound, budget.used,
                     _stop_reason(best, budget, reports, started), best.peaks, reports)
-    return best.offsets, info
+    return offsets, info
 
 
 def _stop_reason(best: Incumbent, budget: Budget, reports: list[PhaseReport],

@@ -40,6 +40,7 @@ from typing import Sequence
 import numpy as np
 
 from .budget import Budget
+from .packing import Packing
 
 __all__ = ["solve", "bestfit_offsets", "skyline_offsets", "paper_priority"]
 
@@ -57,10 +58,8 @@ def paper_priority(lowers: Sequence[int], uppers: Sequence[int],
     return sorted(range(n), key=lambda i: (lowers[i] - uppers[i], -sizes[i], i))
 
 
-def solve(trace, options, deadline, clock=None) -> "Packing":
+def solve(trace, options, deadline, clock=None) -> Packing:
     """The ``bestfit`` method behind :func:`pgmo.solve` (one run: it ignores the time limit)."""
-    from .packing import Packing
-
     return Packing(bestfit_offsets(*trace.columns()), None, {"strategy": "bestfit"})
 
 

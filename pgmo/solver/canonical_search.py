@@ -258,9 +258,11 @@ class CanonicalSearch:
         self.pause_at = self.nodes + nodes
         self.deadline = float("inf") if deadline is None else deadline
         self.clock = clock
+        walk = self._walk
+        assert walk is not None  # no result yet: the search is under way
         try:
             with _recursion_depth(3 * self.n + 1000):
-                next(self._walk)
+                next(walk)
             return STOPPED, None
         except StopIteration as done:
             status = done.value

@@ -135,7 +135,7 @@ def overlapping_pairs(lowers: Sequence[int], uppers: Sequence[int]) -> list[tupl
     """All ``(i, j)``, ``i < j``, whose half-open lifetimes intersect (one sweep)."""
     order = sorted(range(len(lowers)), key=lambda i: lowers[i])
     live: list[int] = []
-    pairs = []
+    pairs: list[tuple[int, int]] = []
     for j in order:
         live = [i for i in live if uppers[i] > lowers[j]]
         pairs.extend((min(i, j), max(i, j)) for i in live)
@@ -253,7 +253,7 @@ def _mirror_if_needed(offsets: list[int], sizes: Sequence[int], pair) -> list[in
 def _solve_cpsat(lowers, uppers, sizes, lb: int, hint: list[int], upper: int, pair,
                  deadline: float | None, progress: bool, workers: int,
                  scale: int = 1) -> dict[str, Any]:
-    cp_model = _import_cp_model()
+    cp_model: Any = _import_cp_model()  # OR-Tools, untyped
     model = cp_model.CpModel()
     xs, time_iv, addr_iv = [], [], []
     for i, (lo, hi, s) in enumerate(zip(lowers, uppers, sizes)):
@@ -314,7 +314,10 @@ def _solve_highs(lowers, uppers, sizes, lb: int, pairs, upper: int, pair,
     big_m = upper  # within the bounds below, x_i + s_i - x_j <= upper
     u_col = n
     # Variables: x_0..x_{n-1}, u, z_0..z_{m-1}; all integer.
-    rows, cols, vals, row_hi = [], [], [], []
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[int] = []
+    row_hi: list[int] = []
     for i, s in enumerate(sizes):  # eq. 2: x_i + s_i <= u
         r = len(row_hi)
         rows += [r, r]; cols += [i, u_col]; vals += [1, -1]; row_hi.append(-s)

@@ -143,6 +143,6 @@ class NeighbourhoodSearch:
         nodes = budget.limit(NODES_PER_SLAB_BLOCK * len(rows_size))
         status, found = search.run(capacity - base, nodes, budget.deadline, pinned, budget.clock)
         budget.spend(max(1, min(search.nodes, nodes)))  # the node past the limit is not expanded
-        if status != FOUND:
+        if status != FOUND or found is None:  # FOUND carries the offsets
             return None
         return {i: base + found[k] for k, i in enumerate(slab)}

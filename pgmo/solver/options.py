@@ -14,7 +14,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["SolverOptions", "METHODS", "BACKENDS", "add_arguments", "from_arguments",
            "solver_options"]
@@ -91,8 +91,8 @@ def _value_type(hint: Any) -> tuple[type, bool]:
     return hint, False
 
 
-def _parser_for(kind: type, optional: bool, flag: str, name: str):
-    def parse(text: str):
+def _parser_for(kind: type, optional: bool, flag: str, name: str) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
         if optional and text.strip().lower() in ("none", "no", "off"):
             return None
         try:
@@ -113,7 +113,7 @@ def _parser_for(kind: type, optional: bool, flag: str, name: str):
     return parse
 
 
-def argument_type(name: str, optional: bool | None = None):
+def argument_type(name: str, optional: bool | None = None) -> Callable[[str], Any]:
     """The ``type=`` of option ``name``'s flag: parses it and checks it as the API does.
 
     ``optional=False`` refuses ``none`` where the field would take it.

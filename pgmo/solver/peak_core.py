@@ -81,7 +81,7 @@ def core_packings(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[
             budget.spend(search.nodes)
             stats["nodes"] += search.nodes
             stats["restarts"] += 1
-            if status != FOUND:
+            if status != FOUND or offsets is None:  # FOUND carries the offsets
                 continue
             if not budget.fits(fill_seconds):
                 return

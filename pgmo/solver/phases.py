@@ -20,7 +20,7 @@ from ..trace import packing_peak
 from .bestfit import paper_priority, skyline_offsets
 from .budget import Budget, OutOfTime
 from .greedy import ORDERS, gap_fit_offsets
-from .local_search import SkylineSearch
+from .skyline_search import SkylineSearch
 from .neighbourhood import NeighbourhoodSearch
 from .peak_core import core_packings
 from .skyline_dfs import capacity_search as skyline_capacity_search
@@ -64,6 +64,12 @@ class Incumbent:
         return False
 
     @property
+    def packing(self) -> tuple[str, list[int], int]:
+        """The incumbent: its strategy, offsets and peak (the first phase always finds one)."""
+        assert self.name is not None and self.offsets is not None and self.peak is not None
+        return self.name, self.offsets, self.peak
+
+    @property
     def open(self) -> bool:
         """Whether a lower packing may exist (the incumbent is above the proven bound)."""
         return self.peak is None or self.peak > self.bound
@@ -102,15 +108,17 @@ class Candidate:
             return n * _SKYLINE_COST_PER_BLOCK
         return n * (_GAP_COST_PER_BLOCK + n * _GAP_COST_PER_PAIR_OF_BLOCKS)
 
-    def run(self, cols, budget: Budget | None) -> tuple[list[int], list[int] | None]:
+    def run(self, cols: tuple[list[int], list[int], list[int]],
+            budget: Budget | None) -> tuple[list[int], list[int] | None]:
         """(offsets, the skyline priority or None)."""
+        lowers, uppers, sizes = cols
         if self.order == "paper":
-            order = paper_priority(*cols)
+            order = paper_priority(lowers, uppers, sizes)
         else:
-            order = ORDERS[self.order](*cols)
+            order = ORDERS[self.order](lowers, uppers, sizes)
         if self.kind == "skyline":
-            return skyline_offsets(*cols, order, budget), order
-        return gap_fit_offsets(*cols, order, self.rule, budget=budget), None
+            return skyline_offsets(lowers, uppers, sizes, order, budget), order
+        return gap_fit_offsets(lowers, uppers, sizes, order, self.rule, budget=budget), None
 
 
 #: Greedy candidates, the paper's best-fit first (it is always run: the plan of last resort).
@@ -189,8 +197,8 @@ def peak_core(best: Incumbent, budget: Budget, seed: int = 0) -> PhaseReport:
 def capacity_search(best: Incumbent, budget: Budget, seed: int) -> PhaseReport:
     """Skyline backtracking under shrinking capacities (:mod:`.skyline_dfs`)."""
     report = PhaseReport("capacity-search")
-    offsets, _, probes = skyline_capacity_search(*best.cols, best.bound, best.peak, budget,
-                                                 seed)
+    offsets, _, probes = skyline_capacity_search(*best.cols, best.bound, best.packing[2],
+                                                 budget, seed)
     report.nodes, report.restarts = budget.used, len(probes)
     report.probes = [(c, "found" if ok else "stopped") for c, ok in probes]
     if offsets is not None:
@@ -201,7 +209,7 @@ def capacity_search(best: Incumbent, budget: Budget, seed: int) -> PhaseReport:
 def tightening(best: Incumbent, budget: Budget, seed: int) -> PhaseReport:
     """The canonical search under the lower bound and probes above it (:mod:`.tightening`)."""
     report = PhaseReport("tightening")
-    found = tighten(*best.cols, best.bound, best.peak, budget, seed)
+    found = tighten(*best.cols, best.bound, best.packing[2], budget, seed)
     report.nodes, report.restarts, report.probes = found.nodes, found.restarts, found.probes
     best.bound = max(best.bound, found.proven_bound)
     if found.offsets is not None:
@@ -214,14 +222,14 @@ def slab_moves(best: Incumbent, budget: Budget, seed: int) -> PhaseReport:
     report = PhaseReport("neighbourhood")
     search = NeighbourhoodSearch(*best.cols, seed)
     before = budget.used
-    offsets = search.run(best.offsets, budget, best.bound)
+    offsets = search.run(best.packing[1], budget, best.bound)
     report.nodes, report.moves = budget.used - before, search.moves
     report.improved = best.consider("neighbourhood", offsets)
     return report
 
 
 def priority_moves(best: Incumbent, budget: Budget, seed: int) -> PhaseReport:
-    """Local search over the best skyline priority (:mod:`.local_search`)."""
+    """Local search over the best skyline priority (:mod:`.skyline_search`)."""
     report = PhaseReport("local-search")
     if best.priority is None or not budget.fits(2 * best.cost.get("skyline", 0.0)):
         report.skipped.append("local-search")

@@ -95,7 +95,7 @@ def tighten(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int],
         spent = search.nodes - before
         budget.spend(spent)
         result.nodes += spent
-        if status == FOUND:
+        if status == FOUND and offsets is not None:  # FOUND carries the offsets
             peak = packing_peak(offsets, sizes)
             if peak < result.peak:
                 result.offsets, result.peak = offsets, peak

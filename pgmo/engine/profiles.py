@@ -1,9 +1,11 @@
-"""An iteration's log on the event clock, and how logs become one profile.
+"""Iteration logs merged into the pool's profile: what the planner plans.
 
-The hot path writes the log into C arrays (``HotPath.obs_lowers``,
-``obs_uppers``, ``obs_sizes``); at the iteration's end the engine takes a
-:class:`Log` of them, as lists, in the order of :meth:`.Trace.columns`.  A block still live at the end is open
-(``upper`` None): the next plan pins its request to the fallback.
+The hot path writes an iteration's log on the event clock into C arrays
+(``HotPath.log_arrays``: alloc ticks, free ticks, sizes); at the iteration's
+end the engine takes a :class:`Log` of them, as lists, in the order of
+:meth:`.Trace.columns`.  A block still live at the end is open (``upper``
+None): the next plan keeps its request apart, in a buffer of its own (a
+survivor).
 
 In an iteration served by the plan, a request that kept to its planned size
 logs size 0 ("no larger than planned"); the engine fills those in from the
@@ -13,10 +15,13 @@ to the planner, whose profile may have moved on meanwhile.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from ..trace import Trace
 from .handout import NOT_FREED
+
+if TYPE_CHECKING:
+    from .handout import HotPath
 
 __all__ = ["Log", "log_of", "survivors_of", "merge", "to_profile", "filled", "absorb"]
 
@@ -27,18 +32,12 @@ class Log(NamedTuple):
     The columns of :meth:`.Trace.columns`, in its order.
     """
 
-    lowers: list
-    uppers: list
-    sizes: list
-
-    def survivors(self) -> set:
-        """Requests whose block outlived the iteration."""
-        if None not in self.uppers:  # the usual case, checked in C
-            return set()
-        return {i for i, u in enumerate(self.uppers) if u is None}
+    lowers: Sequence[int]
+    uppers: Sequence[int | None]
+    sizes: Sequence[int]
 
 
-def log_of(hot: Any, n: int, planned: Trace | None = None) -> Log:
+def log_of(hot: HotPath, n: int, planned: Trace | None = None) -> Log:
     """The first ``n`` requests of the hot path's log (its C arrays) as a :class:`Log`.
 
     ``planned``: the profile of the plan the iteration was served from; each
@@ -54,7 +53,7 @@ def log_of(hot: Any, n: int, planned: Trace | None = None) -> Log:
     return filled(log, planned) if planned is not None else log
 
 
-def survivors_of(hot: Any, n: int) -> list[int]:
+def survivors_of(hot: HotPath, n: int) -> list[int]:
     """The first ``n`` requests whose block is still live (not freed in the hot path's log)."""
     uppers = hot.log_arrays[1][:n]
     if NOT_FREED not in uppers:  # the usual case, checked in C

@@ -31,10 +31,11 @@ def _stale() -> bool:
     """A compiled module is older than its source (edited, not rebuilt): do not trust it."""
     for name in _SOURCES:
         module = sys.modules.get(f"pgmo.engine.{name}")
-        if module is None or not getattr(module, "__file__", "").endswith((".so", ".pyd")):
+        built = getattr(module, "__file__", None) or ""
+        if not built.endswith((".so", ".pyd")):
             continue
         try:
-            if (_HERE / f"{name}.py").stat().st_mtime > Path(module.__file__).stat().st_mtime:
+            if (_HERE / f"{name}.py").stat().st_mtime > Path(built).stat().st_mtime:
                 return True
         except OSError:
             pass
@@ -49,19 +50,21 @@ def reference_handout() -> types.ModuleType:
     import ...`` finds the plain-Python frees.
     """
     name = f"{_REFERENCE}.handout"
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
     package = types.ModuleType(_REFERENCE)
     package.__path__ = []  # a namespace for the two modules, found through sys.modules
     sys.modules.setdefault(_REFERENCE, package)
+    module = package
     for source in _SOURCES:
         spec = importlib.util.spec_from_file_location(f"{_REFERENCE}.{source}",
                                                       _HERE / f"{source}.py")
+        assert spec is not None and spec.loader is not None  # a .py file next to this one
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
-    return module
+    return module  # handout, loaded last
 
 
 def compiled() -> bool:
@@ -75,5 +78,6 @@ def compiled() -> bool:
     return True
 
 
-def default_hot_path() -> type:
+def default_hot_path() -> type[HotPath]:
+    """The hot path the engine runs: the compiled one when built and fresh, else plain."""
     return HotPath if compiled() else reference_handout().HotPath

@@ -1,4 +1,5 @@
-"""Iterations nobody marks: where they come from, and the warning when there are none.
+"""Iterations nobody marks (:class:`LoopWatch`): where they come from, and the warning
+(:class:`~pgmo.errors.PgmoWarning`) when there are none.
 
 Until the user calls ``pool.iteration()``, requests come outside any
 iteration; :class:`LoopWatch` feeds them to an
@@ -16,19 +17,16 @@ import os
 import sys
 import warnings
 
+from ..errors import PgmoWarning
 from .detect import Found, IterationDetector
 
-__all__ = ["LoopWatch", "PgmoWarning", "GIVE_UP"]
+__all__ = ["LoopWatch", "GIVE_UP"]
 
 log = logging.getLogger("pgmo.pool")
 
 #: Consecutive detected iterations that departed from their plan before the
 #: period is dropped as wrong.
 GIVE_UP = 3
-
-
-class PgmoWarning(UserWarning):
-    """Something that costs memory or time and that the user can fix."""
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -76,7 +74,8 @@ class LoopWatch:
 
     @property
     def unplanned(self) -> bool:
-        """Requests came, and no iteration was marked or found: the fallback served them all."""
+        """Requests came, and no iteration was marked or found: none was optimized (the
+        stock pool, or the heap, served them all)."""
         return bool(self._unmarked) and not self.marked and self._found is None
 
     @property
@@ -136,8 +135,10 @@ class LoopWatch:
         self._departures = self._departures + 1 if departed else 0
         if self._departures < GIVE_UP:
             return True
+        found = self._found
+        assert found is not None  # the engine asks only while a period is in use
         log.info("pgmo: the detected iteration of %d requests keeps departing from its "
-                 "plan; looking for another", self._found.period)
+                 "plan; looking for another", found.period)
         self._found = None
         self._departures = 0
         self._detector = IterationDetector()
