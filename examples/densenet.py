@@ -196,7 +196,7 @@ def train(args, recompute, pool_name, device):
             recorder.peak_text(recorder.peak_pool), recorder.peak_text(recorder.peak_device),
             f"{recorder.watch.steady_ms():.1f}",
             stats.mode if stats else cpu_pgmo,
-            stats.fallback_requests if stats else cpu_pgmo,
+            stats.departed_requests if stats else cpu_pgmo,
             f"{losses.losses[-1]:.6f}")
 
 

@@ -147,7 +147,7 @@ def train(args, pool_name, device, model, pairs):
     recorder = Recorder(args.device, pool)
     entries = ["iteration", "main/loss", "main/perplexity"]
     if pool is not None and args.device >= 0:
-        entries += ["pgmo/reoptimizations", "pgmo/fallback_requests", "pgmo/arena_bytes"]
+        entries += ["pgmo/reoptimizations", "pgmo/departed_requests", "pgmo/arena_bytes"]
     entries.append("elapsed_time")
     with tempfile.TemporaryDirectory() as out:
         trainer = training.Trainer(updater, (args.iterations, "iteration"), out=out)
@@ -176,7 +176,7 @@ def translate(args, pool_name, device, model, pairs):
             if pool is not None and args.device >= 0:
                 stats = pool.stats()
                 counts = (f"reoptimizations {stats.reoptimizations:3d}  "
-                          f"fallback requests {stats.fallback_requests:6d}  ")
+                          f"departed requests {stats.departed_requests:6d}  ")
             span = f"{first + 1}" + (f"-{first + len(batch)}" if len(batch) > 1 else "")
             words_in = ",".join(str(len(s)) for s in batch)
             words_out = ",".join(str(len(o)) for o in outputs)
@@ -194,7 +194,7 @@ def summary_row(task, pool_name, batch, recorder):
     stats = pool.stats() if pool is not None and recorder.device_id >= 0 else None
     return (task, pool_name, batch, recorder.iterations,
             stats.reoptimizations if stats else ("-" if pool is None else NA),
-            stats.fallback_requests if stats else ("-" if pool is None else NA),
+            stats.departed_requests if stats else ("-" if pool is None else NA),
             recorder.peak_text(recorder.peak_pool), recorder.peak_text(recorder.peak_device),
             f"{recorder.watch.steady_ms():.1f}")
 

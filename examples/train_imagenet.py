@@ -141,7 +141,7 @@ def summary_row(arch, pool_name, task, batch, recorder):
             recorder.peak_text(recorder.peak_pool), recorder.peak_text(recorder.peak_device),
             f"{recorder.watch.steady_ms():.1f}",
             stats.mode if stats else cpu_pgmo,
-            stats.fallback_requests if stats else cpu_pgmo)
+            stats.departed_requests if stats else cpu_pgmo)
 
 
 def parse_args(argv=None):

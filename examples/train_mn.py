@@ -113,7 +113,7 @@ def train(args, comm, out):
         trainer.extend(extensions.LogReport(trigger=(1, "iteration")))
         trainer.extend(extensions.PrintReport(
             ["iteration", "main/loss", "validation/main/loss", "pgmo/planned_requests",
-             "pgmo/fallback_requests", "pgmo/pinned_requests", "elapsed_time"]))
+             "pgmo/departed_requests", "pgmo/pinned_requests", "elapsed_time"]))
     trainer.run()
     return rank, start, digest(model)
 
@@ -127,7 +127,7 @@ def report(rows, digests, comm_name):
     table = []
     for row, (start, end) in zip(rows, digests):
         s = row.stats
-        pool = [s.mode, s.requests, s.planned_requests, s.fallback_requests,
+        pool = [s.mode, s.requests, s.planned_requests, s.departed_requests,
                 s.pinned_requests, mib(s.planned_peak), mib(s.peak_total_bytes)] \
             if row.device_id >= 0 else [NA] * 7
         table.append([row.rank, row.host, "CPU" if row.device_id < 0 else f"GPU {row.device_id}",
@@ -139,7 +139,7 @@ def report(rows, digests, comm_name):
     if rows[0].device_id >= 0:
         optimized = sum(row.stats.mode == "optimized" for row in rows)
         print(f"pools optimized: {optimized} of {len(rows)}; fallback requests: "
-              f"{sum(row.stats.fallback_requests for row in rows)} "
+              f"{sum(row.stats.departed_requests for row in rows)} "
               f"(pinned requests: {sum(row.stats.pinned_requests for row in rows)})")
     else:
         print(f"On the CPU Chainer computes with NumPy, not CuPy: the pools' columns read {NA}.")

@@ -174,6 +174,10 @@ class _PoolBlock:
     it was allocated on (whatever thread it dies in: the stream orders the reuse)."""
 
     __slots__ = ("ptr", "size", "_pool", "_stream")
+    ptr: int
+    size: int
+    _pool: "CudaAsyncPool"
+    _stream: int
 
     def __del__(self):
         pool = self._pool
@@ -191,7 +195,9 @@ class CudaAsyncPool:
     def __init__(self, device_id: int, runtime: Any = None, stream: Any = None):
         """``runtime``: CuPy's ``cupy.cuda.runtime``; ``stream()``: the current stream's handle."""
         if runtime is None:
-            from cupy.cuda import runtime
+            from cupy.cuda import runtime as cupy_runtime
+
+            runtime = cupy_runtime
         if stream is None:
             import cupy
 
@@ -259,7 +265,9 @@ def device_layer(device_id: int, total_memory: int, *, driver: Any = None, runti
     stream = stream or _current_stream
     try:
         if runtime is None:
-            from cupy.cuda import runtime
+            from cupy.cuda import runtime as cupy_runtime
+
+            runtime = cupy_runtime
     except ImportError as e:  # pragma: no cover - the pool imports CuPy first
         reasons["arena"] = reasons["heap"] = f"CuPy's runtime is missing ({e})"
         return fields, reasons

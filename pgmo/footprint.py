@@ -250,7 +250,8 @@ def profiling_candidates(run: Run, iterations: int = 2) -> dict[str, int]:
     events = []
     for kind, i in run.events():
         b = blocks[i] if kind in ("alloc", "free") else None
-        if b is not None and end is not None and (b.lower if kind == "alloc" else b.upper) >= end:
+        tick = None if b is None else (b.lower if kind == "alloc" else b.upper)
+        if end is not None and tick is not None and tick >= end:
             continue
         if b is not None:
             events.append((kind, i, -(-b.size // 512) * 512))
@@ -299,7 +300,8 @@ def footprint_of_stock(run: Run, end: int | None) -> int:
         if kind not in ("alloc", "free"):
             continue
         b = blocks[i]
-        if end is not None and (b.lower if kind == "alloc" else b.upper) >= end:
+        tick = b.lower if kind == "alloc" else b.upper
+        if end is not None and tick is not None and tick >= end:
             continue
         if kind == "alloc":
             live[i] = pool.malloc(b.size)

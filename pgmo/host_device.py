@@ -442,8 +442,12 @@ class _AsyncBlock:
     outstanding allocations."""
 
     __slots__ = ("ptr", "size", "_lo", "_pool")
+    ptr: int
+    size: int
+    _lo: int
+    _pool: "HostAsyncPool"
 
-    def __del__(self):
+    def __del__(self) -> None:
         self._pool._returned.append((self._lo, self.size))
 
 
@@ -610,6 +614,10 @@ class _PooledBlock:
     """A block lent by :class:`HostStockPool`; its death gives the chunk back."""
 
     __slots__ = ("ptr", "size", "_chunk", "_returned")
+    ptr: int
+    size: int
+    _chunk: "_Chunk"
+    _returned: "collections.deque[_Chunk]"
 
     def __del__(self):
         self._returned.append(self._chunk)

@@ -41,7 +41,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -151,6 +151,11 @@ def _finish(recorder: RunRecorder, workload: str, seed: int, how: str,
     return recorder.run(**_SYNTHETIC, workload=workload, seed=seed, how=how,
                         parameters=parameters, shapes=shapes, **extra,
                         recorded_by=f"pgmo.workloads ({workload}): generated, not a measurement")
+
+
+def _pair(values: Any) -> tuple[int, int]:
+    """An encoder and a decoder length, as ints."""
+    return int(values[0]), int(values[1])
 
 
 def _check(iterations: int, scale: float) -> None:
@@ -267,8 +272,8 @@ class _Seq2seq:
         """
         d = self.d
         B, H, L = self.B, self.H, self.L
-        own_init = hx is None
-        if own_init:  # zeros made by the link, one (L, B, H) array each (views per layer)
+        own_init = hx is None or cx is None
+        if hx is None or cx is None:  # zeros made by the link, one (L, B, H) array each
             hx, cx = d.new(L * B * H * F32), d.new(L * B * H * F32)
         steps: list[_Step] = []
         inputs = xs
@@ -324,11 +329,11 @@ class _Seq2seq:
             gh[steps[-len(g_tops) + t].h].append(g)
         last = {s.layer: s for s in steps}  # each layer's last step
         for layer, s in last.items():
-            for grads, g in ((gh, g_hy), (gc, g_cy)):
-                if g is not None:
-                    d.hold(g)  # a view of the stacked gradient per layer
-                    grads[s.h if grads is gh else s.c].append(g)
-        if g_hy is not None:
+            for grads, g_state in ((gh, g_hy), (gc, g_cy)):
+                if g_state is not None:
+                    d.hold(g_state)  # a view of the stacked gradient per layer
+                    grads[s.h if grads is gh else s.c].append(g_state)
+        if g_hy is not None and g_cy is not None:  # given together, or not at all
             d.drop(g_hy, g_cy)
         g_xs: dict[int, int] = {}
         g_init_h, g_init_c = [], []
@@ -384,22 +389,23 @@ class _Seq2seq:
             loss = d.new(F32)
             d.drop(total)
             return {"targets": targets, "os": os, "logits": logits, "cache": cache, "loss": loss}
-        logits, caches = [], []
-        loss = None
+        step_logits: list[int] = []
+        caches: list[int] = []
+        running: int | None = None
         for h in tops:
             d.hold(h)  # retained by linear
-            logits.append(d.new(B * V * F32))
+            step_logits.append(d.new(B * V * F32))
             caches.append(d.new(B * V * F32))
             step_loss = d.new(F32)
-            if loss is None:
-                loss = step_loss
+            if running is None:
+                running = step_loss
             else:
                 new = d.new(F32)
-                d.drop(loss, step_loss)
-                loss = new
+                d.drop(running, step_loss)
+                running = new
         d.drop(*tops)
-        return {"targets": targets, "tops": tops, "logits": logits, "cache": caches,
-                "loss": loss}
+        return {"targets": targets, "tops": tops, "logits": step_logits, "cache": caches,
+                "loss": running}
 
     def output_backward(self, out: dict, steps: int) -> dict[int, int]:
         """The loss's gradient back to each decoder step's top output: {step: gradient}."""
@@ -487,8 +493,7 @@ def lstm_random(seed: int = 0, *, iterations: int = 30, scale: float = 1.0,
     if not 1 <= min_len <= max_len:
         raise ValueError(f"lengths need 1 <= min_len <= max_len, got {min_len}..{max_len}")
     rng = np.random.default_rng(seed)
-    lengths = [tuple(int(v) for v in rng.integers(min_len, max_len + 1, size=2))
-               for _ in range(iterations)]
+    lengths = [_pair(rng.integers(min_len, max_len + 1, size=2)) for _ in range(iterations)]
     params = dict(iterations=iterations, scale=scale, min_len=min_len, max_len=max_len,
                   batch=batch, units=units, layers=layers, vocab=vocab,
                   stacked_weights=stacked_weights, output=output)
@@ -537,7 +542,7 @@ def lstm_growing(seed: int = 0, *, iterations: int = 30, scale: float = 1.0,
     lengths = []
     for k in range(iterations):
         longest = start + round((stop - start) * k / max(1, iterations - 1))
-        lengths.append(tuple(int(v) for v in rng.integers(1, longest + 1, size=2)))
+        lengths.append(_pair(rng.integers(1, longest + 1, size=2)))
     params = dict(iterations=iterations, scale=scale, start=start, stop=stop, batch=batch,
                   units=units, layers=layers, vocab=vocab, stacked_weights=stacked_weights,
                   output=output)
@@ -564,13 +569,13 @@ def lstm_outliers(seed: int = 0, *, iterations: int = 30, scale: float = 1.0,
         raise ValueError(f"factor must be a range (low, high) with 1 <= low <= high, "
                          f"got {factor!r}")
     rng = np.random.default_rng(seed)
-    lengths = [tuple(int(v) for v in rng.integers(low, high + 1, size=2))
+    lengths = [_pair(rng.integers(low, high + 1, size=2))
                for _ in range(iterations)]
     count = min(iterations - 1, max(1, round(rate * iterations)))
     outliers = sorted(int(k) for k in rng.choice(np.arange(1, iterations), size=count,
                                                  replace=False)) if count > 0 else []
     for k in outliers:
-        lengths[k] = tuple(max(1, round(n * rng.uniform(*factor))) for n in lengths[k])
+        lengths[k] = _pair([max(1, round(n * rng.uniform(*factor))) for n in lengths[k]])
     params = dict(iterations=iterations, scale=scale, short=list(short), rate=rate,
                   factor=list(factor), batch=batch, units=units, layers=layers, vocab=vocab,
                   stacked_weights=stacked_weights, output=output)
@@ -765,12 +770,13 @@ class _ResNet:
         return logits
 
     def backward(self, tape: list, g: int, B: int) -> None:
-        """From the gradient of the pooled features back to the images, in reverse."""
+        """From the gradient of the pooled features back to the images, in reverse (only
+        the first unit, on the images, gives no gradient: nothing comes after it)."""
         d = self.d
         for entry in reversed(tape):
             kind = entry[0]
             if kind == "unit":
-                g = self.unit_backward(entry[1], g, B)
+                g = cast(int, self.unit_backward(entry[1], g, B))
             elif kind == "avgpool" or kind == "maxpool":
                 g_in = d.new(entry[-1])
                 d.drop(g)
@@ -783,11 +789,11 @@ class _ResNet:
                 d.release(out)
                 d.hold(g_relu)  # the sum passes it to both branches
                 # the shortcut was made last: its backward runs first
-                g_short = (self.unit_backward(short_record, g_relu, B)
+                g_short = (cast(int, self.unit_backward(short_record, g_relu, B))
                            if short_record is not None else g_relu)
                 g_branch = g_relu
                 for record in reversed(records):
-                    g_branch = self.unit_backward(record, g_branch, B)
+                    g_branch = cast(int, self.unit_backward(record, g_branch, B))
                 g = d.new(in_bytes)  # the two gradients of the block's input, summed
                 d.drop(g_branch, g_short)
 
@@ -847,7 +853,7 @@ def serving(seed: int = 0, *, iterations: int = 150, scale: float = 1.0,
     model = _ResNet(d, blocks, classes, state_per_param=0)
     model.make()
     shapes: list[int] = []
-    batch, left = None, 0
+    batch, left = 0, 0  # no batch yet: 0 is none of the batch sizes
     for _ in range(iterations):
         if not left:
             others = [b for b in batches if b != batch] or list(batches)

@@ -204,7 +204,7 @@ def measure_mode(w: Workload, mode: str, stock: footprint.Footprint, args) -> di
             "replans": st.reoptimizations if st else 0,
             "shape_plans": st.shape_plans if st else 0,
             "shape_iterations": st.shape_iterations if st else 0,
-            "off_plan": st.fallback_requests if st else 0,
+            "off_plan": st.departed_requests if st else 0,
             "planned": st.planned_requests if st else 0,
             "seconds": mine.seconds}
 

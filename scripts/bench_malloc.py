@@ -84,7 +84,7 @@ def pool_rows(make_pool, sizes, evs, iterations, repeat, label=""):
                  best_of(repeat, lambda: run(pool.malloc, sizes, evs, iterations,
                                              pool.begin_iteration, pool.end_iteration))))
     st = pool.stats()
-    assert st.fallback_requests == 0 and st.departures == 0, st
+    assert st.departed_requests == 0 and st.departures == 0, st
     pool.interrupt()
     rows.append((f"pgmo fallback{label}",
                  best_of(repeat, lambda: run(pool.malloc, sizes, evs, iterations,

@@ -226,7 +226,7 @@ def run_child(cfg: dict) -> dict:
 #: Readings of the outside view: ``cudaMemGetInfo``'s used bytes and NVML's.
 MEMINFO, NVML = "cudaMemGetInfo", "NVML"
 #: pgmo's own counters, reported beside the outside view.
-PGMO_COUNTERS = ("mode", "planned_peak", "lower_bound", "arena_bytes", "fallback_requests",
+PGMO_COUNTERS = ("mode", "planned_peak", "lower_bound", "arena_bytes", "departed_requests",
                  "reoptimizations", "departures", "planned_requests", "arena_failures",
                  "total_bytes", "peak_total_bytes", "peak_used_bytes")
 #: Where a pgmo may say which kind of arena it chose (a reserved range grown in place, or

@@ -92,7 +92,7 @@ def pgmo_counters(result: dict) -> tuple:
     ratio = (f"{stats['planned_peak'] / stats['lower_bound']:.3f}"
              if stats["lower_bound"] else "-")
     return (mib(stats["planned_peak"]), mib(stats["lower_bound"]), ratio, stats["mode"],
-            stats.get("arena_kind") or "not reported", stats["fallback_requests"])
+            stats.get("arena_kind") or "not reported", _departed(stats))
 
 
 # ---------------------------------------------------------------------- tables
@@ -142,7 +142,7 @@ def seq2seq_row(args, cfg, result) -> tuple:
         mib(result.get("taken_device_bytes")), mib(result.get("taken_nvml_bytes")),
         mib(result.get("live_peak_bytes")), mib(result.get("own_peak_bytes")), ms,
         times_text(result), stats.get("reoptimizations", "-"),
-        stats.get("fallback_requests", "-"), stats.get("departures", "-")))
+        _departed(stats, "-"), stats.get("departures", "-")))
 
 
 SEARCH_COLUMNS = ("model", "memory limit (MiB)", "pool", "largest batch that fits", "probes")
@@ -300,3 +300,9 @@ def report(args, env, parts, timings, command, recompute: str = "", runs=()) -> 
                 "use and NVML peak in their metadata, for checking the CPU models of the "
                 "footprint against the device.", RUNS_COLUMNS, run_rows)
     return "\n".join(out)
+
+
+def _departed(stats: dict, missing=None):
+    """Requests of a planned iteration after it left its plan (sessions before 2026-11-26
+    name them ``fallback_requests``)."""
+    return stats.get("departed_requests", stats.get("fallback_requests", missing))
