@@ -227,3 +227,39 @@ def test_a_block_alive_at_a_boundary_keeps_its_granules_when_the_arena_is_trimme
     assert checker.free(kept)  # its pattern intact, its memory held until now
     assert checker.corrupted == 0 and checker.overlaps == 0
     engine.close()
+
+
+def test_without_virtual_memory_a_refused_larger_arena_leaves_the_old_one_in_use():
+    """On a device without virtual memory management the arena is a cudaMalloc; when a
+    larger plan's arena is refused, the pool keeps an arena of the size it had and that
+    plan (the larger iterations leave it and are placed in its gaps), and takes the larger
+    one once memory is there."""
+    from pgmo.testing import Checker, host_engine
+
+    MiB = 1 << 20
+    engine = host_engine(warmup=0, replan="sync", method="bestfit", vmm=False, page=512)
+    checker = Checker(host=True, device=engine.host_device)
+    with engine.iteration():  # profiled: 2 MiB, then 2 MiB
+        for size in (2 * MiB, 2 * MiB):
+            checker.free(checker.alloc(engine, size))
+    assert engine.hot.arena.size == 2 * MiB
+    with engine.iteration():  # larger: a 3 MiB plan, whose arena the limit refuses
+        for size in (3 * MiB, 3 * MiB):
+            checker.free(checker.alloc(engine, size))
+        engine.set_limit(engine.total_bytes() - 3 * MiB + MiB // 2)
+    st = engine.stats()
+    # the idle arena went back before the larger one was asked for (release before taking);
+    # refused, an arena of its size was taken again, and its plan kept: nothing stranded
+    assert engine.hot.arena.size == 2 * MiB and st.arena_failures == 1
+    assert st.planned_peak == 2 * MiB and engine.mode == "optimized"
+    before = st.planned_requests
+    with engine.iteration():  # served from that arena
+        for size in (2 * MiB, 2 * MiB):
+            checker.free(checker.alloc(engine, size))
+    assert engine.stats().planned_requests == before + 2
+    engine.set_limit(0)  # memory is there again: the larger plan at the next boundary
+    with engine.iteration():
+        checker.free(checker.alloc(engine, 3 * MiB))
+    assert engine.hot.arena.size == 3 * MiB and engine.stats().planned_peak == 3 * MiB
+    assert checker.corrupted == 0 and checker.overlaps == 0
+    engine.close()

@@ -163,6 +163,7 @@ class Engine:
         self.watch = LoopWatch(options.detect_iterations, options.warn_after)
         self.departures = 0
         self._awaited: tuple[Trace, int] | None = None  # (profile, its arena's least size)
+        self._deferred: Schedule | None = None  # a plan whose arena the device refused
 
     # ------------------------------------------------------------ exclusivity
     def __enter__(self) -> None:
@@ -429,9 +430,10 @@ class Engine:
 
     # ------------------------------------------------------------------- plans
     def _at_boundary(self) -> None:
-        """Between two iterations: install a plan that is ready, or take the arena back."""
-        ready = self._pending or self.planner.take_ready(self.schedule)
-        self._pending = None
+        """Between two iterations: install a plan that is ready (or one whose arena the
+        device refused before), or take the arena back."""
+        ready = self._pending or self.planner.take_ready(self.schedule) or self._deferred
+        self._pending = self._deferred = None
         if ready is not None:
             self._install(ready)
         elif self.schedule is not None:
@@ -514,6 +516,15 @@ class Engine:
         hot.retire()
         self.memory.fit(max(schedule.arena_size, self.shapes.arena_size()),
                         self.planner.varying > 0)
+        old = self.schedule
+        arena = hot.arena
+        if old is not None and old is not schedule and arena is not None \
+                and arena.size < schedule.arena_size and arena.size >= old.arena_size:
+            # The device refused the larger arena: keep the plan the arena holds (its
+            # iterations leave it and are placed in its gaps) rather than strand it, and
+            # try the larger one again at the next boundary.
+            self._deferred = schedule
+            return
         self.schedule = schedule
         self._addresses.clear()
         self._follow(schedule)
@@ -570,7 +581,7 @@ class Engine:
         state.plan_dropped = state.inside and state.planned
         self.planner.reset()
         self.hot.retire()
-        self.schedule = self._pending = self.current = None
+        self.schedule = self._pending = self.current = self._deferred = None
         self.shapes.clear()
         self._addresses.clear()
         state.choosing = False

@@ -143,6 +143,7 @@ class DeviceMemory:
         self.peak_total = 0  # most bytes held at once
         self.releases = 0  # boundary releases (a stream sync and one release call each)
         self._released_at = -1  # the boundary (iteration number) of the last release
+        self._refused_total = 0  # bytes held when the device last refused an arena
         self._idle_kept: dict[int, list[tuple[Buffer, int]]] = {}  # size -> (buffer, stamp)
         self._idle_kept_bytes = 0
         self._returned: collections.deque[Buffer] = collections.deque()  # kept buffers freed
@@ -316,8 +317,8 @@ class DeviceMemory:
             if arena is not None:
                 self.drop()
             return old != 0
-        if self.blocked and arena is not None:
-            return False  # the last larger arena was refused: keep this one
+        if self.blocked and arena is not None and self.total_bytes() >= self._refused_total:
+            return False  # the last larger arena was refused, and nothing went back since
         target = size
         if varying and old and size > old:
             target = max(size, round_size(int(old * GROWTH)))
@@ -330,8 +331,12 @@ class DeviceMemory:
         if taken is None:
             if arena is not None:
                 return False  # keep the arena we have rather than strand it
-            hot.set_arena(None)
-            return old != 0
+            if old:  # the idle one went back first: take its size again, to go on with it
+                blocked, self.blocked = self.blocked, False
+                taken = self._take(old)
+                self.blocked = blocked or taken is None
+            hot.set_arena(taken)
+            return taken is None and old != 0
         if arena is not None:
             self.drop()  # lives on while its blocks do
         hot.set_arena(taken)
@@ -364,6 +369,7 @@ class DeviceMemory:
         except MemoryError as e:
             self.failures += 1
             self.blocked = True
+            self._refused_total = self.total_bytes()
             log.warning("pgmo cannot allocate a %d-byte arena (%s); serving each request "
                         "from memory of its own", size, e)
             return None
