@@ -439,6 +439,8 @@ class Engine:
         elif self.schedule is not None:
             self.memory.fit(max(self.schedule.arena_size, self._awaited_size(),
                                 self.shapes.arena_size()), self.planner.varying > 0)
+        else:  # no plan yet: what the heap holds idle goes back (a late plan costs no more)
+            self.memory.trim_heap()
 
     # ------------------------------------------------------------------ shapes
     def _main_key(self) -> int:

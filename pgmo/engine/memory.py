@@ -54,7 +54,9 @@ The footprint policy, and why:
    ends, memory nothing needs goes back with one stream sync and one release
    call (at most 2 synchronizing calls per boundary): the heap's wholly free
    granules (``cudaMemPoolTrimTo``) before an arena grows or when they are a
-   sizeable share of what is held, else the arena's end beyond the plan and
+   sizeable share of what is held (also at every boundary before the first
+   plan lands: a late background plan must not let the heap's idle memory
+   pile up), else the arena's end beyond the plan and
    its live blocks (``cuMemUnmap``) when it is :data:`TRIM_SLACK` or more
    above what is needed.  Survivors' idle buffers and the stock pool's free
    blocks go back as the next iteration begins.
@@ -413,7 +415,7 @@ class DeviceMemory:
             return False
         if arena.size < size:
             self.release_cached()  # what is idle goes first (rule 4)
-            self._trim_heap(force=True)
+            self.trim_heap(force=True)
             if not self._grow_range(arena, size):
                 self.failures += 1
                 self.blocked = True
@@ -429,7 +431,7 @@ class DeviceMemory:
             need = max(size, self._live_end(arena))
             if arena.size - need >= TRIM_SLACK * need and self._trim_range(arena, need):
                 return True
-        self._trim_heap()
+        self.trim_heap()
         return False
 
     def _grow_range(self, arena: Arena, size: int) -> bool:
@@ -497,7 +499,7 @@ class DeviceMemory:
         arena.size = cut
         return True
 
-    def _trim_heap(self, force: bool = False) -> bool:
+    def trim_heap(self, force: bool = False) -> bool:
         """Give the heap's wholly free granules back (one stream sync, one trim call) when they
         are worth it, or before an arena grows (``force``); once per boundary (rule 4)."""
         heap = self.heap
