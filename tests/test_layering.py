@@ -6,12 +6,14 @@ or inside a function), so a cycle hidden in a function body counts too.
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from . import import_graph
+from .import_graph import find_cycle
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pgmo"
 
@@ -23,63 +25,15 @@ FOREIGN = {"cupy", "cupy_backends", "chainer", "chainermn", "mpi4py", "torch", "
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return import_graph.module_name(path, PACKAGE)
 
 
 def imports_of(path: Path) -> set[str]:
-    """Every module ``path`` imports, anywhere in it, as absolute names."""
-    name = module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module
-            # "from . import x" loads the package first: an edge to it too, so that
-            # engine -> implementation -> engine (the package) is a cycle.
-            found.add(target)
-            found.update(f"{target}.{alias.name}" for alias in node.names)
-    return found
+    return import_graph.imports_of(path, PACKAGE)
 
 
 def graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {name: {m for m in imports_of(path) if m in modules and m != name}
-            for name, path in modules.items()}
-
-
-def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
-    """A cycle of imports, as the list of modules along it, or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(edges.get(node, ())):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state:
-                cycle = visit(nxt)
-                if cycle:
-                    return cycle
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(edges):
-        if node not in state:
-            cycle = visit(node)
-            if cycle:
-                return cycle
-    return None
+    return import_graph.graph(PACKAGE)
 
 
 def test_there_is_no_import_cycle():
@@ -91,12 +45,8 @@ def test_importing_a_sibling_through_the_package_counts_as_importing_the_package
     module = tmp_path / "pgmo" / "engine" / "hot_path_choice.py"
     module.parent.mkdir(parents=True)
     module.write_text("from . import handout\n")
-    global PACKAGE
-    saved, PACKAGE = PACKAGE, tmp_path / "pgmo"
-    try:
-        assert imports_of(module) == {"pgmo.engine", "pgmo.engine.handout"}
-    finally:
-        PACKAGE = saved
+    assert import_graph.imports_of(module, tmp_path / "pgmo") == \
+        {"pgmo.engine", "pgmo.engine.handout"}
 
 
 def test_the_cycle_finder_finds_one():

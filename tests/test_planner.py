@@ -26,6 +26,7 @@ from pgmo.engine import planner as planner_module
 from pgmo.synth import random_iteration
 from pgmo.testing import Checker, host_engine, replay
 
+from .held_planner import HeldPlanner
 from .late_frees import LateFreer
 from .threads import CheckedThread
 
@@ -323,23 +324,29 @@ def test_the_profiled_iteration_leaves_no_cache_beside_the_arena():
     engine.close()
 
 
-def test_a_departure_from_an_older_plan_is_folded_into_a_newer_profile():
-    """The planner's profile may be newer than the plan an iteration was served from: here
-    the first plan arrives during an iteration that is then profiled again.  A departure
-    from that plan logs its sizes "as planned"; they must be read in the plan it was served
-    from (the newer profile has one request: reading them there failed the planner)."""
-    from .held_planner import HeldPlanner
-
+def _thread_planned_engine(request_size):
+    """A background engine whose every profile is planned on the planner thread, and
+    ``iteration(requests, settle=None)``: one iteration of that many requests (``settle``
+    called first, inside it)."""
     engine = host_engine(warmup=1, replan="background", method="bestfit")
-    engine.planner.sync_blocks = 0  # every profile is planned on the planner thread
+    engine.planner.sync_blocks = 0
 
     def iteration(requests, settle=None):
         with engine.iteration():
             if settle is not None:
                 settle()
-            blocks = [engine.malloc(1) for _ in range(requests)]
+            blocks = [engine.malloc(request_size) for _ in range(requests)]
             del blocks
 
+    return engine, iteration
+
+
+def test_a_departure_from_an_older_plan_is_folded_into_a_newer_profile():
+    """The planner's profile may be newer than the plan an iteration was served from: here
+    the first plan arrives during an iteration that is then profiled again.  A departure
+    from that plan logs its sizes "as planned"; they must be read in the plan it was served
+    from (the newer profile has one request: reading them there failed the planner)."""
+    engine, iteration = _thread_planned_engine(request_size=1)
     with HeldPlanner(engine) as planner:
         iteration(2)  # warm-up
         iteration(2)  # profiled: two requests
@@ -359,18 +366,7 @@ def test_a_departure_from_an_older_plan_is_folded_into_a_newer_profile():
 def test_a_plan_that_arrives_during_a_planning_iteration_is_kept():
     """The iteration served while the plan was made is not profiled again: its log would
     replace the profile the arrived plan was made for, and that plan would be superseded."""
-    from .held_planner import HeldPlanner
-
-    engine = host_engine(warmup=1, replan="background", method="bestfit")
-    engine.planner.sync_blocks = 0  # every profile is planned on the planner thread
-
-    def iteration(requests, settle=None):
-        with engine.iteration():
-            if settle is not None:
-                settle()
-            blocks = [engine.malloc(512) for _ in range(requests)]
-            del blocks
-
+    engine, iteration = _thread_planned_engine(request_size=512)
     with HeldPlanner(engine) as planner:
         iteration(2)  # warm-up
         iteration(2)  # profiled

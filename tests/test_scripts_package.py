@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from . import import_graph
+from .import_graph import find_cycle, imports_in
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "scripts"
 #: The one module that may touch sys.path: it makes examples/ importable.
@@ -29,65 +32,11 @@ NEEDS_CHAINER = {"record_traces", "record_runs", "mirror_fidelity"}
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imports_of(path: Path) -> set[str]:
-    """Every module ``path`` imports, anywhere in it, as absolute names."""
-    return imports_in(path.read_text(), module_name(path), path.name == "__init__.py")
-
-
-def imports_in(source: str, name: str, is_package: bool = False) -> set[str]:
-    """Every module the source of module ``name`` imports, as absolute names."""
-    package = name if is_package else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module
-            found.add(target)  # "from . import x" loads the package first
-            found.update(f"{target}.{alias.name}" for alias in node.names)
-    return found
+    return import_graph.module_name(path, PACKAGE)
 
 
 def graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {name: {m for m in imports_of(path) if m in modules and m != name}
-            for name, path in modules.items()}
-
-
-def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
-    """A cycle of imports, as the list of modules along it, or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(edges.get(node, ())):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found:
-                    return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for start in sorted(edges):
-        if start not in state:
-            found = visit(start)
-            if found:
-                return found
-    return None
+    return import_graph.graph(PACKAGE)
 
 
 def programs() -> list[str]:
