@@ -439,7 +439,10 @@ class Engine:
         elif self.schedule is not None:
             self.memory.fit(max(self.schedule.arena_size, self._awaited_size(),
                                 self.shapes.arena_size()), self.planner.varying > 0)
-        else:  # no plan yet: what the heap holds idle goes back (a late plan costs no more)
+        elif self.completed > self.warmup:
+            # Profiled, no plan yet: what the heap holds idle goes back, so that a late plan
+            # costs no more than the iterations waiting for it need.  (Not after a warm-up
+            # iteration: the profiled one repeats it in the memory the heap holds.)
             self.memory.trim_heap()
 
     # ------------------------------------------------------------------ shapes
