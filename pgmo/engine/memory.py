@@ -54,9 +54,9 @@ The footprint policy, and why:
    ends, memory nothing needs goes back with one stream sync and one release
    call (at most 2 synchronizing calls per boundary): the heap's wholly free
    granules (``cudaMemPoolTrimTo``) before an arena grows or when they are a
-   sizeable share of what is held (also at every boundary before the first
-   plan lands: a late background plan must not let the heap's idle memory
-   pile up), else the arena's end beyond the plan and
+   sizeable share of what is held (also at every boundary from the profiled
+   iteration's end until a plan is installed: a late background plan must
+   not let the heap's idle memory pile up), else the arena's end beyond the plan and
    its live blocks (``cuMemUnmap``) when it is :data:`TRIM_SLACK` or more
    above what is needed.  Survivors' idle buffers and the stock pool's free
    blocks go back as the next iteration begins.
