@@ -151,6 +151,7 @@ class Engine:
         #: ``warmup`` option, until optimize() asks for a plan sooner.
         self.warmup = options.warmup
         self._last_log: Log | None = None
+        self._unplanned_varied = False  # the last two unplanned iterations differed
         self.schedule: Schedule | None = None  # installed: the main plan
         self.current: Schedule | None = None  # the plan this iteration follows (main or a shape's)
         self._first_request = 0  # its size, once seen (0: not looked at)
@@ -379,7 +380,11 @@ class Engine:
             self._observe_shape(run_log, current)
             kind = "merge"
         else:
+            previous = self._last_log if self.completed > self.warmup + 1 else None
             run_log = self._last_log = log_of(hot, n)
+            # Unplanned iterations after the warm-up that differ from one another: the next
+            # may not fit the memory the heap holds the way this one did (_at_boundary).
+            self._unplanned_varied = previous is not None and previous.sizes != run_log.sizes
             if self._pending is None and self.schedule is None:
                 # a plan that became ready during this (planning) iteration is the one to
                 # install: profiling the iteration again would supersede it
@@ -434,15 +439,16 @@ class Engine:
         device refused before), or take the arena back."""
         ready = self._pending or self.planner.take_ready(self.schedule) or self._deferred
         self._pending = self._deferred = None
+        varied, self._unplanned_varied = self._unplanned_varied, False
         if ready is not None:
             self._install(ready)
         elif self.schedule is not None:
             self.memory.fit(max(self.schedule.arena_size, self._awaited_size(),
                                 self.shapes.arena_size()), self.planner.varying > 0)
-        elif self.completed > self.warmup:
-            # Profiled, no plan yet: what the heap holds idle goes back, so that a late plan
-            # costs no more than the iterations waiting for it need.  (Not after a warm-up
-            # iteration: the profiled one repeats it in the memory the heap holds.)
+        elif varied:
+            # No plan yet, and the iterations waiting for it vary: what the heap holds idle
+            # goes back, so that a late plan costs no more than they need.  (Iterations that
+            # repeat reuse the heap's memory as it lies: trimming it would cost them more.)
             self.memory.trim_heap()
 
     # ------------------------------------------------------------------ shapes
