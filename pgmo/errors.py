@@ -1,8 +1,9 @@
 """Every error pgmo raises on bad input, and its one warning, in one place.
 
-Each error is a ``ValueError`` (bad input, not a bug) whose message says where
-the problem is: the file, line and field of a trace, the two colliding blocks
-of a packing, or why a saved plan was refused.  :class:`PgmoWarning` tells
+Each input error is a ``ValueError`` (bad input, not a bug) whose message says
+where the problem is: the file, line and field of a trace, the two colliding
+blocks of a packing, or why a saved plan was refused.  :class:`NoGPUError`
+says that the pool has no GPU to run on, and why.  :class:`PgmoWarning` tells
 the user of something that costs memory or time and that they can fix.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TraceFormatError", "PlanError", "PlanFileError", "PgmoWarning"]
+__all__ = ["TraceFormatError", "PlanError", "PlanFileError", "NoGPUError", "PgmoWarning"]
 
 
 class TraceFormatError(ValueError):
@@ -37,6 +38,13 @@ class PlanError(ValueError):
 
 class PlanFileError(ValueError):
     """A saved plan is damaged or does not fit its profile; the message says why."""
+
+
+class NoGPUError(RuntimeError):
+    """:class:`~pgmo.ProfileGuidedMemoryPool` found no GPU it can use; the message says
+    why (CuPy's own error: no driver, an old driver, no device) and that
+    :func:`pgmo.testing.host_pool` runs the same pool on host memory.  The
+    CUDA error it comes from, if any, is its ``__context__``."""
 
 
 class PgmoWarning(UserWarning):

@@ -37,7 +37,7 @@ from .engine.frees import STOCK
 from .engine.memory import RawListener
 from .engine.options import StockPool
 from .engine.schedule import Schedule
-from .errors import PlanError, PlanFileError
+from .errors import NoGPUError, PlanError, PlanFileError
 from .formats import planfile
 from .hooks import FreeReport, call_hooks, hooks_active, thread_hooks
 from .plan import Plan
@@ -98,6 +98,24 @@ def _raw_allocator(allocator: Callable[[int], Any], device_id: int) -> Callable[
     return allocate_hooked
 
 
+def _require_gpu() -> None:
+    """Raise :class:`~pgmo.errors.NoGPUError` unless CuPy sees a GPU it can use."""
+    from cupy_backends.cuda.api.runtime import CUDARuntimeError
+
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except CUDARuntimeError as exc:  # no driver, an old one, no device: CuPy says which
+        raise _no_gpu(str(exc)) from None  # one error; CuPy's is its __context__
+    if not count:
+        raise _no_gpu("no CUDA device")
+
+
+def _no_gpu(why: str) -> NoGPUError:
+    return NoGPUError(f"ProfileGuidedMemoryPool needs a GPU that CuPy can use, and CuPy sees "
+                      f"none ({why}); without a GPU, pgmo.testing.host_pool() runs the same "
+                      f"pool on host memory")
+
+
 def _counting(allocator: Callable[[int], Any],
               listener: Callable[[], None]) -> Callable[[int], Any]:
     """The stock pool's raw allocator, telling pgmo when the memory held grows."""
@@ -146,6 +164,8 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
                  context: Callable[[], object] | None | _Default = _AUTO,
                  total_memory: int | None = None, device_layer: dict[str, Any] | None = None,
                  **changes: Any):
+        if allocator is None or device_id is None:  # on the current CUDA device
+            _require_gpu()
         super().__init__(allocator)
         raw = allocator if allocator is not None else _memory._malloc
         # CuPy's own pools call memory hooks themselves; pgmo reports the rest.
@@ -234,9 +254,14 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
             yield self
 
     def begin_iteration(self) -> None:
+        """Start one hot iteration (what :meth:`iteration` does on entry): request
+        numbering restarts at 0.  A ``RuntimeError`` inside an iteration."""
         self._engine.begin_iteration()
 
     def end_iteration(self) -> None:
+        """Close the iteration begun by :meth:`begin_iteration`: it is profiled, served
+        by its plan or re-planned, as :attr:`mode` says.  A ``RuntimeError`` outside
+        one."""
         self._engine.end_iteration()
 
     def interrupt(self) -> None:
@@ -244,10 +269,18 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         self._engine.interrupt()
 
     def resume(self) -> None:
+        """Undo one :meth:`interrupt`: back to the plan (or to profiling) once every
+        interrupt is resumed.  A ``RuntimeError`` without an interrupt."""
         self._engine.resume()
 
     @contextlib.contextmanager
     def interrupted(self) -> Iterator["ProfileGuidedMemoryPool"]:
+        """Requests inside are served by CuPy's stock pool, outside the plan (an
+        evaluation, a checkpoint, a log step inside the training loop); they are
+        neither profiled nor counted against the plan, and the plan answers again
+        after the block, also when it raises.  Blocks may nest; inside an
+        iteration its request numbering pauses.  Counted in
+        ``stats().interrupted_requests`` (between iterations: ``outside_requests``)."""
         with self._engine.interrupted():
             yield self
 
@@ -262,14 +295,18 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
 
     @property
     def profile(self) -> Trace | None:
+        """The profiled iteration (one block per request, in request order) that the
+        latest plan was made for; None before the first plan."""
         return self._engine.profile
 
     @property
     def plan(self) -> Plan | None:
+        """The latest plan (offsets per request, peak, method); None before the first."""
         return self._engine.plan
 
     @property
     def engine(self) -> Engine:
+        """The CuPy-free engine behind this pool (tests and benchmarks reach in here)."""
         return self._engine
 
     def stats(self) -> PoolStats:
@@ -294,15 +331,20 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
 
     # ------------------------------------------------------ CuPy pool methods
     def used_bytes(self) -> int:
+        """Bytes handed out and not yet freed, as CuPy's ``MemoryPool.used_bytes()``."""
         return self._engine.used_bytes()
 
     def free_bytes(self) -> int:
+        """Bytes held but idle (``total_bytes() - used_bytes()``), as CuPy's."""
         return self._engine.free_bytes()
 
     def total_bytes(self) -> int:
+        """Every byte the pool holds from the device, as CuPy's ``total_bytes()``."""
         return self._engine.total_bytes()
 
     def n_free_blocks(self) -> int:
+        """Idle blocks held (free gaps in the arena, idle buffers, the stock pool's cached
+        blocks), as CuPy's ``n_free_blocks()``."""
         return self._engine.n_free_blocks()
 
     def free_all_blocks(self, stream: Any = None) -> None:
@@ -311,6 +353,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         self._engine.free_all_blocks()
 
     def free_all_free(self) -> None:
+        """CuPy's old name of :meth:`free_all_blocks`."""
         self.free_all_blocks()
 
     def set_limit(self, size: float | None = None, fraction: float | None = None) -> None:
@@ -329,6 +372,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         self._engine.set_limit(int(size))
 
     def get_limit(self) -> int:
+        """The limit :meth:`set_limit` set, in bytes (0: none), as CuPy's."""
         return self._engine.get_limit()
 
     def _device_memory(self) -> int:
@@ -344,6 +388,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         return self
 
     def uninstall(self) -> None:
+        """Restore the allocator :meth:`install` replaced; a ``RuntimeError`` without one."""
         if not self._previous_allocators:
             raise RuntimeError("uninstall() without install()")
         cupy.cuda.set_allocator(self._previous_allocators.pop())
@@ -372,6 +417,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         return planfile.dumps(*self._saveable())
 
     def load_state_bytes(self, data: bytes) -> Plan:
+        """:meth:`load` from the bytes :meth:`state_bytes` gave (a trainer snapshot)."""
         return self._use_saved(lambda: planfile.loads(data), "<bytes>")
 
     def _saveable(self) -> tuple:

@@ -43,6 +43,21 @@ ALIASES = {"fallback_requests": "departed_requests"}
 
 @dataclass(frozen=True)
 class PoolStats:
+    """What a pool did and holds, at the moment ``pool.stats()`` was called.
+
+    A frozen snapshot: it does not change as the pool goes on.  Every request
+    (a non-empty malloc) is counted in exactly one of the seven ``*_requests``
+    kinds, which add up to ``requests``; the five sources of memory
+    (``arena_bytes``, ``old_arena_bytes``, ``exact_bytes``, ``kept_bytes``,
+    ``stock_bytes``) add up to ``total_bytes``, and ``used_bytes +
+    free_bytes == total_bytes`` as in CuPy.  ``planned_peak`` and
+    ``lower_bound`` are the plan's (0 before the first plan).  :meth:`as_dict`
+    and :meth:`numbers` give the fields to a logger (the Chainer extension
+    reports them as ``pgmo/<field>``); :meth:`summary` is the table
+    ``pool.memory_summary()`` prints.  Fields may be added in later releases,
+    never removed without a release of warning (see :data:`ALIASES`).
+    """
+
     # what the pool is doing
     mode: str  # warmup, profiling, planning, optimized or fallback
     replan: str  # where plans are computed: background, sync or bestfit
