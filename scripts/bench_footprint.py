@@ -16,8 +16,8 @@ of CuPy 14's stock pool, measured the same way: pages held by the device.
 
 Per workload and mode: the peak held with no limit against the physical
 limit (the largest iteration's lower bound plus the long-lived blocks, as the
-footprint targets define it; the strict bound, the most bytes live at once,
-beside it) and against CuPy's pool, the moments after the third iteration
+footprint targets define it; the strict bound, the most bytes live at once
+over the whole run, weights and optimizer state included, beside it) and against CuPy's pool, the moments after the third iteration
 at which pgmo held more than CuPy's pool had by then, the most synchronizing
 calls inside one iteration and at one boundary, the share of requests
 after the fifth iteration that reached cudaMalloc, the arena against the
@@ -26,15 +26,17 @@ capacity: completion on a grid from 1.15x to 4x the limit, and the smallest
 device that completes, for pgmo and for CuPy's pool.  Then the targets.
 
 No GPU is needed: these are figures of the CPU model, not GPU measurements.
+Every workload in every mode with the capacity grid takes about 12 minutes on
+two cores; one workload in one mode without it, seconds::
 
     python -m scripts.bench_footprint [--only NAME ...] [--modes M ...] [--no-limits]
         [--smallest-modes M ...] [--iterations N] [--time-limit S] [--step-ms MS]
         [--jobs N] [-o report.md]
+    python -m scripts.bench_footprint --only alexnet-infer --modes sync/best --no-limits
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import multiprocessing
 import sys
@@ -42,9 +44,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pgmo
-from pgmo import bundled, footprint, workloads
-from pgmo.runs import Run, read_run, run_from_iteration
+from pgmo import programs
+
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
+
+import pgmo  # noqa: E402
+from pgmo import bundled, footprint, workloads  # noqa: E402
+from pgmo.runs import Run, read_run, run_from_iteration  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED_RUNS = ROOT / "pgmo" / "traces" / "runs"
@@ -116,6 +122,8 @@ def trace_runs(folder: Path | None, iterations: int) -> list[tuple[str, Run, str
     else:
         traces = {p.name.split(".json")[0]: pgmo.read_trace(p)
                   for p in sorted(folder.glob("*.json.gz"))}
+        if not traces:
+            raise programs.UsageError(f"--traces {folder}: no traces (*.json.gz) there")
     out = []
     for name, trace in traces.items():
         meta = trace.metadata
@@ -154,6 +162,9 @@ def all_workloads(args) -> list[Workload]:
         run = workloads.make(name)
         out.append(Workload(name, run, run.metadata.get("how", "recorded whole run"), True))
     if args.only:
+        for o in args.only:
+            if not any(o in w.name for w in out):
+                raise programs.unknown_name("workload matching", o, [w.name for w in out])
         out = [w for w in out if any(o in w.name for o in args.only)]
     return out
 
@@ -229,21 +240,35 @@ def capacities(w: Workload, mode: str, args) -> dict:
 def bench(w: Workload, args) -> dict:
     started = time.perf_counter()
     limit, strict = w.limits
+    say = _progress(w.name, started)
     stock = footprint.measure(w.run, footprint.stock_pool())
+    say("CuPy's pool")
     row = {"name": w.name, "how": w.how, "variable": w.variable, "limit": limit,
            "strict": strict, "requests": len(w.run), "iterations": len(w.run.iterations),
            "stock": stock.peak, "stock_syncs_inside": stock.most_syncs_inside(),
            "stock_syncs_boundary": stock.most_syncs_at_a_boundary(), "modes": {}}
     for mode in args.modes:
         row["modes"][mode] = measure_mode(w, mode, stock, args)
+        say(mode)
     if not args.no_limits:
         row["stock_smallest"] = footprint.smallest_capacity(
             w.run, footprint.stock_pool, strict, int(limit * GRID[-1]), tolerance=0.01)
+        say("CuPy's pool: smallest device")
         for mode in args.modes:
             if mode in args.grid_modes:
                 row["modes"][mode].update(capacities(w, mode, args))
+                say(f"{mode}: capacity grid")
     row["seconds"] = time.perf_counter() - started
     return row
+
+
+def _progress(name: str, started: float):
+    """A progress line on stderr per step of one workload (the report goes to stdout)."""
+    def say(step: str) -> None:
+        print(f"  {name}: {step} done, {time.perf_counter() - started:.0f} s", file=sys.stderr,
+              flush=True)
+
+    return say
 
 
 # ----------------------------------------------------------------- reporting
@@ -258,7 +283,8 @@ def ratio(n: int | None, d: int) -> str:
 def tables(rows: list[dict], modes: list[str]) -> list[str]:
     out = ["## Peak held with no limit (pages), / the physical limit", "",
            "The limit: the largest iteration's lower bound + the long-lived blocks "
-           "(in brackets: the strict bound, the most bytes live at once).", "",
+           "(in brackets: the strict bound, the most bytes live at once over the whole run, "
+           "weights and optimizer state included).", "",
            "| workload | kind | limit MiB (strict) | CuPy's pool | " + " | ".join(modes) + " |",
            "|---|---|---:|---:|" + "---:|" * len(modes)]
     for r in rows:
@@ -345,18 +371,23 @@ def verdicts(rows: list[dict], modes: list[str]) -> list[str]:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--traces", type=Path, default=None,
+    parser = programs.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--traces", type=programs.existing_path("folder"), default=None,
                         help="folder of single-iteration traces made into runs (default: the "
                              "bundled traces recorded on the H100)")
-    parser.add_argument("--only", nargs="+", default=(), help="workloads whose name has these")
+    parser.add_argument("--only", nargs="+", default=(), metavar="NAME",
+                        help="workloads whose name has one of these (default: all)")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES),
-                        metavar="MODE", help=f"re-planning modes to run (default: all: "
-                                             f"{', '.join(MODES)})")
+                        metavar="MODE", help="re-planning modes to run, each quoted where it "
+                                             "has a comma (default: all: "
+                                             + "; ".join(f"'{m}'" for m in MODES) + ")")
     parser.add_argument("--grid-modes", nargs="+", default=None, metavar="MODE",
+                        choices=list(MODES),
                         help="modes run on the capacity grid (default: all those run)")
     parser.add_argument("--smallest-modes", nargs="+", default=[DEFAULT_MODE, "sync/bestfit"],
-                        metavar="MODE", help="modes whose smallest device is searched")
+                        choices=list(MODES), metavar="MODE",
+                        help="modes whose smallest device is searched (default: "
+                             f"'{DEFAULT_MODE}' 'sync/bestfit')")
     parser.add_argument("--iterations", type=int, default=10,
                         help="iterations of runs made from one trace")
     parser.add_argument("--time-limit", type=float, default=2.0,
@@ -366,8 +397,14 @@ def parse_args(argv=None):
     parser.add_argument("--no-limits", action="store_true",
                         help="skip the capacity grid and the smallest-device searches")
     parser.add_argument("--jobs", type=int, default=1, help="workloads measured at once")
-    parser.add_argument("-o", "--output", type=Path, help="also write the report here")
+    parser.add_argument("-o", "--output", type=programs.output_file,
+                        help="also write the report here")
     args = parser.parse_args(argv)
+    for name in ("iterations", "jobs"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.time_limit <= 0 or args.step_ms < 0:
+        parser.error("--time-limit must be positive and --step-ms not negative")
     if args.grid_modes is None:
         args.grid_modes = [m for m in args.modes if m not in CANDIDATES]
     return args
@@ -387,7 +424,9 @@ def main(argv=None) -> int:
         return 2
     items = [(w, args) for w in found]
     if args.jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as workers:
+        with programs.children_leave_ctrl_c_to_me():
+            workers = multiprocessing.get_context("spawn").Pool(args.jobs)
+        with workers:
             rows = list(workers.imap(_bench_one, items))
     else:
         rows = []
@@ -416,4 +455,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(programs.run(main))

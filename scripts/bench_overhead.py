@@ -23,12 +23,11 @@ peak as the synchronous run.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import pgmo
-from pgmo import bundled
+from pgmo import bundled, programs
 from pgmo.trace import events
 
 
@@ -91,7 +90,7 @@ def run(mode: str, traces: list[pgmo.Trace], args) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = programs.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default="synthetic-inception_resnet_v2-train-b32",
                     help=f"bundled trace ({', '.join(bundled.names())}) or 'random'")
     ap.add_argument("--iterations", type=int, default=200)
@@ -129,4 +128,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(programs.run(main))

@@ -17,6 +17,7 @@ when its parent dies.  It never imports CuPy.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from typing import BinaryIO
@@ -58,6 +59,7 @@ def _solve_stages(request: dict, out: BinaryIO) -> None:
 
 
 def main() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it closes our input
     _die_with_parent()
     try:
         os.nice(5)  # the training process comes first
