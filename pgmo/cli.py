@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "with the paper's best-fit and with pgmo's 'best', print both "
                            "against the lower bound, draw the plan, and replay the trace "
                            "through the pool on host memory, checking every byte.  No GPU "
-                           "needed; the default trace takes about 12 s and 2.4 GB of "
+                           "needed; the default trace takes about 10 s and 2.4 GB of "
                            "memory."))
     p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                    help="also print what each solver's search did and the pool's memory "

@@ -179,7 +179,7 @@ def test_the_pgmo_commands_offer_only_what_they_do(capsys):
         main(["demo", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "The whole pipeline on a bundled trace" in text  # a description
-    assert "12 s and 2.4 GB of memory" in text
+    assert "10 s and 2.4 GB of memory" in text
 
 
 # ------------------------------------------------------------------ mistakes
