@@ -197,5 +197,6 @@ def main(argv=None):
         sys.exit(1)
 
 
-if __name__ == "__main__":
-    sys.exit(programs.run(main))
+if __name__ == "__main__":  # rank 0 reports every iteration; the others stay quiet
+    sys.exit(programs.run(main, heartbeat=None if MPI.COMM_WORLD.rank else
+                          programs.HEARTBEAT_SECONDS))

@@ -111,8 +111,8 @@ def test_every_program_runs_politely_from_its_first_import(program):
     path = _source(program)
     text = path.read_text()
     tree = ast.parse(text)
-    assert re.search(r'^if __name__ == "__main__":\n    (sys\.exit|raise SystemExit)'
-                     r'\(programs\.run\(main\)\)', text, re.M), f"{program}: not run politely"
+    assert re.search(r'^if __name__ == "__main__":.*\n    (sys\.exit|raise SystemExit)'
+                     r'\(programs\.run\(main[,)]', text, re.M), f"{program}: not run politely"
     assert "argparse.ArgumentParser(" not in text, f"{program}: a parser without defaults"
     start = _start_index(tree)
     if start is None:
