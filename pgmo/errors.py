@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TraceFormatError", "PlanError", "PlanFileError", "NoGPUError", "PgmoWarning"]
+__all__ = ["TraceFormatError", "PlanError", "PlanFileError", "UnknownTraceError", "NoGPUError",
+           "PgmoWarning"]
 
 
 class TraceFormatError(ValueError):
@@ -38,6 +39,14 @@ class PlanError(ValueError):
 
 class PlanFileError(ValueError):
     """A saved plan is damaged or does not fit its profile; the message says why."""
+
+
+class UnknownTraceError(KeyError):
+    """No bundled trace has that name; the message names the closest ones.  A ``KeyError``,
+    as a lookup by name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class NoGPUError(RuntimeError):

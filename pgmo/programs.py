@@ -246,7 +246,7 @@ def run(main: Callable[[], int | None], *, name: str | None = None,
     closed pipe: :data:`BROKEN_PIPE`.  ``heartbeat``: seconds of silence before
     a "still working" line (None: never); only for the process's own stderr.
     """
-    from .errors import PlanError, PlanFileError, TraceFormatError
+    from .errors import PlanError, PlanFileError, TraceFormatError, UnknownTraceError
 
     name = name or _Interrupt.name or program_name()
     _Interrupt.name = name
@@ -255,8 +255,9 @@ def run(main: Callable[[], int | None], *, name: str | None = None,
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
         signal.signal(signal.SIGINT, _on_sigint)  # for this call only (a test calling it)
         installed_here = True
-    mistakes = (UsageError, TraceFormatError, PlanError, PlanFileError, FileNotFoundError,
-                NotADirectoryError, IsADirectoryError, PermissionError, *errors)
+    mistakes = (UsageError, TraceFormatError, PlanError, PlanFileError, UnknownTraceError,
+                FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
+                *errors)
     own_stderr = sys.stderr is sys.__stderr__
     _Interrupt.inside_run, _Interrupt.pressed = True, False
     try:

@@ -192,6 +192,9 @@ MISTAKES = [
      "invalid choice: 'sync/bst'; did you mean 'sync/best'?"),
     ("bench_import", ["--trace", "resnet50-train"],
      "no bundled trace 'resnet50-train'; did you mean 'synthetic-resnet50-train-b32'?"),
+    ("bench_overhead", ["--trace", "resnet50", "--iterations", "2"],
+     "no bundled trace 'resnet50'; did you mean 'synthetic-resnet50-infer-b1' or "
+     "'synthetic-resnet50-train-b32'?"),
     ("recompute_table", ["/nonexistent"], "no such file or folder: /nonexistent"),
     ("results_table", ["/nonexistent"], "no such folder: /nonexistent"),
     ("results_table", [str(ROOT), "-o", "/nonexistent/results.md"], "no folder /nonexistent"),
