@@ -17,9 +17,10 @@ of CuPy 14's stock pool, measured the same way: pages held by the device.
 Per workload and mode: the peak held with no limit against the physical
 limit (the largest iteration's lower bound plus the long-lived blocks, as the
 footprint targets define it; the strict bound, the most bytes live at once
-over the whole run, weights and optimizer state included, beside it) and against CuPy's pool, the moments after the third iteration
-at which pgmo held more than CuPy's pool had by then, the most synchronizing
-calls inside one iteration and at one boundary, the share of requests
+over the whole run, weights and optimizer state included, beside it) and
+against CuPy's pool, the moments after the third iteration at which pgmo
+held more than CuPy's pool had by then, the most synchronizing calls inside
+one iteration and at one boundary, the share of requests
 after the fifth iteration that reached cudaMalloc, the arena against the
 largest plan, and the plans made per recurring shape.  Under a hard
 capacity: completion on a grid from 1.15x to 4x the limit, and the smallest
