@@ -9,7 +9,9 @@ A user of any of them may rely on this:
   not exist (:func:`output_file`) or an unknown name (:func:`unknown_name`):
   one line naming it, exit status 2;
 * Ctrl-C: one line, ``<program>: interrupted``, and exit status 130, from
-  :func:`start` on (the program's first import) and while it cleans up;
+  :func:`start` on (the program's first import) and while it cleans up; also
+  where Python would drop the interruption (raised in a destructor), and
+  within :data:`UNWIND_SECONDS` where the program's own code swallows it;
 * a long silence: when nothing has been printed for :data:`HEARTBEAT_SECONDS`,
   a line on stderr saying the program is still working, so a log or a pipe
   never sits silent (a progress bar on a terminal prints often enough to
@@ -63,16 +65,26 @@ def program_name() -> str:
 
 
 # ----------------------------------------------------------------- Ctrl-C
+#: Seconds an interrupted program may take to unwind before it is stopped.
+UNWIND_SECONDS = 5.0
+
+
 class _Interrupt:
     """The state of Ctrl-C handling in this process (one per process)."""
 
     name = ""
     inside_run = False
     pressed = False
+    again = False  # the KeyboardInterrupt was swallowed (in a destructor): raise it again
+    said = False
     installed = False
+    watchdog: threading.Timer | None = None
 
 
 def _say_interrupted() -> None:
+    if _Interrupt.said:
+        return
+    _Interrupt.said = True
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -85,20 +97,44 @@ def _say_interrupted() -> None:
 
 
 def _ignore(*args: Any) -> None:
-    """What a destructor or a thread raises while an interrupted program unwinds: noise."""
+    """What a thread raises while an interrupted program unwinds: noise."""
+
+
+def _unraisable(unraisable: Any) -> None:
+    """What a destructor raises while an interrupted program unwinds is noise, but the
+    interruption itself, raised inside one (where Python drops it), is raised again."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _Interrupt.inside_run:
+        _Interrupt.again = True  # from another thread: raised here, it would be dropped again
+        main = threading.main_thread().ident
+        assert main is not None
+        later = threading.Timer(0.01, signal.pthread_kill, (main, signal.SIGINT))
+        later.daemon = True
+        later.start()
+
+
+def _give_up() -> None:
+    """The interrupted program did not stop in :data:`UNWIND_SECONDS`: stop it now."""
+    if _Interrupt.inside_run:
+        _say_interrupted()
+        os._exit(INTERRUPTED)
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
     """Inside :func:`run`, the first Ctrl-C raises ``KeyboardInterrupt`` (cleanup runs, and
-    what destructors and threads half-interrupted raise is not printed); before it
-    (imports) or at a second Ctrl-C the program stops at once, saying so."""
-    if _Interrupt.inside_run and not _Interrupt.pressed:
-        _Interrupt.pressed = True
-        sys.unraisablehook = _ignore
-        threading.excepthook = _ignore
+    what destructors and threads half-interrupted raise is not printed; if the program
+    has not stopped after :data:`UNWIND_SECONDS`, it is stopped); before it (imports) or
+    at a second Ctrl-C the program stops at once, saying so."""
+    if _Interrupt.inside_run and (not _Interrupt.pressed or _Interrupt.again):
+        if not _Interrupt.pressed:
+            _Interrupt.pressed = True
+            sys.unraisablehook = _unraisable
+            threading.excepthook = _ignore
+            _Interrupt.watchdog = threading.Timer(UNWIND_SECONDS, _give_up)
+            _Interrupt.watchdog.daemon = True
+            _Interrupt.watchdog.start()
+        _Interrupt.again = False
         raise KeyboardInterrupt
-    if not _Interrupt.pressed:
-        _say_interrupted()
+    _say_interrupted()
     os._exit(INTERRUPTED)
 
 
@@ -240,7 +276,7 @@ def run(main: Callable[[], int | None], *, name: str | None = None,
     """Run a program's ``main()`` politely; returns its exit status (``sys.exit`` it).
 
     Ctrl-C: one line, :data:`INTERRUPTED` (also when the interruption made
-    cleanup code raise something else).  A :class:`UsageError`, a pgmo input
+    cleanup code raise something else, or was swallowed).  A :class:`UsageError`, a pgmo input
     error, a missing or unreadable file, or one of ``errors``: ``<program>:
     error: <message>`` and 2 (``PGMO_DEBUG=1``: the traceback instead).  A
     closed pipe: :data:`BROKEN_PIPE`.  ``heartbeat``: seconds of silence before
@@ -259,7 +295,7 @@ def run(main: Callable[[], int | None], *, name: str | None = None,
                 FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
                 *errors)
     own_stderr = sys.stderr is sys.__stderr__
-    _Interrupt.inside_run, _Interrupt.pressed = True, False
+    _Interrupt.inside_run, _Interrupt.pressed, _Interrupt.said = True, False, False
     try:
         if heartbeat is not None and own_stderr:
             with Heartbeat(name, heartbeat):
@@ -288,6 +324,8 @@ def run(main: Callable[[], int | None], *, name: str | None = None,
         raise
     finally:
         _Interrupt.inside_run = False
+        if _Interrupt.watchdog is not None:
+            _Interrupt.watchdog.cancel()
         if installed_here:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
+import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +173,49 @@ def test_a_silent_program_says_it_is_still_working(capsys):
         time.sleep(0.7)
         print()
     assert "still working" not in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ Ctrl-C, for real
+SWALLOWING = """
+import sys, time
+from pgmo import programs
+programs.start(__name__)
+programs.UNWIND_SECONDS = {unwind}
+
+class Slow:
+    def __del__(self):
+        print("ready", flush=True)
+        time.sleep(30)  # a Ctrl-C here is raised in a destructor: Python drops it
+
+def in_a_destructor():
+    Slow()
+    time.sleep(30)
+
+def by_the_program():
+    try:
+        print("ready", flush=True)
+        time.sleep(30)
+    except KeyboardInterrupt:  # code that swallows it, and goes on
+        time.sleep(30)
+
+sys.exit(programs.run({main}))
+"""
+
+
+@pytest.mark.parametrize("main, unwind", [
+    ("in_a_destructor", 60),  # raised again at once, where it stops the program
+    ("by_the_program", 0.5),  # stopped after UNWIND_SECONDS
+])
+def test_a_swallowed_ctrl_c_still_stops_the_program_in_one_line(main, unwind, tmp_path):
+    program = tmp_path / "swallow.py"
+    program.write_text(SWALLOWING.format(main=main, unwind=unwind))
+    child = subprocess.Popen([sys.executable, str(program)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True,
+                             cwd=Path(__file__).resolve().parents[1])
+    assert child.stdout.readline() == "ready\n"
+    started = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=60)
+    assert time.monotonic() - started < 5.0, main  # not the 30 s it would sleep on
+    assert child.returncode == programs.INTERRUPTED
+    assert out == "swallow.py: interrupted\n", out
