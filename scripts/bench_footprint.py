@@ -114,19 +114,27 @@ def _model_weights(arch: str) -> list[int]:
     return [p.array.nbytes for p in model.params()]
 
 
-def trace_runs(folder: Path | None, iterations: int) -> list[tuple[str, Run, str]]:
-    """(name, run, how) for each real trace (the bundled ones recorded on the H100, or those
-    in ``folder``): weights and state from its own gradients."""
+def real_traces(folder: Path | None) -> dict[str, pgmo.Trace]:
+    """The bundled traces recorded on the H100, or those in ``folder``, by name."""
     if folder is None:
-        traces = {name: bundled.load(name) for name in bundled.names()
-                  if bundled.is_real(bundled.load(name).metadata)}
-    else:
-        traces = {p.name.split(".json")[0]: pgmo.read_trace(p)
-                  for p in sorted(folder.glob("*.json.gz"))}
-        if not traces:
-            raise programs.UsageError(f"--traces {folder}: no traces (*.json.gz) there")
+        return {name: bundled.load(name) for name in bundled.names()
+                if bundled.is_real(bundled.load(name).metadata)}
+    traces = {p.name.split(".json")[0]: pgmo.read_trace(p)
+              for p in sorted(folder.glob("*.json.gz"))}
+    if not traces:
+        raise programs.UsageError(f"--traces {folder}: no traces (*.json.gz) there")
+    return traces
+
+
+def trace_runs(folder: Path | None, iterations: int,
+               wanted=lambda name: True) -> list[tuple[str, Run, str]]:
+    """(name, run, how) for each real trace (:func:`real_traces`) that is ``wanted``:
+    weights and state from its own gradients."""
+    traces = real_traces(folder)
     out = []
     for name, trace in traces.items():
+        if not wanted(name):
+            continue
         meta = trace.metadata
         training = meta.get("kind") == "training"
         grads = [b.size for b in trace.blocks if b.upper is None]
@@ -154,19 +162,26 @@ def trace_runs(folder: Path | None, iterations: int) -> list[tuple[str, Run, str
 
 
 def all_workloads(args) -> list[Workload]:
-    out = [Workload(n, r, h, False) for n, r, h in trace_runs(args.traces, args.iterations)]
+    """The workloads whose name has one of ``--only`` (each checked against every name
+    before any run is made), else all."""
     resnet = RECORDED_RUNS / "resnet50-train-b32-cpu.run.json.gz"
-    if resnet.exists():
+    names = [*real_traces(args.traces), *(["resnet50-train-b32-cpu"] if resnet.exists() else []),
+             *workloads.names()]
+    for o in args.only:
+        if not any(o in name for name in names):
+            raise programs.unknown_name("workload matching", o, names)
+
+    def wanted(name: str) -> bool:
+        return not args.only or any(o in name for o in args.only)
+
+    out = [Workload(n, r, h, False)
+           for n, r, h in trace_runs(args.traces, args.iterations, wanted)]
+    if resnet.exists() and wanted("resnet50-train-b32-cpu"):
         out.append(Workload("resnet50-train-b32-cpu", read_run(resnet),
                             "recorded whole run (CPU, NumPy mirror)", False))
-    for name in workloads.names():
+    for name in filter(wanted, workloads.names()):
         run = workloads.make(name)
         out.append(Workload(name, run, run.metadata.get("how", "recorded whole run"), True))
-    if args.only:
-        for o in args.only:
-            if not any(o in w.name for w in out):
-                raise programs.unknown_name("workload matching", o, [w.name for w in out])
-        out = [w for w in out if any(o in w.name for o in args.only)]
     return out
 
 
