@@ -119,17 +119,20 @@ def host_backend(capacity: int | None = None, cupy_objects: bool = False, *, vmm
 
 
 def host_engine(capacity: int | None = None, *, vmm: bool = True, stream_pool: bool = True,
-                page: int | None = DRIVER_PAGE, **options: Any) -> Engine:
+                page: int | None = DRIVER_PAGE, hot_path: type | None = None,
+                **options: Any) -> Engine:
     """A pgmo :class:`~pgmo.engine.Engine` on host memory, without CuPy.
 
     Keywords are pool options (``warmup``, ``replan``, ``method``...);
     :data:`TEST_DEFAULTS` apply unless given.  ``vmm``/``stream_pool``: see
-    :func:`host_backend`.
+    :func:`host_backend`; ``hot_path``: a :class:`~pgmo.engine.handout.HotPath` class
+    (the plain-Python one is ``pgmo.engine.reference_handout().HotPath``; default: the
+    engine's own choice).
     """
     from .engine import Engine, pool_options
 
     backend = host_backend(capacity, vmm=vmm, stream_pool=stream_pool, page=page)
-    engine = Engine(backend, pool_options(**{**TEST_DEFAULTS, **options}))
+    engine = Engine(backend, pool_options(**{**TEST_DEFAULTS, **options}), hot_path=hot_path)
     memory = backend.allocate
     assert isinstance(memory, HostMemory)  # host_backend's
     # what replay() reads (through getattr: an engine has no such fields of its own)
@@ -257,6 +260,16 @@ class Checker:
             del self._ends[serial]
             self.live_bytes -= round_size(size)
         return ok
+
+    def intact(self, handle: tuple[Any, int, int]) -> bool:
+        """Whether a live block (what :meth:`alloc` returned) still holds its pattern and lies in
+        memory the device lends; it stays live."""
+        memptr, size, serial = handle
+        if size <= 0:
+            return True
+        if self.device is not None and not self.device.holds(memptr.ptr, size):
+            return False
+        return not self.write or self._verify(memptr, size, serial)
 
     def _regions(self, size: int) -> tuple[tuple[int, int], ...]:
         """The (start, length) byte ranges of a block of ``size`` that carry its pattern."""

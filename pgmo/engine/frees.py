@@ -27,7 +27,9 @@ try:
     import cython
 
     _COMPILED = cython.compiled
-except ImportError:  # Cython is a build dependency only
+except ImportError:  # Cython is a build dependency only: its decorators do nothing here
+    from pgmo.engine import _no_cython as cython  # type: ignore[no-redef]
+
     _COMPILED = False
 
 #: Where a block's memory comes from (``Release.source``; see :mod:`.memory`).
@@ -48,6 +50,8 @@ _KEY_BIAS = KEY_BIAS  # a C integer when compiled (see frees.pxd)
 _INBOX_KEEP = 4096  # pending-free slots kept between drains
 
 
+@cython.no_gc_clear  # see frees.pxd
+@cython.cclass
 class Arena:
     """One raw allocation that planned blocks are carved from.
 
@@ -89,6 +93,8 @@ class Counts:
                 + self.outside + self.foreign)
 
 
+@cython.no_gc_clear  # see frees.pxd
+@cython.cclass
 class Inbox:
     """Frees not yet applied, in the order they happened; closed when the engine is gone.
 
@@ -143,6 +149,8 @@ class Inbox:
         del self.items[:], self.keys[:], self.sizes[:], self.arenas[:]
 
 
+@cython.no_gc_clear  # see frees.pxd
+@cython.cclass
 class Release:
     """The owner of one handed-out memory object: its death is the block's free.
 
@@ -165,7 +173,7 @@ class Release:
         if self.on_free is not None:
             self.report_free()
         inbox = self.inbox
-        if not inbox.closed:
+        if inbox is not None and not inbox.closed:  # None: never handed out
             inbox.record(self.index, self.iteration, self.size | self.source, self.arena)
 
     def report_free(self) -> None:
@@ -180,11 +188,16 @@ class Release:
 
 
 def _queue_free(self: Release) -> None:
-    """``Release.__del__`` as plain Python: queue the Release (resurrected until drained)."""
-    if self.on_free is not None:
+    """``Release.__del__`` as plain Python: queue the Release (resurrected until drained).
+
+    A Release whose making was cut short (an exception between its fields)
+    was never handed out: nothing to queue."""
+    if getattr(self, "on_free", None) is not None:
         self.report_free()
     self.keep = None  # the block's own memory goes back at once
-    inbox = self.inbox
+    inbox = getattr(self, "inbox", None)
+    if inbox is None or not hasattr(self, "source"):  # source: the last field _release sets
+        return
     if inbox.closed:
         self.arena = None
     else:

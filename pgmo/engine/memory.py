@@ -100,18 +100,29 @@ GROW_STEP = 1 / 32
 
 
 class _KeptBlock:
-    """A survivor's buffer lent out; its death puts the buffer back for the next iteration."""
+    """A survivor's buffer lent out; its death puts the buffer back for the next iteration.
 
-    __slots__ = ("ptr", "size", "_buffer", "_returned")
+    The buffer itself is also held by its :class:`DeviceMemory` while lent
+    (``_lent``), so that it is never garbage together with the block: a
+    block that dies in a reference cycle is finalized with everything the
+    cycle alone keeps alive, and a buffer in that set would be freed by its
+    own finalizer *and* handed back for reuse here (the same memory lent
+    twice).  The block keeps the buffer too, for when the pool goes first.
+    Its death only queues an integer key.
+    """
 
-    def __init__(self, buffer: Buffer, size: int, returned: collections.deque[Buffer]):
-        self.ptr = buffer.ptr
-        self.size = size
-        self._buffer = buffer
-        self._returned = returned
+    __slots__ = ("ptr", "size", "_buffer", "_key", "_returned")
+
+    def __init__(self, buffer: Buffer, size: int, key: int,
+                 returned: collections.deque[int]):
+        # one line: an exception (a Ctrl-C) cannot leave the block half made
+        self.ptr, self.size, self._buffer, self._key, self._returned = \
+            buffer.ptr, size, buffer, key, returned
 
     def __del__(self) -> None:
-        self._returned.append(self._buffer)
+        returned = getattr(self, "_returned", None)  # None: __init__ never ran to its end
+        if returned is not None:
+            returned.append(self._key)
 
 
 class DeviceMemory:
@@ -147,8 +158,9 @@ class DeviceMemory:
         self._released_at = -1  # the boundary (iteration number) of the last release
         self._refused_total = 0  # bytes held when the device last refused an arena
         self._idle_kept: dict[int, list[tuple[Buffer, int]]] = {}  # size -> (buffer, stamp)
-        self._idle_kept_bytes = 0
-        self._returned: collections.deque[Buffer] = collections.deque()  # kept buffers freed
+        self._lent: dict[int, Buffer] = {}  # key -> a kept buffer lent out (see _KeptBlock)
+        self._next_key = 0
+        self._returned: collections.deque[int] = collections.deque()  # keys of kept buffers freed
 
     @property
     def arena_kind(self) -> str:
@@ -240,31 +252,41 @@ class DeviceMemory:
         """
         self._collect_kept()
         idle = self._idle_kept.get(rs)
-        if idle:
-            buffer, _ = idle.pop()
-            self._idle_kept_bytes -= rs
-        else:
-            buffer = self.exact(rs)
-        return _KeptBlock(buffer, rs, self._returned)
+        buffer = idle.pop()[0] if idle else self.exact(rs)
+        key = self._next_key
+        self._next_key = key + 1
+        self._lent[key] = buffer  # held here while lent: never garbage with its block
+        try:
+            return _KeptBlock(buffer, rs, key, self._returned)
+        except BaseException:  # no block: its buffer is nobody's (dropped, it frees itself)
+            self._lent.pop(key, None)
+            raise
 
     def _collect_kept(self) -> None:
+        """Kept buffers whose blocks died wait, idle, for the next iteration's same request."""
         returned = self._returned
         stamp = self.hot.iteration
+        lent = self._lent
         while returned:
-            buffer = returned.popleft()
-            self._idle_kept.setdefault(buffer.size, []).append((buffer, stamp))
-            self._idle_kept_bytes += buffer.size
+            buffer = lent.pop(returned[0], None)
+            if buffer is not None:  # None: a block whose hand-out did not complete
+                self._idle_kept.setdefault(buffer.size, []).append((buffer, stamp))
+            returned.popleft()
 
     def _release_kept(self, before: int | None = None) -> None:
         """Give back idle kept buffers (those freed before iteration ``before``; None: all)."""
         self._collect_kept()
         for size in list(self._idle_kept):
             keep = [(b, s) for b, s in self._idle_kept[size] if before is not None and s >= before]
-            self._idle_kept_bytes -= size * (len(self._idle_kept[size]) - len(keep))
             if keep:
                 self._idle_kept[size] = keep
             else:
                 del self._idle_kept[size]
+
+    @property
+    def _idle_kept_bytes(self) -> int:
+        """Bytes of idle kept buffers (derived: no count to fall out of step)."""
+        return sum(size * len(idle) for size, idle in self._idle_kept.items())
 
     def from_stock(self, size: int, rs: int) -> Buffer:
         """A stock pool block within the limit, after making room if refused."""
