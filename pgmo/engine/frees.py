@@ -28,7 +28,7 @@ try:
 
     _COMPILED = cython.compiled
 except ImportError:  # Cython is a build dependency only: its decorators do nothing here
-    from pgmo.engine import _no_cython as cython  # type: ignore[no-redef]
+    from pgmo.engine import _no_cython as cython
 
     _COMPILED = False
 
