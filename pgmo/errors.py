@@ -1,8 +1,9 @@
 """Every error pgmo raises on bad input, and its one warning, in one place.
 
-Each error is a ``ValueError`` (bad input, not a bug) whose message says where
-the problem is: the file, line and field of a trace, the two colliding blocks
-of a packing, or why a saved plan was refused.  :class:`PgmoWarning` tells
+Each input error is a ``ValueError`` (bad input, not a bug) whose message says
+where the problem is: the file, line and field of a trace, the two colliding
+blocks of a packing, or why a saved plan was refused.  :class:`DeviceError`
+names a CUDA call that failed.  :class:`PgmoWarning` tells
 the user of something that costs memory or time and that they can fix.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TraceFormatError", "PlanError", "PlanFileError", "PgmoWarning"]
+__all__ = ["TraceFormatError", "PlanError", "PlanFileError", "DeviceError", "PgmoWarning"]
 
 
 class TraceFormatError(ValueError):
@@ -37,6 +38,23 @@ class PlanError(ValueError):
 
 class PlanFileError(ValueError):
     """A saved plan is damaged or does not fit its profile; the message says why."""
+
+
+class DeviceError(RuntimeError):
+    """A CUDA driver or runtime call failed for a reason other than a full device.
+
+    ``call`` names the call (``"cuMemSetAccess"``), ``code`` is its result
+    (``801``, CUDA_ERROR_NOT_SUPPORTED, say).  The pool's device layer
+    answers it by falling back (a cudaMalloc arena, a cudaMalloc per
+    request, a trim skipped) and says why in ``stats().device_reasons``; it
+    reaches the user only where nothing can take the failed call's place.
+    (A full device is a ``MemoryError``, CuPy's ``OutOfMemoryError`` at the
+    request.)
+    """
+
+    def __init__(self, call: str, code: int, name: str = ""):
+        self.call, self.code, self.name = call, int(code), name
+        super().__init__(f"{call} failed: {name or 'error'} ({int(code)})")
 
 
 class PgmoWarning(UserWarning):
