@@ -20,19 +20,19 @@ CuPy's conventions: memory hooks, limits, byte counters,
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 import os
 import threading
 import weakref
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import cupy
 from cupy.cuda import memory as _memory
 from cupy.cuda.memory import MemoryPointer, UnownedMemory
 
 from .engine import Backend, Engine, PoolOptions, pool_options
+from .engine.core import InterruptedScope, IterationScope
 from .engine.frees import STOCK
 from .engine.memory import RawListener
 from .engine.options import StockPool
@@ -152,10 +152,12 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
             (:func:`pgmo.testing.host_pool`); by default the current device,
             its current stream, and its memory size.
         device_layer: the arena's reserved range and the stream-ordered heap
-            (:class:`~pgmo.engine.Backend`'s ``reserve``, ``heap`` and
-            ``device_memory``); by default what the device supports
+            (:class:`~pgmo.engine.Backend`'s ``reserve``, ``heap``,
+            ``device_memory`` and ``reasons``); by default what the device
+            supports and its driver accepts
             (:func:`pgmo.cuda_device.device_layer`) when ``allocator`` is
-            None, else cudaMalloc through ``allocator`` for both.
+            None, else cudaMalloc through ``allocator`` for both.  Why a
+            part uses cudaMalloc is in ``stats().device_reasons``.
     """
 
     def __init__(self, allocator: Callable[[int], Any] | None = None, *,
@@ -181,22 +183,23 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         self._total_memory = total_memory
         self.host_memory = False  # True when pointers are host addresses (testing)
         self._plan_path = os.fspath(plan_path) if plan_path is not None else None
-        self.device_layer_reasons: dict[str, str] = {}  # why a part uses cudaMalloc
         if device_layer is None:
             if allocator is None:
                 from .cuda_device import device_layer as supported
 
-                device_layer, self.device_layer_reasons = supported(device_id,
-                                                                    self._device_memory())
+                device_layer, _ = supported(device_id, self._device_memory())
             else:
-                device_layer = {}
-                self.device_layer_reasons = {"arena": "a raw allocator was given",
-                                             "heap": "a raw allocator was given"}
+                device_layer = {"reasons": {"arena": "a raw allocator was given",
+                                            "heap": "a raw allocator was given"}}
+        device_layer = dict(device_layer)
+        self.device_layer_reasons = dict(device_layer.pop("reasons", {}))
         backend = Backend(allocate=_raw_allocator(raw, device_id), fallback=fallback,
                           memory_type=UnownedMemory, pointer_type=MemoryPointer,
                           device_id=device_id,
                           context=cuda_context() if context is _AUTO else context,
-                          oom_error=_memory.OutOfMemoryError, **device_layer)
+                          device=cupy.cuda.runtime.getDevice if context is _AUTO else None,
+                          oom_error=_memory.OutOfMemoryError,
+                          reasons=self.device_layer_reasons, **device_layer)
         self._engine = engine = Engine(backend, pool_options(options, **changes))
         if raw_listener is not None:
             raw_listener.connect(engine.memory)
@@ -247,11 +250,11 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         return memptr
 
     # ------------------------------------------------------------- iterations
-    @contextlib.contextmanager
-    def iteration(self) -> Iterator["ProfileGuidedMemoryPool"]:
-        """One hot iteration; an exception inside discards it as a profile."""
-        with self._engine.iteration():
-            yield self
+    def iteration(self) -> IterationScope:
+        """One hot iteration (``with pool.iteration():``): request numbering restarts at its
+        start.  An exception inside discards it as a profile; whatever is raised (a Ctrl-C
+        included), the iteration is closed on the way out."""
+        return self._engine.iteration(self)
 
     def begin_iteration(self) -> None:
         """Start one hot iteration (what :meth:`iteration` does on entry): request
@@ -273,16 +276,14 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         interrupt is resumed.  A ``RuntimeError`` without an interrupt."""
         self._engine.resume()
 
-    @contextlib.contextmanager
-    def interrupted(self) -> Iterator["ProfileGuidedMemoryPool"]:
-        """Requests inside are served by CuPy's stock pool, outside the plan (an
-        evaluation, a checkpoint, a log step inside the training loop); they are
-        neither profiled nor counted against the plan, and the plan answers again
-        after the block, also when it raises.  Blocks may nest; inside an
-        iteration its request numbering pauses.  Counted in
+    def interrupted(self) -> InterruptedScope:
+        """``interrupt()`` ... ``resume()`` as a ``with`` block: requests inside are served
+        by CuPy's stock pool, outside the plan (an evaluation, a checkpoint, a log step
+        inside the training loop); they are neither profiled nor counted against the
+        plan, and the plan answers again after the block, whatever is raised.  Blocks may
+        nest; inside an iteration its request numbering pauses.  Counted in
         ``stats().interrupted_requests`` (between iterations: ``outside_requests``)."""
-        with self._engine.interrupted():
-            yield self
+        return self._engine.interrupted(self)
 
     def optimize(self) -> Plan:
         """Solve the current profile now; the plan answers from the next iteration."""
@@ -315,11 +316,8 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
 
     def memory_summary(self) -> str:
         """A table for a person: modes, bytes now and at peak, the plan, the requests, and why
-        a part of the device layer uses cudaMalloc where it does."""
-        text = self._engine.stats().summary()
-        why = [f"  {part} uses cudaMalloc: {reason}"
-               for part, reason in sorted(self.device_layer_reasons.items())]
-        return "\n".join([text, "device layer", *why]) if why else text
+        a part of the device layer uses cudaMalloc where it does (``stats().device_reasons``)."""
+        return self._engine.stats().summary()
 
     def reset_peak_stats(self) -> None:
         """Peaks start again from what is in use and held now."""

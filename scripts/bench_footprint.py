@@ -51,6 +51,7 @@ programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
 
 import pgmo  # noqa: E402
 from pgmo import bundled, footprint, workloads  # noqa: E402
+from pgmo.host_device import DRIVER_POOL_CHUNK  # noqa: E402
 from pgmo.runs import Run, read_run, run_from_iteration  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +72,12 @@ MODES = {
 }
 CANDIDATES = {"sync/bestfit, own heap"}
 DEFAULT_MODE = "background/best"
+
+#: Models of the driver's stream-ordered pool (the heap of the iterations no plan covers):
+#: name -> the step it grows and trims in.  CuPy's MemoryAsyncPool documents 32 MiB steps
+#: (pessimistic: a first small block holds 32 MiB); one 2 MiB page is the optimistic model.
+POOL_MODELS = {"32 MiB": DRIVER_POOL_CHUNK, "2 MiB": None}
+DEFAULT_POOL_MODEL = "32 MiB"
 
 # The targets (README, "Footprint"; docs/footprint.md).
 REPEATING_MAX = 1.05  # peak held / physical limit, repeating runs
@@ -186,13 +193,29 @@ def all_workloads(args) -> list[Workload]:
 
 
 # -------------------------------------------------------------- measurements
-def _pool(mode: str, args, capacity: int | None):
+def column(mode: str, model: str) -> str:
+    """A table's column: a re-planning mode under a model of the driver's pool."""
+    return f"{mode} [{model}]"
+
+
+def columns(args) -> list[str]:
+    return [column(mode, model) for model in args.pool_models for mode in args.modes]
+
+
+def _split(col: str) -> tuple[str, str]:
+    mode, model = col[:-1].rsplit(" [", 1)
+    return mode, model
+
+
+def _pool(col: str, args, capacity: int | None):
+    mode, model = _split(col)
     options, _ = MODES[mode]
-    return footprint.pgmo_pool(time_limit=args.time_limit, seed=0, **options)(capacity)
+    return footprint.pgmo_pool(time_limit=args.time_limit, seed=0,
+                               pool_chunk=POOL_MODELS[model], **options)(capacity)
 
 
-def _step(mode: str, args) -> float:
-    step = MODES[mode][1]
+def _step(col: str, args) -> float:
+    step = MODES[_split(col)[0]][1]
     return (args.step_ms if step is None else step) / 1000
 
 
@@ -225,6 +248,8 @@ def measure_mode(w: Workload, mode: str, stock: footprint.Footprint, args) -> di
             "moments": moments, "excess": excess,
             "syncs_inside": mine.most_syncs_inside(),
             "syncs_boundary": mine.most_syncs_at_a_boundary(),
+            "releases_boundary": mine.most_releases_at_a_boundary(),
+            "releases_inside": max(mine.releases_inside, default=0),
             "syncs_total": sum(mine.syncs_inside) + sum(mine.syncs_boundary),
             "raw_share": mine.raw_share(5),
             "arena_vs_plan": (st.arena_bytes / largest_plan) if st else 0.0,
@@ -246,7 +271,7 @@ def capacities(w: Workload, mode: str, args) -> dict:
 
     grid = {f: footprint.completes(w.run, make, int(limit * f), step) for f in GRID}
     out = {"grid": grid}
-    if mode in args.smallest_modes:
+    if _split(mode)[0] in args.smallest_modes:
         high = int(limit * GRID[-1])
         out["smallest"] = footprint.smallest_capacity(w.run, make, strict, high,
                                                       tolerance=0.01, step_seconds=step)
@@ -263,17 +288,17 @@ def bench(w: Workload, args) -> dict:
            "strict": strict, "requests": len(w.run), "iterations": len(w.run.iterations),
            "stock": stock.peak, "stock_syncs_inside": stock.most_syncs_inside(),
            "stock_syncs_boundary": stock.most_syncs_at_a_boundary(), "modes": {}}
-    for mode in args.modes:
-        row["modes"][mode] = measure_mode(w, mode, stock, args)
-        say(mode)
+    for col in columns(args):
+        row["modes"][col] = measure_mode(w, col, stock, args)
+        say(col)
     if not args.no_limits:
         row["stock_smallest"] = footprint.smallest_capacity(
             w.run, footprint.stock_pool, strict, int(limit * GRID[-1]), tolerance=0.01)
         say("CuPy's pool: smallest device")
-        for mode in args.modes:
-            if mode in args.grid_modes:
-                row["modes"][mode].update(capacities(w, mode, args))
-                say(f"{mode}: capacity grid")
+        for col in columns(args):
+            if _split(col)[0] in args.grid_modes:
+                row["modes"][col].update(capacities(w, col, args))
+                say(f"{col}: capacity grid")
     row["seconds"] = time.perf_counter() - started
     return row
 
@@ -316,14 +341,17 @@ def tables(rows: list[dict], modes: list[str]) -> list[str]:
                  + (f", {mib(m['excess'])} MiB)" if m["moments"] else ")")
                  for m in (r["modes"][x] for x in modes)]
         out.append(f"| {r['name']} | " + " | ".join(cells) + " |")
-    out += ["", "## Synchronizing calls (cudaFree, unmapping, stream syncs, trims): most inside "
-            "one iteration / most at one boundary / in all; share of requests after the "
-            "fifth iteration that reached cudaMalloc", "",
+    out += ["", "## Calls that wait for the device (cudaFree, device or stream syncs): most "
+            "inside one iteration / most at one boundary / in all; release calls (an unmap "
+            "per mapping, a pool's trim, each after a device sync): most inside one "
+            "iteration / most at one boundary; share of requests after the fifth iteration "
+            "that reached cudaMalloc", "",
             "| workload | CuPy's pool | " + " | ".join(modes) + " |",
             "|---|---:|" + "---:|" * len(modes)]
     for r in rows:
         cells = [f"{m['syncs_inside']} / {m['syncs_boundary']} / {m['syncs_total']}; "
-                 f"{m['raw_share']:.2%}" for m in (r["modes"][x] for x in modes)]
+                 f"{m['releases_inside']} / {m['releases_boundary']}; {m['raw_share']:.2%}"
+                 for m in (r["modes"][x] for x in modes)]
         out.append(f"| {r['name']} | {r['stock_syncs_inside']} / {r['stock_syncs_boundary']} | "
                    + " | ".join(cells) + " |")
     out += ["", "## Plans: re-plans, arena / largest plan, shape plans (iterations served by "
@@ -357,7 +385,7 @@ def tables(rows: list[dict], modes: list[str]) -> list[str]:
 
 def verdicts(rows: list[dict], modes: list[str]) -> list[str]:
     out = []
-    modes = [x for x in modes if x not in CANDIDATES]
+    modes = [x for x in modes if _split(x)[0] not in CANDIDATES]
     for r in rows:
         goal = VARYING_MAX if r["variable"] else REPEATING_MAX
         misses = []
@@ -367,6 +395,7 @@ def verdicts(rows: list[dict], modes: list[str]) -> list[str]:
                 f"peak <= {goal} x limit": m["ok"] and m["peak"] <= goal * r["limit"],
                 "never above CuPy after iteration 3": m["moments"] == 0,
                 "no sync inside an iteration": m["syncs_inside"] == 0,
+                "no release inside an iteration": m["releases_inside"] == 0,
                 f"<= {SYNCS_AT_BOUNDARY_MAX} syncs at a boundary":
                     m["syncs_boundary"] <= SYNCS_AT_BOUNDARY_MAX,
                 f"<= {RAW_SHARE_MAX:.0%} of requests at cudaMalloc": m["raw_share"] <= RAW_SHARE_MAX,
@@ -397,6 +426,11 @@ def parse_args(argv=None):
                         metavar="MODE", help="re-planning modes to run, each quoted where it "
                                              "has a comma (default: all: "
                                              + "; ".join(f"'{m}'" for m in MODES) + ")")
+    parser.add_argument("--pool-models", nargs="+", default=list(POOL_MODELS),
+                        choices=list(POOL_MODELS), metavar="STEP",
+                        help="models of the driver's stream-ordered pool, by the step it grows "
+                             f"and trims in (default: both: {', '.join(POOL_MODELS)}; 32 MiB "
+                             "as CuPy documents it, 2 MiB the optimistic model)")
     parser.add_argument("--grid-modes", nargs="+", default=None, metavar="MODE",
                         choices=list(MODES),
                         help="modes run on the capacity grid (default: all those run)")
@@ -452,8 +486,8 @@ def main(argv=None) -> int:
                   flush=True)
     command = "python -m scripts.bench_footprint " + " ".join(sys.argv[1:] if argv is None
                                                                else argv)
-    body = tables(rows, args.modes)
-    targets = verdicts(rows, args.modes)
+    body = tables(rows, columns(args))
+    targets = verdicts(rows, columns(args))
     report = ["# Device footprint and syncs over whole runs (CPU model)", "",
               f"- command: `{command.strip()}`",
               f"- modes: {', '.join(args.modes)}; solver time limit {args.time_limit} s; "
@@ -462,6 +496,9 @@ def main(argv=None) -> int:
               "- the device is the host model (pgmo.host_device: 2 MiB pages, synchronizing "
               "calls counted, a capacity wall), calibrated on the H100 run of 2026-11-25: "
               "figures of the CPU model, not GPU measurements",
+              "- each column names its model of the driver's stream-ordered pool, the heap of "
+              "the iterations no plan covers: [32 MiB] grows and trims in 32 MiB steps, as "
+              "CuPy's MemoryAsyncPool documents; [2 MiB] in pages (the optimistic model)",
               "", *body, "", "## Against the targets", "", *targets]
     text = "\n".join(report) + "\n"
     print(text)

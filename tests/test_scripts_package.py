@@ -139,7 +139,7 @@ def test_bench_footprint_runs_one_workload_in_one_mode_as_the_readme_says():
            "included" in out
     # progress on stderr, a line per step, also when no one watches a terminal
     assert re.findall(r"^  h100-alexnet-infer-b1: (.+) done, \d+ s$", done.stderr, re.M) == \
-        ["CuPy's pool", "sync/best"]
+        ["CuPy's pool", "sync/best [32 MiB]", "sync/best [2 MiB]"]
 
 
 def test_bench_import_runs_on_a_small_snapshot():

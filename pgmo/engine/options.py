@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from ..solver.options import SolverOptions, solver_options
 from .planner import REPLAN_MODES
@@ -66,11 +66,13 @@ class ReservedRange(Protocol):
     @property
     def mapped(self) -> int: ...
 
-    def map(self, offset: int, nbytes: int) -> None: ...
+    def map(self, offset: int, nbytes: int, piece: int | None = None) -> None: ...
 
     def unmap(self, offset: int, nbytes: int) -> None: ...
 
     def mappings(self) -> list[tuple[int, int]]: ...
+
+    def usable_end(self) -> int: ...
 
     def synchronize(self) -> None: ...
 
@@ -129,6 +131,9 @@ class Backend:
     object (CuPy's ``UnownedMemory``) and ``pointer_type(memory, 0)`` what the
     user gets (CuPy's ``MemoryPointer``).  ``context()`` names the
     device/stream of a request (None: not checked): the plan covers one.
+    ``device()`` is the current device (None: not checked): the pool's own
+    memory is device ``device_id``'s only, so a request made under another
+    device goes to ``fallback`` (CuPy's pool serves the current device).
 
     ``reserve(nbytes)`` reserves a virtual address range (CUDA's virtual
     memory management; an object with ``ptr``, ``size``, ``granule``,
@@ -139,7 +144,8 @@ class Backend:
     block's death frees it without a device sync, ``trim()``,
     ``synchronize()``, ``held``, ``used``), or is None: a cudaMalloc per
     request.  ``device_memory`` is the device's size (what a reservation
-    spans).
+    spans); ``reasons``: why ``reserve`` or ``heap`` is None (``"arena"`` /
+    ``"heap"`` -> why), reported in ``stats().device_reasons``.
     """
 
     allocate: Callable[[int], Buffer]
@@ -148,10 +154,12 @@ class Backend:
     pointer_type: Callable[[Any, int], Any] = bare_pointer
     device_id: int = 0
     context: Callable[[], object] | None = None
+    device: Callable[[], int] | None = None
     oom_error: Callable[[int, int, int], BaseException] = default_oom
     reserve: Callable[[int | None], ReservedRange] | None = None
     heap: Callable[[], StreamHeap] | None = None
     device_memory: int = 0
+    reasons: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

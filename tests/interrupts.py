@@ -1,0 +1,111 @@
+"""A Ctrl-C at a chosen line of the engine: ``KeyboardInterrupt`` raised through ``sys.settrace``.
+
+:class:`Injector` counts the line events of the engine's code (``pgmo/engine``)
+and raises :class:`Interrupt` at the ``at``-th one (or, with ``every``, at
+every ``every``-th one: a storm).  Destructors are left alone (Python drops
+an exception raised in one), as is engine code that the host model of the
+device calls on its own behalf (it plays the driver, whose calls are C).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pgmo.engine
+
+__all__ = ["Interrupt", "Injector", "DESTRUCTORS"]
+
+ENGINE = str(Path(pgmo.engine.__file__).resolve().parent)
+DEVICE_MODEL = str(Path(pgmo.engine.__file__).resolve().parents[1] / "host_device.py")
+#: Python drops an exception raised in a destructor ("Exception ignored in..."): an
+#: interrupt there is not the engine's to handle (the frees queue themselves in their first
+#: line, see "Commits" in pgmo/engine/frees.py).
+DESTRUCTORS = {"__del__", "_queue_free"}
+
+
+class Interrupt(KeyboardInterrupt):
+    """The injected Ctrl-C (a KeyboardInterrupt, told apart from a real one)."""
+
+
+def _in_device_model(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename == DEVICE_MODEL:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class Injector:
+    """Counts the engine's line events; raises :class:`Interrupt` at the ``at``-th one, or at
+    every ``every``-th one (``at=None, every=None``: only counts, listing the lines)."""
+
+    def __init__(self, at: int | None = None, every: int | None = None):
+        self.at = at
+        self.every = every
+        self.seen = 0
+        self.fired = 0
+        self.lines: list[tuple[str, int]] = []
+
+    def _due(self) -> bool:
+        if self.every is not None:
+            return self.seen % self.every == 0
+        return self.at is not None and self.seen == self.at
+
+    def _local(self, frame, event, arg):
+        if event == "line":
+            self.seen += 1
+            if self.at is None and self.every is None:
+                self.lines.append((frame.f_code.co_filename, frame.f_lineno))
+            elif self._due():
+                self.fired += 1
+                raise Interrupt(f"injected at {frame.f_code.co_filename}:{frame.f_lineno}")
+        return self._local
+
+    def _global(self, frame, event, arg):
+        if frame.f_code.co_filename.startswith(ENGINE) \
+                and (self.every is not None or not self.fired) \
+                and frame.f_code.co_name not in DESTRUCTORS and not _in_device_model(frame):
+            return self._local
+        return None
+
+    def __enter__(self):
+        sys.settrace(self._global)
+        return self
+
+    def __exit__(self, *exc):
+        sys.settrace(None)
+
+
+def _engine_frame(frame) -> bool:
+    return frame is not None and frame.f_code.co_filename.startswith(ENGINE) \
+        and frame.f_code.co_name not in DESTRUCTORS and not _in_device_model(frame)
+
+
+class SignalStorm:
+    """Real signals, every ``interval`` seconds: each one that lands in the engine's code
+    raises :class:`Interrupt` there, as a Ctrl-C does (Python runs a signal's handler between
+    two bytecodes of whatever runs then; compiled code takes it at its next Python call)."""
+
+    def __init__(self, interval: float = 0.0003):
+        self.interval = interval
+        self.fired = 0
+        self._old = None
+
+    def _handler(self, signum, frame):
+        if _engine_frame(frame):
+            self.fired += 1
+            raise Interrupt(f"signal at {frame.f_code.co_filename}:{frame.f_lineno}")
+
+    def __enter__(self):
+        import signal
+
+        self._old = signal.signal(signal.SIGALRM, self._handler)
+        signal.setitimer(signal.ITIMER_REAL, self.interval, self.interval)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._old)
