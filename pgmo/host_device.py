@@ -395,6 +395,8 @@ class HostRange:
 
     def decommit(self, offset: int, nbytes: int, calls: int = 0) -> None:
         """Give back the memory of granules ``[offset, offset + nbytes)``; they fault now."""
+        if not self._finalizer.alive:  # the whole reservation went back already
+            return
         if self._protect:
             base = self.ptr + offset
             _check(_LIBC.madvise(base, nbytes, mmap.MADV_DONTNEED), "madvise")
@@ -532,16 +534,11 @@ class HostAsyncPool:
     placement is not public: best fit is a model of it, not a copy.
     """
 
-    def __init__(self, memory: HostMemory, size: int | None = None, one_call_trim: bool = True,
-                 chunk: int | None = None):
-        """``one_call_trim=False`` models the alternative: the same best fit in a reserved
-        range of one's own, where giving back each run of free granules is an unmap call
-        of its own (each counted).  ``chunk``: bytes, a multiple of the device's granule
-        (None: one granule)."""
+    def __init__(self, memory: HostMemory, size: int | None = None, chunk: int | None = None):
+        """``chunk``: bytes, a multiple of the device's granule (None: one granule)."""
         from .engine.placement import Placer
 
         self.memory = memory
-        self.one_call_trim = one_call_trim
         self.range = memory.reserve(size)
         self.granule = chunk or self.range.granule
         if self.granule % self.range.granule:
@@ -653,13 +650,11 @@ class HostAsyncPool:
                         break
                     stop = mapped.find(0, k, last)
                     stop = last if stop < 0 else stop
-                    # inside the one trim call, or (one_call_trim=False) an unmap of its own
-                    self.range.decommit(k * g, (stop - k) * g,
-                                        calls=0 if self.one_call_trim else 1)
+                    self.range.decommit(k * g, (stop - k) * g)  # inside the one trim call
                     mapped[k:stop] = bytes(stop - k)
                     released += (stop - k) * g
                     k = stop
-            if released and self.one_call_trim:
+            if released:
                 self.memory.count_release()
             self.trims += 1
             return released
