@@ -77,18 +77,18 @@ def test_a_malloc_cut_short_never_lends_its_range_twice():
     h = Heap()
     checker = Checker(host=True, device=h.memory)
     keep = [checker.alloc(h, s * MiB) for s in (3, 1, 2)]
-    placer = h.heap._free
+    space = h.heap._space
 
     def cut_short(nbytes):
         raise KeyboardInterrupt
 
-    placer.place = cut_short  # (best fit among held memory fails first, then this)
+    space.place = cut_short
     try:
         h.heap.malloc(64 * MiB)
     except KeyboardInterrupt:
         pass
     more = [checker.alloc(h, s * MiB) for s in (4, 1, 3)]
-    assert h.heap._free is not placer  # rebuilt
+    assert h.heap._space is not space  # rebuilt
     for handle in keep + more:
         assert checker.free(handle)
     assert checker.corrupted == checker.overlaps == 0

@@ -95,7 +95,7 @@ from .handout import HotPath
 from .kept import KeptBuffers
 from .options import Buffer, ReservedRange, StockPool, StreamHeap
 from .own_heap import OwnHeap
-from .placement import Placer
+from ..placement import Placer
 from .raw_heap import RawHeap
 
 __all__ = ["DeviceMemory", "RawListener", "GROWTH", "MAPPING_MAX", "TRIM_SLACK"]

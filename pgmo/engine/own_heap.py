@@ -18,7 +18,8 @@ heap of ResNet-50 went back in 1,777 calls against 114.  The GPU quick check
 measures what a call costs.
 
 Placement is best fit, in the memory the heap holds before memory it must
-map (:class:`~.placement.Placer`).  A freed block's range is reused at
+map (:class:`pgmo.placement.PagedSpace`, as the host model of the driver's
+pool places).  A freed block's range is reused at
 once, which is safe on the stream its block was used on (the stream orders
 the old kernels before the new ones, as in CuPy's own pool): the heap
 serves one stream at a time.  A block that dies after the heap moved to
@@ -37,9 +38,9 @@ from __future__ import annotations
 import collections
 from typing import Any, Callable
 
+from ..placement import PagedSpace, Placer
 from ..units import round_size
 from .options import ReservedRange
-from .placement import Placer
 
 __all__ = ["OwnHeap"]
 
@@ -76,9 +77,7 @@ class OwnHeap:
         self.page = rng.granule
         self._stream = stream
         self._current: Any = None  # the stream the heap serves now
-        self._free = Placer(rng.size, [])
-        self._mapped = bytearray(rng.size // self.page)  # 1: the page is mapped
-        self._high = 0  # pages from here on were never mapped
+        self._space = PagedSpace(rng.size, self.page)  # free ranges; pages mapped
         self.live: dict[int, int] = {}  # offset -> bytes of every live block
         self._returned: collections.deque = collections.deque()  # (offset, bytes, stream)
         self._quarantine: list[tuple[int, int]] = []  # freed after a stream change
@@ -105,16 +104,14 @@ class OwnHeap:
             self._current = stream
         try:
             self._collect()
-            lo = self._in_held(rs)
-            if lo < 0:
-                lo = self._free.place(rs)
+            lo = self._space.place(rs)
             if lo < 0:
                 raise MemoryError(f"pgmo's heap: no room for {rs:,} bytes in its "
                                   f"{self.range.size:,}-byte range")
             try:
                 self._map_for(lo, lo + rs)
             except BaseException:
-                self._free.release(lo, lo + rs)
+                self._space.free.release(lo, lo + rs)
                 raise
         except BaseException:
             self._suspect = True  # the free list may be half changed: rebuilt next time
@@ -140,7 +137,7 @@ class OwnHeap:
                 self._quarantine.append((lo, rs))
                 continue
             self._suspect = True
-            self._free.release(lo, lo + rs)
+            self._space.free.release(lo, lo + rs)
             self._suspect = False
 
     def _release_quarantine(self) -> None:
@@ -148,7 +145,7 @@ class OwnHeap:
         self._suspect = True
         while self._quarantine:
             lo, rs = self._quarantine.pop()
-            self._free.release(lo, lo + rs)
+            self._space.free.release(lo, lo + rs)
         self._suspect = False
 
     def _rebuild(self) -> None:
@@ -156,52 +153,21 @@ class OwnHeap:
         range's mappings (a call was cut short)."""
         taken = [(lo, lo + rs) for lo, rs in self.live.items()]
         taken += [(lo, lo + rs) for lo, rs in self._quarantine]
-        g = self.page
-        mapped = bytearray(len(self._mapped))
+        space = PagedSpace(self.range.size, self.page)
+        space.free = Placer(space.free.size, taken)
         for start, nbytes in self.range.mappings():
-            mapped[start // g:(start + nbytes) // g] = b"\x01" * (nbytes // g)
-        self._mapped = mapped
-        self._free = Placer(self.range.size, taken)
+            space.set_backed(start // self.page, (start + nbytes) // self.page, True)
+        self._space = space
         self._suspect = False
 
     # ----------------------------------------------------------------- pages
-    def _in_held(self, rs: int) -> int:
-        """Best fit among the free memory already mapped: the heap uses what it holds before
-        it maps more.  The offset taken, or -1."""
-        g, mapped, high = self.page, self._mapped, self._high * self.page
-        for start, length in self._free.gaps_from(rs):
-            if start >= high:
-                continue
-            end = min(start + length, high)
-            pos = start
-            while pos + rs <= end:  # the mapped runs inside the gap, in order
-                k = mapped.find(1, pos // g, -(-end // g))
-                if k < 0:
-                    break
-                pos = max(pos, k * g)
-                stop = mapped.find(0, k, -(-end // g))
-                run_end = end if stop < 0 else min(end, stop * g)
-                if run_end - pos >= rs:
-                    self._free.take(start, pos, rs)
-                    return pos
-                pos = run_end
-        return -1
-
     def _map_for(self, lo: int, hi: int) -> None:
         """Map the pages ``[lo, hi)`` touches that are not mapped: a mapping per page, access
         granted once per run."""
-        g, mapped = self.page, self._mapped
-        k, last = lo // g, (hi - 1) // g + 1
-        while k < last:
-            k = mapped.find(0, k, last)
-            if k < 0:
-                break
-            stop = mapped.find(1, k, last)
-            stop = last if stop < 0 else stop
-            self.range.map(k * g, (stop - k) * g, g)
-            mapped[k:stop] = b"\x01" * (stop - k)
-            self._high = max(self._high, stop)
-            k = stop
+        g = self.page
+        for first, stop in self._space.unbacked(lo, hi):
+            self.range.map(first * g, (stop - first) * g, g)
+            self._space.set_backed(first, stop, True)
 
     def trim(self) -> int:
         """Unmap every wholly free page (after the caller's device sync: one ``cuMemUnmap``
@@ -209,21 +175,13 @@ class OwnHeap:
         counted."""
         self._collect()
         self._release_quarantine()  # the caller synchronized the device
-        g, mapped = self.page, self._mapped
+        g = self.page
         released = 0
         try:
-            for length, start in list(self._free._gaps):
-                k, last = -(-start // g), min(self._high, (start + length) // g)
-                while k < last:  # runs of mapped pages wholly inside the gap
-                    k = mapped.find(1, k, last)
-                    if k < 0:
-                        break
-                    stop = mapped.find(0, k, last)
-                    stop = last if stop < 0 else stop
-                    self.range.unmap(k * g, (stop - k) * g)
-                    mapped[k:stop] = bytes(stop - k)
-                    released += (stop - k) * g
-                    k = stop
+            for first, stop in self._space.idle_pages():
+                self.range.unmap(first * g, (stop - first) * g)
+                self._space.set_backed(first, stop, False)
+                released += (stop - first) * g
         except BaseException:  # the pages read back from the range at the next call
             self._suspect = True
             raise
