@@ -260,7 +260,7 @@ def profiling_candidates(run: Run, iterations: int = 2) -> dict[str, int]:
     memory management or cudaMallocAsync's pool allow): its high-water mark.
     """
     from .engine.memory import GROWTH
-    from .engine.placement import Placer
+    from .placement import Placer
 
     end = run.iterations[iterations - 1][1] if len(run.iterations) >= iterations else None
     blocks = run.trace.blocks

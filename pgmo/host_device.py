@@ -77,6 +77,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .mappings import MappingLedger
+from .placement import PagedSpace
 from .units import ALIGNMENT, round_size
 
 __all__ = ["HostMemory", "HostStockPool", "HostRange", "HostAsyncPool", "DRIVER_PAGE",
@@ -395,6 +396,8 @@ class HostRange:
 
     def decommit(self, offset: int, nbytes: int, calls: int = 0) -> None:
         """Give back the memory of granules ``[offset, offset + nbytes)``; they fault now."""
+        if not self._finalizer.alive:  # the whole reservation went back already
+            return
         if self._protect:
             base = self.ptr + offset
             _check(_LIBC.madvise(base, nbytes, mmap.MADV_DONTNEED), "madvise")
@@ -532,29 +535,20 @@ class HostAsyncPool:
     placement is not public: best fit is a model of it, not a copy.
     """
 
-    def __init__(self, memory: HostMemory, size: int | None = None, one_call_trim: bool = True,
-                 chunk: int | None = None):
-        """``one_call_trim=False`` models the alternative: the same best fit in a reserved
-        range of one's own, where giving back each run of free granules is an unmap call
-        of its own (each counted).  ``chunk``: bytes, a multiple of the device's granule
-        (None: one granule)."""
-        from .engine.placement import Placer
-
+    def __init__(self, memory: HostMemory, size: int | None = None, chunk: int | None = None):
+        """``chunk``: bytes, a multiple of the device's granule (None: one granule)."""
         self.memory = memory
-        self.one_call_trim = one_call_trim
         self.range = memory.reserve(size)
         self.granule = chunk or self.range.granule
         if self.granule % self.range.granule:
             raise ValueError(f"a chunk of {self.granule:,} bytes is not whole granules of "
                              f"{self.range.granule:,}")
-        self._free = Placer(self.range.size, [])
-        self._mapped = bytearray(self.range.size // self.granule)  # 1: granule mapped
+        self._space = PagedSpace(self.range.size, self.granule)  # free ranges; chunks backed
         self._returned: collections.deque = collections.deque()
         self._lock = threading.Lock()
         self._used = 0
         self.trims = 0
         self.maps = 0
-        self._high = 0  # granules from here on were never mapped
 
     @property
     def held(self) -> int:
@@ -569,97 +563,50 @@ class HostAsyncPool:
 
     def malloc(self, size: int) -> _AsyncBlock:
         rs = round_size(size)
+        g = self.granule
         with self._lock:
             self._collect()
-            lo = self._in_held(rs)
-            if lo < 0:
-                lo = self._free.place(rs)
+            lo = self._space.place(rs)
             if lo < 0:
                 raise MemoryError(f"stream-ordered pool: no room for {rs:,} bytes in its "
                                   f"{self.range.size:,}-byte range")
-            backed = self._mapped[lo // self.granule:(lo + rs - 1) // self.granule + 1]
+            done: list[tuple[int, int]] = []
             try:
-                self._map_for(lo, lo + rs)
+                for first, stop in self._space.unbacked(lo, lo + rs):
+                    self.range.commit(first * g, (stop - first) * g)
+                    self._space.set_backed(first, stop, True)
+                    done.append((first, stop))
+                    self.maps += 1
             except MemoryError:  # what this call backed goes back: the device is full
-                g = self.granule
-                for k, was in enumerate(backed, lo // g):
-                    if not was and self._mapped[k]:
-                        self.range.decommit(k * g, g)
-                        self._mapped[k] = 0
-                self._free.release(lo, lo + rs)
+                for first, stop in done:
+                    self.range.decommit(first * g, (stop - first) * g)
+                    self._space.set_backed(first, stop, False)
+                self._space.free.release(lo, lo + rs)
                 raise
             self._used += rs
         block = _AsyncBlock()
         block.ptr, block.size, block._lo, block._pool = self.range.ptr + lo, rs, lo, self
         return block
 
-    def _in_held(self, rs: int) -> int:
-        """Best fit among the free memory the pool holds (mapped): a pool uses what it holds
-        before it asks the device for more.  The offset taken, or -1."""
-        g, mapped, high = self.granule, self._mapped, self._high * self.granule
-        for start, length in self._free.gaps_from(rs):
-            if start >= high:
-                continue
-            end = min(start + length, high)
-            pos = start
-            while pos + rs <= end:  # the mapped runs inside the gap, in order
-                k = mapped.find(1, pos // g, -(-end // g))
-                if k < 0:
-                    break
-                pos = max(pos, k * g)
-                stop = mapped.find(0, k, -(-end // g))
-                run_end = end if stop < 0 else min(end, stop * g)
-                if run_end - pos >= rs:
-                    self._free.take(start, pos, rs)
-                    return pos
-                pos = run_end
-        return -1
-
-    def _map_for(self, lo: int, hi: int) -> None:
-        """Back the granules ``[lo, hi)`` touches that are not backed yet."""
-        g, mapped = self.granule, self._mapped
-        k, last = lo // g, (hi - 1) // g + 1
-        while k < last:
-            k = mapped.find(0, k, last)
-            if k < 0:
-                break
-            stop = mapped.find(1, k, last)
-            stop = last if stop < 0 else stop
-            self.range.commit(k * g, (stop - k) * g)
-            mapped[k:stop] = b"\x01" * (stop - k)
-            self.maps += 1
-            k = stop
-        self._high = max(self._high, last)
-
     def _collect(self) -> None:
         returned = self._returned
         while returned:
             lo, rs = returned.popleft()
-            self._free.release(lo, lo + rs)
+            self._space.free.release(lo, lo + rs)
             self._used -= rs
 
     def trim(self) -> int:
-        """Give back every wholly free granule: one call (after the caller's stream sync),
-        however many granules; returns the bytes released."""
+        """Give back every wholly free chunk: one call (after the caller's device sync),
+        however many chunks; returns the bytes released."""
         with self._lock:
             self._collect()
-            g, mapped = self.granule, self._mapped
+            g = self.granule
             released = 0
-            for length, start in list(self._free._gaps):
-                k, last = -(-start // g), min(self._high, (start + length) // g)
-                while k < last:  # runs of backed granules wholly inside the gap
-                    k = mapped.find(1, k, last)
-                    if k < 0:
-                        break
-                    stop = mapped.find(0, k, last)
-                    stop = last if stop < 0 else stop
-                    # inside the one trim call, or (one_call_trim=False) an unmap of its own
-                    self.range.decommit(k * g, (stop - k) * g,
-                                        calls=0 if self.one_call_trim else 1)
-                    mapped[k:stop] = bytes(stop - k)
-                    released += (stop - k) * g
-                    k = stop
-            if released and self.one_call_trim:
+            for first, stop in self._space.idle_pages():
+                self.range.decommit(first * g, (stop - first) * g)  # inside the one trim call
+                self._space.set_backed(first, stop, False)
+                released += (stop - first) * g
+            if released:
                 self.memory.count_release()
             self.trims += 1
             return released

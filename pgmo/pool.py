@@ -145,7 +145,9 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
             fields or those of its :class:`~pgmo.SolverOptions`:
             ``warmup=1``, ``replan="background"`` (or ``"sync"``,
             ``"bestfit"``), ``detect_iterations=True``, ``warn_after``,
-            ``method="best"``, ``time_limit``, ``seed``, ``budget``...
+            ``heap="own"`` (or ``"driver"``: the driver's stream-ordered
+            pool for what no plan covers), ``method="best"``,
+            ``time_limit``, ``seed``, ``budget``...
         plan_path: load a saved plan from here when the file exists (a bad
             file is logged and ignored) and save every new plan there.
         device_id, context, total_memory: for non-CUDA backends

@@ -80,23 +80,21 @@ def _cupy_out_of_memory() -> type[MemoryError]:
 
 
 def device_sources(memory: HostMemory, vmm: bool = True, stream_pool: bool = True,
-                   own_heap: bool = False, pool_chunk: int | None = None) -> dict:
+                   pool_chunk: int | None = None) -> dict:
     """The host analogues of the device layer, as :class:`~pgmo.engine.Backend` fields:
     ``reserve`` (virtual memory: :class:`~pgmo.host_device.HostRange`) unless ``vmm`` is
-    false, ``heap`` (:class:`~pgmo.host_device.HostAsyncPool`) unless ``stream_pool`` is
-    false, and the device's size.  ``own_heap``: the heap is best fit in a range of pgmo's
-    own, whose every run of free granules given back is an unmap call (the alternative to
-    the driver's stream-ordered pool, measured by ``python -m scripts.bench_footprint``).
-    ``pool_chunk``: the step in which the driver's pool grows and trims (None: one page;
-    :data:`~pgmo.host_device.DRIVER_POOL_CHUNK`: 32 MiB, as documented)."""
+    false, ``heap`` (the driver's stream-ordered pool:
+    :class:`~pgmo.host_device.HostAsyncPool`) unless ``stream_pool`` is false, and the
+    device's size.  ``pool_chunk``: the step in which the driver's pool grows and trims
+    (None: one page; :data:`~pgmo.host_device.DRIVER_POOL_CHUNK`: 32 MiB, as documented).
+    Which heap the pool uses is its ``heap`` option (pgmo's own by default)."""
     reasons = {}
     if not vmm:
         reasons["arena"] = "the device has no virtual memory management"
     if not stream_pool:
         reasons["heap"] = "the device has no stream-ordered memory pools"
     return {"reserve": memory.reserve if vmm else None,
-            "heap": (lambda: HostAsyncPool(memory, one_call_trim=not own_heap,
-                                           chunk=None if own_heap else pool_chunk))
+            "heap": (lambda: HostAsyncPool(memory, chunk=pool_chunk))
             if stream_pool else None,
             "device_memory": memory.capacity or 0, "reasons": reasons}
 
@@ -162,7 +160,7 @@ def _watch_raw(memory: HostMemory, engine: Engine) -> None:
 
 
 def host_pool(capacity: int | None = None, *, vmm: bool = True, stream_pool: bool = True,
-              own_heap: bool = False, page: int | None = DRIVER_PAGE,
+              page: int | None = DRIVER_PAGE,
               pool_chunk: int | None = None, **options: Any) -> ProfileGuidedMemoryPool:
     """A :class:`~pgmo.pool.ProfileGuidedMemoryPool` on host memory (needs CuPy, no GPU).
 
@@ -170,8 +168,8 @@ def host_pool(capacity: int | None = None, *, vmm: bool = True, stream_pool: boo
     ``stream_pool`` say whether the device has virtual memory management and
     stream-ordered pools (both by default, as an H100); ``page`` is the driver's
     page and mapping granule (2 MiB; a small one, 512, makes byte counts exact
-    for tests that check them); ``own_heap`` and ``pool_chunk`` pick the model of
-    the heap (see :func:`device_sources`); other keywords go to the
+    for tests that check them); ``pool_chunk``: the model of the driver's pool (see
+    :func:`device_sources`); other keywords go to the
     pool (``warmup``, ``replan``, ``method``, ``plan_path``...);
     :data:`TEST_DEFAULTS` apply unless given (pass ``replan="background",
     method="best"`` for the pool's own defaults).
@@ -184,7 +182,7 @@ def host_pool(capacity: int | None = None, *, vmm: bool = True, stream_pool: boo
                                    device_id=0,
                                    context=None, total_memory=capacity or 2 ** 40,
                                    device_layer=device_sources(memory, vmm, stream_pool,
-                                                               own_heap, pool_chunk),
+                                                               pool_chunk),
                                    **{**TEST_DEFAULTS, **options})
     pool.host_memory = True
     pool.host_device = memory

@@ -17,7 +17,10 @@ import pgmo.engine
 __all__ = ["Interrupt", "Injector", "DESTRUCTORS"]
 
 ENGINE = str(Path(pgmo.engine.__file__).resolve().parent)
-DEVICE_MODEL = str(Path(pgmo.engine.__file__).resolve().parents[1] / "host_device.py")
+PACKAGE = Path(pgmo.engine.__file__).resolve().parents[1]
+#: The engine's code, and the neutral placement it calls (its arena's gaps, its own heap).
+TRACED = (ENGINE, str(PACKAGE / "placement.py"))
+DEVICE_MODEL = str(PACKAGE / "host_device.py")
 #: Python drops an exception raised in a destructor ("Exception ignored in..."): an
 #: interrupt there is not the engine's to handle (the frees queue themselves in their first
 #: line, see "Commits" in pgmo/engine/frees.py).
@@ -63,7 +66,7 @@ class Injector:
         return self._local
 
     def _global(self, frame, event, arg):
-        if frame.f_code.co_filename.startswith(ENGINE) \
+        if frame.f_code.co_filename.startswith(TRACED) \
                 and (self.every is not None or not self.fired) \
                 and frame.f_code.co_name not in DESTRUCTORS and not _in_device_model(frame):
             return self._local
@@ -78,7 +81,7 @@ class Injector:
 
 
 def _engine_frame(frame) -> bool:
-    return frame is not None and frame.f_code.co_filename.startswith(ENGINE) \
+    return frame is not None and frame.f_code.co_filename.startswith(TRACED) \
         and frame.f_code.co_name not in DESTRUCTORS and not _in_device_model(frame)
 
 

@@ -291,25 +291,30 @@ def books_add_up(engine, checker):
     assert stats.used_bytes + stats.free_bytes == stats.total_bytes and stats.free_bytes >= 0
 
 
+HEAP_KINDS = {"own": "own heap (reserved range)", "driver": "stream-ordered pool"}
+
+
+@pytest.mark.parametrize("heap", HEAP_KINDS)
 @pytest.mark.parametrize("replan", ["sync", "bestfit"])
-def test_the_engine_on_the_cuda_layer_is_checked_block_by_block(replan):
+def test_the_engine_on_the_cuda_layer_is_checked_block_by_block(replan, heap):
     gpu = FakeGPU()
-    engine, _, _ = cuda_engine(gpu, replan=replan)
+    engine, _, _ = cuda_engine(gpu, replan=replan, heap=heap)
     checker = Checker(host=True, device=gpu.memory)
     drive(engine, gpu, checker)
     assert checker.corrupted == 0 and checker.overlaps == 0 and gpu.violations == []
     books_add_up(engine, checker)
     stats = engine.stats()
-    assert stats.arena_kind == "reserved range" and stats.heap_kind == "stream-ordered pool"
+    assert stats.arena_kind == "reserved range" and stats.heap_kind == HEAP_KINDS[heap]
     assert stats.device_reasons == {} and stats.planned_requests > 0
 
 
-def test_unmapping_at_a_boundary_waits_for_work_on_every_stream():
+@pytest.mark.parametrize("heap", HEAP_KINDS)
+def test_unmapping_at_a_boundary_waits_for_work_on_every_stream(heap):
     """An array of the arena used by a kernel on another stream, freed, then the arena's end
     trimmed: the unmap must follow a device-wide sync (a sync of CuPy's current stream
     leaves the other stream's kernel running on unmapped memory)."""
     gpu = FakeGPU()
-    engine, _, _ = cuda_engine(gpu)
+    engine, _, _ = cuda_engine(gpu, heap=heap)
     checker = Checker(host=True, device=gpu.memory)
     drive(engine, gpu, checker, second=gpu.create_stream())
     engine.free_all_blocks()  # the arena's idle end goes back between iterations
@@ -317,7 +322,8 @@ def test_unmapping_at_a_boundary_waits_for_work_on_every_stream():
     assert gpu.calls["cuMemUnmap"] > 0
 
 
-def test_the_cuda_layer_and_its_host_model_hold_the_same():
+@pytest.mark.parametrize("heap", HEAP_KINDS)
+def test_the_cuda_layer_and_its_host_model_hold_the_same(heap):
     """The engine on CudaRange and CudaAsyncPool and on their host analogues: same footprint,
     same calls that wait for the device, none inside an iteration."""
     pytest.importorskip("cupy")
@@ -344,12 +350,12 @@ def test_the_cuda_layer_and_its_host_model_hold_the_same():
         pool = pgmo.ProfileGuidedMemoryPool(memory, fallback=HostStockPool(memory),
                                             device_id=0, context=None, device_layer=layer,
                                             total_memory=1 << 40, replan="sync",
-                                            method="bestfit")
+                                            method="bestfit", heap=heap)
         pool.host_memory, pool.host_device = True, memory
         result = footprint.measure(run, pool)
         assert result.completed and result.corrupted == 0
         assert pool.stats().arena_kind == "reserved range"
-        assert pool.stats().heap_kind == "stream-ordered pool"
+        assert pool.stats().heap_kind == HEAP_KINDS[heap]
         results[kind] = (result.peak, memory.sync_calls, result.most_syncs_inside())
         pool.close()
     assert results["cuda"] == results["host"]
@@ -452,10 +458,11 @@ GIVING_BACK = {"cuMemUnmap", "cuMemAddressFree", "freeAsync", "memPoolTrimTo",
                "memPoolDestroy", "deviceSynchronize"}
 
 
+@pytest.mark.parametrize("heap", HEAP_KINDS)
 @pytest.mark.parametrize("code", [OUT_OF_MEMORY, NOT_SUPPORTED], ids=["oom", "not-supported"])
 @pytest.mark.parametrize("start", [0, 2], ids=["from-the-first-use", "later"])
 @pytest.mark.parametrize("call", DRIVER_CALLS + RUNTIME_CALLS)
-def test_every_cuda_call_failing_costs_no_block_lent_twice(call, start, code, caplog):
+def test_every_cuda_call_failing_costs_no_block_lent_twice(call, start, code, heap, caplog):
     """Every CUDA call of the device layer fails, from its first use (the probe's) or later
     (in the run), with out-of-memory or with another code: the run completes (a part falls
     back) or stops with CuPy's out-of-memory error at a request; no block is lent twice, the
@@ -465,7 +472,7 @@ def test_every_cuda_call_failing_costs_no_block_lent_twice(call, start, code, ca
     gpu = FakeGPU(HostMemory(capacity=1 << 30))
     fail = {call: (code, start)}
     engine, _, _ = cuda_engine(gpu, driver_fail=fail if call in DRIVER_CALLS else None,
-                               runtime_fail=fail if call in RUNTIME_CALLS else None)
+                               runtime_fail=fail if call in RUNTIME_CALLS else None, heap=heap)
     checker = Checker(host=True, device=gpu.memory)
     try:
         drive(engine, gpu, checker, second=gpu.create_stream())

@@ -130,7 +130,9 @@ class Engine:
         self.planner = Planner(options.solver, options.replan)
         self.memory = memory = DeviceMemory(hot, backend.allocate, backend.fallback,
                                             backend.oom_error, backend.reserve, backend.heap,
-                                            backend.device_memory, dict(backend.reasons))
+                                            backend.device_memory, dict(backend.reasons),
+                                            own_heap=options.heap == "own",
+                                            stream=backend.context)
         self._context = backend.context
         self._device = backend.device
         between, self._between_source = memory.between_iterations()

@@ -31,6 +31,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+from pgmo.placement import APART
+
 __all__ = ["Arena", "APART", "ARENA", "STOCK", "EXACT", "KEPT", "SOURCE_BITS", "KEY_BIAS",
            "KEY_LOW"]
 
@@ -50,9 +52,8 @@ ARENA = 0  # carved from the plan's arena
 STOCK = 1  # CuPy's stock pool: interrupted, outside iterations, other threads or streams
 EXACT = 2  # a device allocation of its own, given back at its free
 KEPT = 3  # a survivor's buffer, kept for the same request of the next iteration
-#: What a placer (:mod:`.placement`) answers for a request of a survivor's size:
-#: a kept buffer, not the arena.
-APART = -2
+# APART (pgmo.placement): what a placer answers for a request of a survivor's size: a kept
+# buffer, not the arena.
 #: A rounded size is a multiple of 512: in the inbox its low bits carry the source.
 SOURCE_BITS = 3
 

@@ -41,7 +41,7 @@ from .frees import (APART, ARENA, EXACT, KEPT, KEY_BIAS, KEY_LOW, SOURCE_BITS, S
                     Counts, Inbox, Release)
 
 if TYPE_CHECKING:
-    from .placement import Placer
+    from pgmo.placement import Placer
     from .schedule import Row
 
 __all__ = ["HotPath", "COMPILED", "NO_SLOT", "NOT_FREED", "OUTSIDE", "WATCHED", "SLOW",

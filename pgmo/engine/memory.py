@@ -94,7 +94,8 @@ from .frees import EXACT, KEPT, STOCK, Arena
 from .handout import HotPath
 from .kept import KeptBuffers
 from .options import Buffer, ReservedRange, StockPool, StreamHeap
-from .placement import Placer
+from .own_heap import OwnHeap
+from ..placement import Placer
 from .raw_heap import RawHeap
 
 __all__ = ["DeviceMemory", "RawListener", "GROWTH", "MAPPING_MAX", "TRIM_SLACK"]
@@ -128,19 +129,26 @@ class DeviceMemory:
                  oom_error: Callable[[int, int, int], BaseException],
                  reserve: Callable[[int | None], ReservedRange] | None = None,
                  heap: Callable[[], StreamHeap] | None = None, device_memory: int = 0,
-                 reasons: dict[str, str] | None = None):
+                 reasons: dict[str, str] | None = None, own_heap: bool = True,
+                 stream: Callable[[], object] | None = None):
         """``allocate(size)``: the raw allocator (cudaMalloc; MemoryError when full);
         ``stock``: CuPy's pool; ``oom_error(size, total, limit)``: a full device's error;
         ``reserve(size)``: a virtual address range (None: no virtual memory management);
-        ``heap()``: a private stream-ordered pool (None: a raw allocation per request);
-        ``device_memory``: the device's size (what a reservation spans); ``reasons``: why
-        a part of the device layer is not used from the start (part -> why)."""
+        ``heap()``: the driver's private stream-ordered pool (None: none); ``own_heap``:
+        the heap is pgmo's own (:mod:`.own_heap`) where there is virtual memory, else that
+        pool, else a raw allocation per request; ``stream()`` names the current stream
+        (the own heap serves one at a time); ``device_memory``: the device's size (what a
+        reservation spans); ``reasons``: why a part of the device layer is not used from
+        the start (part -> why)."""
         self.hot = hot
         self.allocate = allocate
         self.stock = stock
         self.oom_error = oom_error
         self._reserve = reserve
         self._make_heap = heap
+        self._own_heap = own_heap and reserve is not None
+        self._heap_reserve = reserve  # the own heap's (the arena's may be given up: rule 7)
+        self._stream = stream
         self.device_memory = device_memory
         self.range: ReservedRange | None = None  # the reserved range (taken at the first arena)
         self.heap: StreamHeap | None = None  # the heap that serves now (made at its first request)
@@ -173,12 +181,14 @@ class DeviceMemory:
 
     @property
     def heap_kind(self) -> str:
-        """What serves memory of a block's own now: ``"stream-ordered pool"`` or
-        ``"cudaMalloc per request"``."""
+        """What serves memory of a block's own now: ``"own heap (reserved range)"``,
+        ``"stream-ordered pool"`` (the driver's) or ``"cudaMalloc per request"``."""
         heap = self.heap
         if heap is None:
+            if self._own_heap:
+                return OwnHeap.kind
             return STREAM_POOL if self._make_heap is not None else RawHeap.kind
-        return RawHeap.kind if isinstance(heap, RawHeap) else STREAM_POOL
+        return str(getattr(heap, "kind", STREAM_POOL))
 
     def _on_range(self, arena: Arena) -> bool:
         return self.range is not None and arena.buffer is self.range
@@ -243,9 +253,10 @@ class DeviceMemory:
 
     def between_iterations(self) -> tuple[Callable[[int], Buffer], int]:
         """What serves the owner's requests between iterations, and its source: the heap
-        when it is a stream-ordered pool (model weights made before the first iteration
-        never sit in a cache whose release costs a cudaFree each), else the stock pool."""
-        if self._make_heap is not None:
+        when it is pgmo's own or a stream-ordered pool (model weights made before the first
+        iteration never sit in a cache whose release costs a cudaFree each), else the stock
+        pool."""
+        if self._own_heap or self._make_heap is not None:
             return self.exact, EXACT
         stock = self.stock
         return (lambda rs: stock.malloc(rs)), STOCK
@@ -253,24 +264,37 @@ class DeviceMemory:
     def _heap(self) -> StreamHeap:
         heap = self.heap
         if heap is None:
-            if self._make_heap is not None:
-                try:
+            try:
+                if self._own_heap:
+                    assert self._heap_reserve is not None  # own_heap needs virtual memory
+                    # address space is cheap, contiguous gaps are not: 8x the device
+                    heap = OwnHeap(self._heap_reserve(8 * self.device_memory or None),
+                                   self._stream)
+                elif self._make_heap is not None:
                     heap = self._make_heap()
-                except DeviceError as e:  # rule 7
-                    self._heap_off(f"{e}")
-                    return self._heap()
-            else:
-                heap = RawHeap(self.allocate)
+                else:
+                    heap = RawHeap(self.allocate)
+            except (DeviceError, MemoryError) as e:  # rule 7 (MemoryError: no address space)
+                self._heap_off(f"{e}")
+                return self._heap()
             self.heap = heap
         return heap
 
     def _heap_off(self, why: str) -> None:
-        """Rule 7: a cudaMalloc per request from now on; the old heap stays for its blocks."""
-        self._make_heap = None
-        if self.heap is not None and not isinstance(self.heap, RawHeap):
-            self._old_heaps.append(self.heap)
+        """Rule 7: the next heap from now on (pgmo's own, the driver's pool, a cudaMalloc per
+        request); the old heap stays for its blocks."""
+        heap = self.heap
+        if heap is not None and not isinstance(heap, RawHeap):
+            self._old_heaps.append(heap)
         self.heap = None
-        self._fall_back("heap", why)
+        if self._own_heap:
+            self._own_heap = False
+            nxt = STREAM_POOL if self._make_heap is not None else RawHeap.kind
+        else:
+            self._make_heap = None
+            nxt = RawHeap.kind
+        self.reasons["heap"] = f"{why}; the heap is a {nxt} from now on"
+        log.warning("pgmo's heap is a %s from now on: %s", nxt, why)
 
     def reuse(self, rs: int) -> Buffer | None:
         """A block of the stock pool's idle memory, if it holds ``rs`` bytes without growing.
@@ -374,6 +398,7 @@ class DeviceMemory:
         if arena is not None:
             self.drop()  # lives on while its blocks do
         hot.set_arena(taken)
+        self._cleared("arena refused")  # the plan's arena was had
         return True
 
     def drop(self) -> None:
@@ -413,7 +438,6 @@ class DeviceMemory:
         arena = Arena(buffer, size)
         self.arenas.add(arena)
         self.blocked = False  # a smaller arena, taken after a larger one was refused
-        self._cleared("arena refused")
         return arena
 
     # ------------------------------------------------ the reserved-range arena

@@ -16,7 +16,10 @@ from typing import Any, Callable, Mapping, Protocol
 from ..solver.options import SolverOptions, solver_options
 from .planner import REPLAN_MODES
 
-__all__ = ["Backend", "PoolOptions", "PlainMemory", "pool_options", "Buffer", "StockPool",
+#: The heaps a pool may use for memory of a block's own (the ``heap`` option).
+HEAPS = ("own", "driver")
+
+__all__ = ["HEAPS", "Backend", "PoolOptions", "PlainMemory", "pool_options", "Buffer", "StockPool",
            "ReservedRange", "StreamHeap"]
 
 
@@ -173,6 +176,10 @@ class PoolOptions:
     detect_iterations: bool = True  # find iterations when the user marks none
     warn_after: int = 10_000  # requests without iterations before one warning
     shape_plans: bool = True  # a recurring iteration shape gets its own plan (see .shapes)
+    # where memory of a block's own comes from: "own" (a heap of pgmo's own in reserved
+    # address space, page by page) or "driver" (the driver's stream-ordered pool, which
+    # grows and trims in 32 MiB steps); see engine/memory.py and engine/own_heap.py
+    heap: str = "own"
     solver: SolverOptions = field(default_factory=SolverOptions)
 
     def __post_init__(self) -> None:
@@ -181,6 +188,8 @@ class PoolOptions:
         if self.replan not in REPLAN_MODES:  # the one check (the planner trusts it)
             raise ValueError(f"unknown replan mode {self.replan!r}; choose one of "
                              f"{', '.join(REPLAN_MODES)}")
+        if self.heap not in HEAPS:
+            raise ValueError(f"unknown heap {self.heap!r}; choose one of {', '.join(HEAPS)}")
         if self.warn_after < 1:
             raise ValueError(f"warn_after must be >= 1, got {self.warn_after!r}")
 
