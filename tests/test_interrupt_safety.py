@@ -183,3 +183,31 @@ def test_a_storm_of_interrupts_never_lends_a_block_twice(hot_path, interval, rep
     del engine
     gc.collect()
     assert device.in_use == 0
+
+
+def test_the_injector_skips_only_the_line_event_before_a_with_statements_exit():
+    """The line event CPython sends as a ``with`` body ends (before ``__exit__``, where no
+    signal is delivered) is skipped; the statement's own line and its body are not."""
+    import threading
+
+    from .interrupts import with_exits
+
+    lock = threading.Lock()
+
+    def guarded():
+        with lock:
+            x = 1
+        return x
+
+    assert len(with_exits(guarded.__code__)) == 1
+    fired_at = []
+    for at in range(1, 4):
+        try:
+            with Injector(at, traced=(guarded.__code__.co_filename,)):
+                guarded()
+        except Interrupt:
+            fired_at.append(at)
+        assert lock.acquire(blocking=False), f"the lock was left taken at event {at}"
+        lock.release()
+    # three line events besides the exit's: the with, its body, the return
+    assert fired_at == [1, 2, 3], fired_at
