@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -487,8 +488,13 @@ def main(argv=None) -> int:
             rows.append(_bench_one(item))
             print(f"{rows[-1]['name']}: {rows[-1]['seconds']:.0f} s", file=sys.stderr,
                   flush=True)
-    command = "python -m scripts.bench_footprint " + " ".join(sys.argv[1:] if argv is None
-                                                               else argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    for flag in ("-o", "--output"):  # where the report goes is not how it was made
+        if flag in given:
+            k = given.index(flag)
+            del given[k:k + 2]
+    command = "python -m scripts.bench_footprint " + " ".join(
+        shlex.quote(a) for a in given)
     body = tables(rows, columns(args))
     targets = verdicts(rows, columns(args))
     report = ["# Device footprint and syncs over whole runs (CPU model)", "",
@@ -496,8 +502,9 @@ def main(argv=None) -> int:
               f"- modes: {', '.join(args.modes)}; solver time limit {args.time_limit} s; "
               f"{args.step_ms:g} ms of compute per iteration in background modes (but 'no "
               f"compute'); {time.perf_counter() - started:.0f} s in all",
-              "- the device is the host model (pgmo.host_device: 2 MiB pages, synchronizing "
-              "calls counted, a capacity wall), calibrated on the H100 run of 2026-11-25: "
+              "- the device is the host model (pgmo.host_device: 2 MiB pages, calls that wait "
+              "and release calls counted, a capacity wall), calibrated on the H100 run of "
+              "2026-11-25: "
               "figures of the CPU model, not GPU measurements",
               "- each column names the heap of the iterations no plan covers: [own heap] "
               "(pgmo's default: page by page in a reserved range of its own), or the "
