@@ -21,6 +21,8 @@ Programs (no GPU needed unless said):
 ``gpu_quick_check``   GPU: what the device layer and its host model assume, settled
                       in 8 minutes; fails when a part fell back (``--dry-run``:
                       stand-ins on the CPU)
+``fit_host_model``    the host model's device parameters fitted to a quick check's
+                      ``quick-check.json``
 ``record_traces``     GPU: one iteration's requests per workload (``--device -1``:
                       a CPU dry run)
 ``record_runs``       whole runs of the examples recorded on the CPU

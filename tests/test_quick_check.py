@@ -1,11 +1,12 @@
-"""The quick GPU check on the CPU: its stand-ins, each step's logic, its judgement and its dry run.
+"""The quick GPU check on the CPU: its stand-ins, each step's logic, its judgement, its dry run, and
+the fit of the host model to its results.
 
 The steps run in-process on :mod:`scripts.gpu_stand_ins` (host memory under
 pgmo's real device layer, streams with queued work, the faults a GPU would
 raise); each check that must fail is shown failing on a pool broken the way
 the check is meant to catch (no device sync before an unmap, a free ordered
 on another thread's stream, a driver that refuses).  The whole dry run runs
-once, as a user starts it.
+once, as a user starts it, and its ``quick-check.json`` is what the fit reads.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ stand_ins = script("gpu_stand_ins")
 steps = script("quick_check_steps")
 report = script("quick_check_report")
 quick = script("gpu_quick_check")
+fit = script("fit_host_model")
 
 #: Small options for the steps run in-process.
 SMALL = {"iterations": 3, "scale": 0.05, "touch_ms": 0.3, "sizes": [512, 2 * MiB],
@@ -436,6 +438,80 @@ def test_the_dry_runs_report_has_its_tables(dry_run):
                if re.match(r"^\| (h100-alexnet|lstm-random)", line)]
     assert len(replays) == 4
     assert "arena from             reserved range" in text
+
+
+# ------------------------------------------------------------------ fitting the host model
+def test_the_fit_of_the_dry_runs_results_recovers_the_stand_ins_parameters(dry_run, tmp_path):
+    out_dir, _ = dry_run
+    target = tmp_path / "device_params.py"
+    done = subprocess.run([sys.executable, "-m", "scripts.fit_host_model",
+                           str(out_dir / "quick-check.json"), "--out", str(target)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == f"wrote {target}"
+    params, source = fit.current(target)
+    assert params["page"] == 2 * MiB and params["pool_chunk"] == 32 * MiB
+    assert params["pool_trim_step"] == 32 * MiB
+    calls = params["call_us"]
+    assert set(calls) >= {"cudaMalloc", "cudaFree", "cuMemMap", "cuMemSetAccess", "cuMemUnmap",
+                          "cudaMemPoolTrimTo(0)"}
+    assert [op for op, c in calls.items() if c["waits"]] == ["cudaFree"]
+    assert all(c["fixed"] > 0 for c in calls.values())
+    assert source["kind"] == "dry run (stand-ins)" and source["device"] == stand_ins.NAME
+    namespace: dict = {}
+    exec(target.read_text(), namespace)  # the file is a module: what the model imports
+    assert namespace["PARAMS"] == params
+
+
+def test_a_dry_runs_results_never_overwrite_the_packages_parameters(dry_run):
+    out_dir, _ = dry_run
+    before = fit.PARAMS_FILE.read_text()
+    done = subprocess.run([sys.executable, "-m", "scripts.fit_host_model",
+                           str(out_dir / "quick-check.json")], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"fit_host_model: error: {out_dir / 'quick-check.json'}: a "
+                                   "dry run's numbers are the stand-ins', not a GPU's: give "
+                                   "--out another file")
+    assert fit.PARAMS_FILE.read_text() == before
+
+
+def test_the_fit_keeps_what_a_gpu_run_did_not_measure_and_says_so():
+    old = {"page": 2 * MiB, "pool_chunk": 32 * MiB, "pool_trim_step": 32 * MiB, "call_us": {}}
+    results = {"driver-pool": {"fresh": [{"size": 512, "reserved": 2 * MiB},
+                                         {"size": 40 * MiB, "reserved": 40 * MiB}],
+                               "one_live_per_growth": {"kept": 4,
+                                                       "reserved_after_trim": 8 * MiB}}}
+    new, notes = fit.fit({"results": results}, old)
+    assert new == {**old, "pool_chunk": 2 * MiB, "pool_trim_step": 2 * MiB}
+    assert "page: not measured (steps costs and driver-pool missing); kept" in notes
+    assert fit.changes(old, new) == ["pool_chunk: 33554432 -> 2097152",
+                                     "pool_trim_step: 33554432 -> 2097152"]
+    # a pool that grows in 32 MiB but trims pages: reported, for the model to change
+    results["driver-pool"]["fresh"] = [{"size": 512, "reserved": 32 * MiB}]
+    new, notes = fit.fit({"results": results}, old)
+    assert new["pool_trim_step"] == 2 * MiB and any("pessimistic" in n for n in notes)
+
+
+def test_the_fit_answers_a_wrong_file_in_one_line(tmp_path):
+    (tmp_path / "other.json").write_text('{"command": "x"}')
+    (tmp_path / "broken.json").write_text("{")
+    for name, message in (("missing.json", "no such file"), ("other.json", 'no "results" field'),
+                          ("broken.json", "not JSON (line 1")):
+        done = subprocess.run([sys.executable, "-m", "scripts.fit_host_model",
+                               str(tmp_path / name), "--check"], capture_output=True,
+                              text=True, timeout=120, cwd=ROOT)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+        assert message in done.stderr
+
+
+def test_the_host_models_page_and_chunk_are_the_fitted_parameters():
+    """One source of truth: the host model's page and pool chunk are the fitted ones."""
+    from pgmo import device_params, host_device
+
+    assert host_device.DRIVER_PAGE == device_params.PARAMS["page"]
+    assert host_device.DRIVER_POOL_CHUNK == device_params.PARAMS["pool_chunk"]
+    assert fit.current() == (device_params.PARAMS, device_params.SOURCE)
 
 
 def test_the_quick_check_process_stops_on_ctrl_c_with_one_line(tmp_path):
