@@ -388,11 +388,15 @@ def fetch_wheels(tmp_path, *args, plan=None, existing=()):
     return checkout, result
 
 
+BINDINGS = ["cuda_bindings-13.5.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+            "cuda_pathfinder-1.9.1-py3-none-any.whl", "nvidia_ml_py-13.580.82-py3-none-any.whl"]
+
+
 @needs_shell
 def test_fetch_wheels_builds_chainer_under_pgmos_constraints(tmp_path):
     checkout, result = fetch_wheels(tmp_path)
     assert result.returncode == 0, result.stderr
-    [call] = checkout.calls()
+    call = checkout.calls()[0]
     assert call["argv"] == ["-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir",
                             "-w", ".whl", "chainer==7.8.1"]
     assert call["cwd"] == str(checkout.root)
@@ -401,51 +405,101 @@ def test_fetch_wheels_builds_chainer_under_pgmos_constraints(tmp_path):
         "constraints-chainer.txt"
     assert "setuptools<82" in (checkout.root / "constraints-chainer.txt").read_text()
     assert sorted(p.name for p in (checkout.root / ".whl").iterdir()) == [
-        "chainer-7.8.1-py3-none-any.whl"]
-    assert result.stdout.splitlines()[-1] == "total: 1000 bytes"
+        "chainer-7.8.1-py3-none-any.whl", *BINDINGS]
+    assert result.stdout.splitlines()[-1] == "total: 1550 bytes"
 
 
-def download_argv(checkout):
-    """The one pip download after the Chainer wheel: binary wheels for the device's CPython."""
-    wheel, download = checkout.calls()
-    assert wheel["step"] == "pip-wheel" and download["step"] == "pip-download"
-    argv = download["argv"]
-    assert {"--no-deps", "--only-binary=:all:"} <= set(argv)
-    assert argv[argv.index("--python-version") + 1] == "3.12"
-    return argv
+def downloads(checkout) -> list[list[str]]:
+    """The pip downloads after the Chainer wheel: binary wheels for the device's CPython."""
+    wheel, *calls = checkout.calls()
+    assert wheel["step"] == "pip-wheel" and all(c["step"] == "pip-download" for c in calls)
+    for call in calls:
+        argv = call["argv"]
+        assert argv[:3] == ["-m", "pip", "download"]
+        assert {"--no-deps", "--only-binary=:all:"} <= set(argv)
+        assert argv[argv.index("--python-version") + 1] == "3.12"
+        assert argv[argv.index("--implementation") + 1] == "cp"
+        assert argv[argv.index("-d") + 1] == ".whl"
+        platforms = [argv[i + 1] for i, a in enumerate(argv) if a == "--platform"]
+        assert "manylinux2014_x86_64" in platforms and all("x86_64" in p for p in platforms)
+    return [call["argv"] for call in calls]
+
+
+@needs_shell
+def test_fetch_wheels_fetches_the_cuda_bindings_of_the_cupy_wheels_cuda(tmp_path):
+    """cupy-cuda13x (the default) needs cuda-bindings 13.x, cupy-cuda12x 12.x (pgmo's cuda13 and
+    cuda12 extras): without them the arena falls back to cudaMalloc on the GPU machine."""
+    checkout, result = fetch_wheels(tmp_path)
+    assert result.returncode == 0, result.stderr
+    [argv] = downloads(checkout)
+    assert argv[-3:] == ["cuda-bindings>=13,<14", "cuda-pathfinder", "nvidia-ml-py"]
+    checkout, result = fetch_wheels(tmp_path / "cuda12", "--cuda", "12")
+    assert result.returncode == 0, result.stderr
+    [argv] = downloads(checkout)
+    assert argv[-3] == "cuda-bindings>=12.6,<13"
+    assert "cuda_bindings-12.9.4-cp312-cp312-manylinux_2_28_x86_64.whl" in \
+        [p.name for p in (checkout.root / ".whl").iterdir()]
 
 
 @needs_shell
 def test_fetch_wheels_with_ortools_downloads_wheels_for_cpython_312(tmp_path):
     checkout, result = fetch_wheels(tmp_path, "--ortools")
     assert result.returncode == 0, result.stderr
-    argv = download_argv(checkout)
-    assert argv[:3] == ["-m", "pip", "download"]
-    assert argv[-2:] == ["ortools==9.15.6755", "immutabledict"]
-    assert argv[argv.index("--implementation") + 1] == "cp"
-    assert argv[argv.index("-d") + 1] == ".whl"
-    platforms = [argv[i + 1] for i, a in enumerate(argv) if a == "--platform"]
-    assert "manylinux2014_x86_64" in platforms and all("x86_64" in p for p in platforms)
-    assert result.stdout.splitlines()[-1] == "total: 3100 bytes"
+    assert downloads(checkout)[-1][-2:] == ["ortools==9.15.6755", "immutabledict"]
+    assert result.stdout.splitlines()[-1] == "total: 3650 bytes"
 
 
 @needs_shell
 def test_fetch_wheels_with_mpi_downloads_mpi4py_and_mpich(tmp_path):
-    checkout, result = fetch_wheels(tmp_path, "--mpi")
+    checkout, result = fetch_wheels(tmp_path, "--mpi", "--cuda", "13")
     assert result.returncode == 0, result.stderr
-    argv = download_argv(checkout)
-    assert argv[-2:] == ["mpi4py>=4.1", "mpich>=5.0"]
+    assert downloads(checkout)[-1][-2:] == ["mpi4py>=4.1", "mpich>=5.0"]
     assert sorted(p.name for p in (checkout.root / ".whl").iterdir()) == [
-        "chainer-7.8.1-py3-none-any.whl", "mpi4py-4.1.2-cp312-cp312-manylinux1_x86_64.whl",
-        "mpich-5.0.2-py3-none-manylinux_2_28_x86_64.whl"]
-    assert result.stdout.splitlines()[-1] == "total: 2000 bytes"
+        "chainer-7.8.1-py3-none-any.whl", *BINDINGS[:2],
+        "mpi4py-4.1.2-cp312-cp312-manylinux1_x86_64.whl",
+        "mpich-5.0.2-py3-none-manylinux_2_28_x86_64.whl", BINDINGS[2]]
+    assert result.stdout.splitlines()[-1] == "total: 2550 bytes"
 
 
 @needs_shell
-def test_fetch_wheels_refuses_an_unknown_option(tmp_path):
-    _, result = fetch_wheels(tmp_path, "--mpi4py")
+@pytest.mark.parametrize("args, message", [
+    (["--mpi4py"], "error: unknown option --mpi4py (options: --cuda 12|13 --ortools --mpi)"),
+    (["--cuda", "11"], "error: --cuda takes 12 or 13"),
+    (["--ortools", "--cuda"], "error: --cuda takes 12 or 13")])
+def test_fetch_wheels_refuses_a_mistake_before_any_download(tmp_path, args, message):
+    checkout, result = fetch_wheels(tmp_path, *args)
     assert result.returncode == 2
-    assert "error: unknown option --mpi4py (options: --ortools --mpi)" in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and \
+        result.stderr.startswith(message)
+    assert checkout.calls() == []
+
+
+@needs_shell
+def test_fetch_wheels_answers_ctrl_c_with_one_line(tmp_path):
+    import signal
+    import time
+
+    checkout = Checkout(tmp_path, ["scripts/fetch_gpu_wheels.sh", "constraints-chainer.txt"],
+                        {"pip-wheel": {"sleep": 30}})
+    env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "LC_ALL")}
+    env.update(PATH=f"{checkout.bin}{os.pathsep}{os.environ['PATH']}", PYTHON=checkout.py,
+               STUB_CALLS=str(checkout.calls_file), STUB_PLAN=str(checkout.plan_file),
+               STUB_CLOCK=str(checkout.clock))
+    process = subprocess.Popen(["bash", str(checkout.root / "scripts" / "fetch_gpu_wheels.sh")],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        for _ in range(100):  # until pip (the stub) runs
+            if checkout.calls():
+                break
+            time.sleep(0.1)
+        os.killpg(process.pid, signal.SIGINT)  # the terminal's Ctrl-C: the whole group
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130
+    assert err.strip().splitlines()[-1] == "fetch_gpu_wheels: stopped (Ctrl-C)"
 
 
 @needs_shell
@@ -460,7 +514,8 @@ def test_fetch_wheels_refuses_more_than_48_mib(tmp_path):
     _, result = fetch_wheels(tmp_path, plan={"pip-wheel": {"size": 48 * 2**20 + 1}})
     assert result.returncode == 1
     assert "error: wheels exceed 48 MiB" in result.stderr
-    _, result = fetch_wheels(tmp_path / "fits", plan={"pip-wheel": {"size": 48 * 2**20}})
+    _, result = fetch_wheels(tmp_path / "fits",
+                             plan={"pip-wheel": {"size": 48 * 2**20 - 550}})  # + the bindings
     assert result.returncode == 0, result.stderr
 
 
