@@ -1,4 +1,4 @@
-"""What taking device memory costs each way, idle and behind queued kernels (quick check, part a).
+"""What taking device memory costs each way, idle and behind queued kernels (the quick check's costs).
 
 Three ways a pool can take and give back device memory, each call timed on
 the host at several sizes:
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from types import SimpleNamespace
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 SIZES = (512, 64 * KiB, 2 * MiB, 20 * MiB, 256 * MiB, 4 * GiB)

@@ -166,7 +166,9 @@ def per_thread_stream(gpu, options: dict) -> dict:
     busy: list[bool] = []  # the owner's stream still working at each drop
     stream = gpu.current_stream()
     out: dict[str, Any] = {"stream": int(stream.ptr), "dropped_elsewhere": 0}
-    heap = lambda: getattr(pool.engine.memory, "heap", None)  # noqa: E731
+
+    def heap():
+        return getattr(pool.engine.memory, "heap", None)
 
     def drop_elsewhere() -> None:
         """Drop the handed blocks on a thread of their own, as a loader or the collector
