@@ -1,9 +1,13 @@
 """The quick GPU check: what pgmo's device layer and its host model assume, settled in one command.
 
-Run it first on a machine with a GPU (it needs CuPy, ``cuda-bindings`` and
-``nvidia-ml-py``; ``scripts/fetch_gpu_wheels.sh`` fetches the last two for a
-machine without network access, and ``scripts/gpu_session.sh`` installs them)::
+Run it first on a machine with a GPU.  It needs CuPy, ``cuda-bindings`` of
+CuPy's CUDA major (and ``cuda-pathfinder``) and ``nvidia-ml-py``; for a GPU
+machine without network access ``scripts/fetch_gpu_wheels.sh`` (``--cuda 13``
+or ``12``) puts their wheels into ``.whl/`` on a machine with it, and
+``scripts/gpu_session.sh`` installs them, or by hand::
 
+    pip install --no-index --no-deps .whl/cuda_bindings-*.whl .whl/cuda_pathfinder-*.whl \
+        .whl/nvidia_ml_py-*.whl
     python -m scripts.gpu_quick_check --device 0 --out quick-check   # under 8 min on an H100
     python -m scripts.gpu_quick_check --dry-run --out /tmp/qc        # the CPU, stand-ins, seconds
 
