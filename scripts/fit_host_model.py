@@ -42,16 +42,19 @@ change, 2 for a file that is missing or not a quick check's.
 
 from __future__ import annotations
 
-import argparse
-import ast
-import json
-import math
-import pprint
-import sys
-from functools import reduce
-from pathlib import Path
+from pgmo import programs
 
-import numpy as np
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
+
+import ast  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import pprint  # noqa: E402
+import sys  # noqa: E402
+from functools import reduce  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS_FILE = ROOT / "pgmo" / "device_params.py"
@@ -216,11 +219,10 @@ def changes(old: dict, new: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = programs.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, help="the quick check's quick-check.json")
     parser.add_argument("--out", "-o", type=Path, default=PARAMS_FILE,
-                        help="the parameters file to write (default: pgmo/device_params.py)")
+                        help="the parameters file to write")
     parser.add_argument("--check", action="store_true",
                         help="write nothing: say what would change (exit 1 if anything)")
     args = parser.parse_args(argv)
@@ -232,12 +234,8 @@ def main(argv=None) -> int:
                            "GPU's: give --out another file")
         old, _ = current(args.out if args.out.exists() else PARAMS_FILE)
         new, notes = fit(data, old)
-    except (FitError, OSError) as error:
-        print(f"fit_host_model: error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("fit_host_model: stopped (Ctrl-C); nothing written", file=sys.stderr)
-        return 130
+    except OSError as error:
+        raise FitError(str(error)) from error
     for note in notes:
         print(f"note: {note}")
     diff = changes(old, new)
@@ -250,4 +248,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(programs.run(main, errors=(FitError,)))

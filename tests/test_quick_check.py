@@ -480,7 +480,7 @@ def test_a_dry_runs_results_never_overwrite_the_packages_parameters(dry_run):
                            str(out_dir / "quick-check.json")], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert done.returncode == 2
-    assert done.stderr.strip() == (f"fit_host_model: error: {out_dir / 'quick-check.json'}: a "
+    assert done.stderr.strip() == (f"fit_host_model.py: error: {out_dir / 'quick-check.json'}: a "
                                    "dry run's numbers are the stand-ins', not a GPU's: give "
                                    "--out another file")
     assert fit.PARAMS_FILE.read_text() == before
