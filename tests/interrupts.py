@@ -45,18 +45,18 @@ class Interrupt(KeyboardInterrupt):
 
 @lru_cache(maxsize=None)
 def with_exits(code) -> frozenset[int]:
-    """Offsets in ``code`` where a ``with`` body's normal exit starts: three ``None`` loaded
-    for ``__exit__(None, None, None)``, then the call (``PRECALL``/``CALL`` with 2 arguments,
-    how CPython 3.11-3.13 compile it)."""
+    """Offsets in ``code`` of a ``with`` statement's exit machinery before ``__exit__`` runs:
+    what CPython (3.11-3.13) attributes to the statement's line after its ``BEFORE_WITH``
+    (the ``None`` arguments of a normal exit, the ``SWAP`` of a ``return`` inside, the
+    handler's ``PUSH_EXC_INFO`` of an exception's exit)."""
     ins = list(dis.get_instructions(code))
-    found = set()
-    for k in range(len(ins) - 3):
-        nones = ins[k:k + 3]
-        call = ins[k + 3]
-        if all(i.opname == "LOAD_CONST" and i.argval is None for i in nones) \
-                and call.opname in ("PRECALL", "CALL") and call.arg == 2:
-            found.add(ins[k].offset)
-    return frozenset(found)
+    entered: dict[int, int] = {}  # line -> the first BEFORE_WITH on it
+    for i in ins:
+        line = i.positions.lineno if i.positions else None
+        if i.opname == "BEFORE_WITH" and line is not None:
+            entered[line] = min(entered.get(line, i.offset), i.offset)
+    return frozenset(i.offset for i in ins if i.positions and i.positions.lineno in entered
+                     and i.offset > entered[i.positions.lineno])
 
 
 def _in_device_model(frame) -> bool:

@@ -185,29 +185,41 @@ def test_a_storm_of_interrupts_never_lends_a_block_twice(hot_path, interval, rep
     assert device.in_use == 0
 
 
-def test_the_injector_skips_only_the_line_event_before_a_with_statements_exit():
-    """The line event CPython sends as a ``with`` body ends (before ``__exit__``, where no
-    signal is delivered) is skipped; the statement's own line and its body are not."""
+def test_the_injector_skips_only_a_with_statements_exit_before_its___exit__():
+    """The line events CPython sends on a ``with`` statement's line as its body ends (a
+    normal end, a ``return`` inside, an exception's way out), before ``__exit__`` runs and
+    where no signal is delivered, are skipped; every other line is still interrupted, and
+    no interrupt leaves the lock taken."""
     import threading
-
-    from .interrupts import with_exits
 
     lock = threading.Lock()
 
-    def guarded():
+    def normal():
         with lock:
             x = 1
         return x
 
-    assert len(with_exits(guarded.__code__)) == 1
-    fired_at = []
-    for at in range(1, 4):
+    def returns():
+        with lock:
+            return 1
+
+    def raises():
         try:
-            with Injector(at, traced=(guarded.__code__.co_filename,)):
-                guarded()
-        except Interrupt:
-            fired_at.append(at)
-        assert lock.acquire(blocking=False), f"the lock was left taken at event {at}"
-        lock.release()
-    # three line events besides the exit's: the with, its body, the return
-    assert fired_at == [1, 2, 3], fired_at
+            with lock:
+                raise ValueError
+        except ValueError:
+            return 1
+
+    # line events besides the skipped exits: the with, the body's lines, the return
+    # (raises: the try, the with, the raise, the except, the return)
+    for guarded, lines in ((normal, 3), (returns, 2), (raises, 5)):
+        fired_at = []
+        for at in range(1, 8):
+            try:
+                with Injector(at, traced=(guarded.__code__.co_filename,)):
+                    guarded()
+            except Interrupt:
+                fired_at.append(at)
+            assert lock.acquire(blocking=False), f"{guarded.__name__}: lock left at {at}"
+            lock.release()
+        assert fired_at == list(range(1, lines + 1)), (guarded.__name__, fired_at)
