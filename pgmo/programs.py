@@ -207,13 +207,17 @@ class _Watched:
         self._beat = beat
 
     def write(self, text: str) -> int:
-        with self._beat.lock:
-            if text:  # open until written (a Ctrl-C can land right after the write)
-                self._beat.open_line = self._stream
-            written = self._stream.write(text)
-            if text:
-                self._beat.wrote(text, self._stream)
-        return written
+        beat = self._beat
+        with beat.lock:
+            if not text:
+                return self._stream.write(text)
+            beat.last = time.monotonic()
+            ends = text.endswith("\n")
+            # Nothing Python checks for a signal at between the next two statements (a
+            # Ctrl-C lands before both or after both): what the line will be once written,
+            # then the write (unbuffered, the reader may see it before write returns).
+            beat.open_line = None if ends else self._stream
+            return self._stream.write(text)
 
     def writelines(self, lines: Iterable[str]) -> None:
         for line in lines:
