@@ -189,6 +189,10 @@ def main(argv=None) -> None:
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
+    for name in ("n", "iterations", "repeat"):
+        if getattr(args, name) < 1:
+            ap.error(f"{'-n' if name == 'n' else '--' + name} must be at least 1, got "
+                     f"{getattr(args, name)}")
     table, baseline, pool_alone = (gpu_table if args.gpu else cpu_table)(
         args.n, args.iterations, args.repeat)
     print(report(table, baseline, pool_alone))

@@ -146,7 +146,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="also solve two random traces of N blocks (repeatable)")
     ap.add_argument("--busy-core", action="store_true",
                     help="keep one core busy with another process during the run")
-    ap.add_argument("-o", "--output", type=Path, help="also write the tables to this Markdown file")
+    ap.add_argument("-o", "--output", type=programs.output_file,
+                    help="also write the tables to this Markdown file")
     timing = ap.add_argument_group(
         "best-fit timing", "--bestfit-timing: time the paper's best-fit heuristic alone on "
         "random traces and the trace files given (the options above but --inclusive do not "
