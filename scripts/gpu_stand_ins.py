@@ -317,7 +317,7 @@ class Driver:
 
     def cuMemUnmap(self, ptr, size: int):  # noqa: N802
         self.device.touch()
-        self.device.drain()  # modelled as synchronizing, as issue 26 expects unmapping to
+        self.device.drain()  # modelled as synchronizing, as unmapping is expected to
         self._mapped.pop(int(ptr), None)
         return self._ok()
 
