@@ -80,7 +80,7 @@ HEAP_MODELS = {"own heap": {"heap": "own"},
 #: Judged against the targets: the default only (the others are for comparison).
 DEFAULT_HEAP = "own heap"
 
-# The targets (README, "Footprint"; docs/footprint.md).
+# The targets (docs/footprint.md).
 REPEATING_MAX = 1.05  # peak held / physical limit, repeating runs
 VARYING_MAX = 1.10  # peak held / physical limit, variable runs
 GRID = (1.15, 1.25, 1.5, 2.0, 3.0, 4.0)  # capacities (x the limit) at which a run must complete
