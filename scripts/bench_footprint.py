@@ -224,14 +224,15 @@ def measure_mode(w: Workload, mode: str, stock: footprint.Footprint, args) -> di
     """One replay with no limit: footprint, syncs, raw allocations, plans."""
     pool = _pool(mode, args, None)
     arenas: list[int] = []
-    installed = pool.engine.on_install
+    engine = getattr(pool, "engine", pool)  # the engine alone where CuPy is not installed
+    installed = engine.on_install
 
     def on_install(schedule) -> None:
         arenas.append(schedule.arena_size)
         if installed is not None:
             installed(schedule)
 
-    pool.engine.on_install = on_install
+    engine.on_install = on_install
     mine = footprint.measure(w.run, pool, step_seconds=_step(mode, args))
     st = mine.stats
     pool.close()
