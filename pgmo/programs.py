@@ -79,14 +79,19 @@ class _Interrupt:
     said = False
     installed = False
     watchdog: threading.Timer | None = None
+    beat: "Heartbeat | None" = None  # what run() watches: a line left open
 
 
 def _say_interrupted() -> None:
     if _Interrupt.said:
         return
     _Interrupt.said = True
+    beat = _Interrupt.beat
     for stream in (sys.stdout, sys.stderr):
         try:
+            if beat is not None and beat.open_line is not None and \
+                    getattr(stream, "_stream", stream) is beat.open_line:
+                stream.write("\n")  # a line the interruption cut (inside a print)
             stream.flush()
         except Exception:  # a closed or broken stream: nothing more to say there
             pass
@@ -203,9 +208,11 @@ class _Watched:
 
     def write(self, text: str) -> int:
         with self._beat.lock:
+            if text:  # open until written (a Ctrl-C can land right after the write)
+                self._beat.open_line = self._stream
             written = self._stream.write(text)
             if text:
-                self._beat.wrote(text)
+                self._beat.wrote(text, self._stream)
         return written
 
     def writelines(self, lines: Iterable[str]) -> None:
@@ -225,25 +232,31 @@ class Heartbeat:
     although something was printed.
     """
 
-    def __init__(self, name: str, seconds: float = HEARTBEAT_SECONDS):
-        self.name, self.seconds = name, seconds
+    def __init__(self, name: str, seconds: float | None = HEARTBEAT_SECONDS):
+        self.name, self.seconds = name, seconds  # None: watch only, never say anything
         self.lock = threading.RLock()
         self.started = self.last = time.monotonic()
-        self.at_line_start = True
+        self.open_line: TextIO | None = None  # the stream whose last line has no end yet
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._streams: tuple[TextIO, TextIO] | None = None
 
-    def wrote(self, text: str) -> None:
+    @property
+    def at_line_start(self) -> bool:
+        return self.open_line is None
+
+    def wrote(self, text: str, stream: TextIO | None = None) -> None:
         self.last = time.monotonic()
-        self.at_line_start = text.endswith("\n")
+        self.open_line = None if text.endswith("\n") else stream
 
     def __enter__(self) -> Heartbeat:
         self._streams = (sys.stdout, sys.stderr)
         sys.stdout = _Watched(sys.stdout, self)
         sys.stderr = _Watched(sys.stderr, self)
-        self._thread = threading.Thread(target=self._beat, name="pgmo-heartbeat", daemon=True)
-        self._thread.start()
+        if self.seconds is not None:
+            self._thread = threading.Thread(target=self._beat, name="pgmo-heartbeat",
+                                            daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -254,6 +267,7 @@ class Heartbeat:
             sys.stdout, sys.stderr = self._streams
 
     def _beat(self) -> None:
+        assert self.seconds is not None
         while not self._stop.wait(min(1.0, self.seconds)):
             with self.lock:
                 now = time.monotonic()
@@ -297,8 +311,9 @@ def run(main: Callable[[], int | None], *, name: str | None = None,
     own_stderr = sys.stderr is sys.__stderr__
     _Interrupt.inside_run, _Interrupt.pressed, _Interrupt.said = True, False, False
     try:
-        if heartbeat is not None and own_stderr:
-            with Heartbeat(name, heartbeat):
+        if own_stderr:  # watched: a line Ctrl-C cuts is ended before "interrupted"
+            _Interrupt.beat = Heartbeat(name, heartbeat)
+            with _Interrupt.beat:
                 code = main()
         else:
             code = main()

@@ -18,8 +18,11 @@ Programs (no GPU needed unless said):
 ``bench_overhead``    re-planning stalls, synchronous against background
 ``bench_memory``      GPU: the paper's memory and speed experiments (``--device -1``:
                       a CPU dry run)
-``gpu_quick_check``   GPU: what the device layer must know, in 8 minutes
-                      (``--dry-run``: stand-ins on the CPU)
+``gpu_quick_check``   GPU: what the device layer and its host model assume, settled
+                      in 8 minutes; fails when a part fell back (``--dry-run``:
+                      stand-ins on the CPU)
+``fit_host_model``    the host model's device parameters fitted to a quick check's
+                      ``quick-check.json``
 ``record_traces``     GPU: one iteration's requests per workload (``--device -1``:
                       a CPU dry run)
 ``record_runs``       whole runs of the examples recorded on the CPU
@@ -36,8 +39,11 @@ steps), :mod:`~scripts.numpy_mirror` and :mod:`~scripts.numpy_allocations`
 and :mod:`~scripts.bestfit_timing` (for ``bench_solver``),
 :mod:`~scripts.bench_memory_report`, :mod:`~scripts.quick_check_report` and
 :mod:`~scripts.evidence` (the GPU reports and a session's folder),
-:mod:`~scripts.allocator_costs`, :mod:`~scripts.nvml_probe` and
-:mod:`~scripts.gpu_stand_ins` (the quick check's measurements and stand-ins).
+:mod:`~scripts.quick_check_steps`, :mod:`~scripts.allocator_costs`,
+:mod:`~scripts.driver_pool_probe`, :mod:`~scripts.device_replays`,
+:mod:`~scripts.nvml_probe`, :mod:`~scripts.gpu_modules` and
+:mod:`~scripts.gpu_stand_ins` (the quick check's steps, measurements, the GPU's
+modules and their stand-ins).
 ``gpu_session.sh`` and ``fetch_gpu_wheels.sh`` are the shell side of a GPU
 session (``docs/reproducing-gpu-results.md``).
 """

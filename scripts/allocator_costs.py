@@ -1,4 +1,4 @@
-"""What taking device memory costs each way, idle and behind queued kernels (quick check, part a).
+"""What taking device memory costs each way, idle and behind queued kernels (the quick check's costs).
 
 Three ways a pool can take and give back device memory, each call timed on
 the host at several sizes:
@@ -13,77 +13,46 @@ the host at several sizes:
   ``cuMemUnmap``, ``cuMemRelease``), through ``cuda.bindings.driver``
   (``pip install cuda-bindings``; without it that part says why).
 
-Each call is timed idle (nothing queued) and right after queueing
-``behind_ms`` of kernels on the stream the allocations use.  A call that
-returns only once the queue is empty, and took at least half of
-``behind_ms``, *waited*: it synchronizes, and in a training loop it costs
-the CPU/GPU overlap.  ``gpu`` is a namespace of modules: the real ones
-(:func:`real_gpu`) or ``gpu_stand_ins.modules()``.
+Each call is timed idle (nothing queued), right after queueing ``behind_ms``
+of kernels on the stream the allocations use, and right after queueing them
+on another (non-blocking) stream.  A call that returns only once the queue is
+empty, and took at least half of ``behind_ms``, *waited*: it synchronizes,
+and in a training loop it costs the CPU/GPU overlap (a call that waits only
+for the other stream waits for the whole device).  ``gpu`` is a namespace of
+modules: the real ones (:func:`scripts.gpu_modules.real_modules`) or
+``gpu_stand_ins.modules()``.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from types import SimpleNamespace
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 SIZES = (512, 64 * KiB, 2 * MiB, 20 * MiB, 256 * MiB, 4 * GiB)
 #: Kernels queued before a call "behind queued kernels": 5 of 1 ms each.
 BEHIND_MS = 5.0
 KERNELS = 5
-#: The spin kernel: one thread waits on the global timer for ``ns`` nanoseconds.
-SPIN_SOURCE = r"""
-extern "C" __global__ void spin(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
-}
-"""
 MAX_THRESHOLD = (1 << 64) - 1
 
 
-def real_gpu(device_id: int) -> SimpleNamespace:
-    """CuPy's runtime, ``cuda.bindings.driver`` (None, with why, when not installed), a spin
-    kernel on the current (null) stream, the device's name."""
-    import cupy
-    import numpy
-
-    cupy.cuda.Device(device_id).use()
-    kernel = cupy.RawKernel(SPIN_SOURCE, "spin")
-
-    def spin(ms: float) -> None:
-        kernel((1,), (1,), (numpy.uint64(int(ms * 1e6)),))
-
-    spin(0.01)  # compiled and loaded before anything is timed
-    cupy.cuda.runtime.deviceSynchronize()
-    try:
-        from cuda.bindings import driver
-        why = ""
-    except ImportError as error:
-        driver, why = None, f"cuda-bindings is not installed (pip install cuda-bindings): {error}"
-    name = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
-    return SimpleNamespace(runtime=cupy.cuda.runtime, driver=driver, driver_why=why, spin=spin,
-                           stream=0, device_id=device_id, stand_in=False,
-                           name=name.decode() if isinstance(name, bytes) else str(name))
-
-
 # ------------------------------------------------------------------ timing one call
-def _queue(gpu, behind_ms: float) -> None:
+def _queue(gpu, behind_ms: float, stream) -> None:
     for _ in range(KERNELS):
-        gpu.spin(behind_ms / KERNELS)
+        gpu.spin(behind_ms / KERNELS, stream)
 
 
-def timed(gpu, call, behind_ms: float) -> tuple[float, bool, object]:
-    """``call()`` timed after a device sync (and ``behind_ms`` of kernels queued when > 0):
-    (microseconds, whether it waited for the queue, what it returned)."""
+def timed(gpu, call, behind_ms: float, stream=None) -> tuple[float, bool, object]:
+    """``call()`` timed after a device sync (and ``behind_ms`` of kernels queued when > 0, on
+    ``stream``: None for the stream the calls use): (microseconds, whether it waited for the
+    queue, what it returned)."""
     gpu.runtime.deviceSynchronize()
     if behind_ms:
-        _queue(gpu, behind_ms)
+        _queue(gpu, behind_ms, stream)
     start = time.perf_counter()
     value = call()
     seconds = time.perf_counter() - start
-    done = gpu.runtime.streamQuery(gpu.stream) == 0
+    done = gpu.runtime.streamQuery(gpu.stream if stream is None else stream.ptr) == 0
     waited = bool(behind_ms) and done and seconds >= behind_ms / 2e3
     return seconds * 1e6, waited, value
 
@@ -225,26 +194,37 @@ def granule_ops(granules: Granules, size_of: dict):
 
 
 # ------------------------------------------------------------------ measuring
+#: (row key prefix, queued work?, on the other stream?) of each condition a call is timed in.
+CONDITIONS = (("idle", False, False), ("behind", True, False), ("other", True, True))
+
+
 def measure_op(gpu, way: str, name: str, setup, call, cleanup, size: int, repeats: int,
-               behind_ms: float, deadline: float) -> dict:
-    """One operation at one size: its median time idle and behind queued kernels."""
+               behind_ms: float, deadline: float, other=None) -> dict:
+    """One operation at one size: its median time idle, behind queued kernels on its stream
+    (``behind_us``, ``waited``, ``waits``) and behind kernels on the ``other`` stream
+    (``other_us``, ``other_waited``, ``other_waits``; when ``other`` is given)."""
     row = {"way": way, "op": name, "size": size}
-    for condition, behind in (("idle", 0.0), ("behind", behind_ms)):
+    for condition, queued, elsewhere in CONDITIONS:
+        if elsewhere and other is None:
+            continue
+        behind = behind_ms if queued else 0.0
         times, waits = [], []
         for _ in range(repeats):
             if time.monotonic() > deadline:
                 row["stopped"] = "time budget"
                 break
             state = setup(size)
-            us, waited, value = timed(gpu, lambda: call(size, state), behind)
+            us, waited, value = timed(gpu, lambda: call(size, state), behind,
+                                      other if elsewhere else None)
             cleanup(value if value is not None else state)
             times.append(us)
             waits.append(waited)
         if times:
             row[f"{condition}_us"] = round(statistics.median(times), 2)
-            if behind:
-                row["waited"] = sum(waits) * 2 > len(waits)
-                row["waits"] = f"{sum(waits)}/{len(waits)}"
+            if queued:
+                key = "" if condition == "behind" else f"{condition}_"
+                row[f"{key}waited"] = sum(waits) * 2 > len(waits)
+                row[f"{key}waits"] = f"{sum(waits)}/{len(waits)}"
     return row
 
 
@@ -253,7 +233,9 @@ def measure(gpu, sizes=SIZES, repeats: int = 5, behind_ms: float = BEHIND_MS,
     """Every operation of the three ways at every size; what could not be measured, and why."""
     deadline = time.monotonic() + seconds
     rows, problems = [], []
-    info = {"device": gpu.name, "behind_ms": behind_ms, "kernels": KERNELS, "repeats": repeats}
+    info = {"device": gpu.name, "behind_ms": behind_ms, "kernels": KERNELS, "repeats": repeats,
+            "sizes": list(sizes)}
+    other = gpu.new_stream()
 
     def run(way, ops, extra=None):
         for name, setup, call, cleanup in ops:
@@ -263,7 +245,7 @@ def measure(gpu, sizes=SIZES, repeats: int = 5, behind_ms: float = BEHIND_MS,
                 n = max(2, repeats // 2) if size >= GiB else repeats
                 try:
                     rows.append(measure_op(gpu, way, name, setup, call, cleanup, size, n,
-                                           behind_ms, deadline))
+                                           behind_ms, deadline, other))
                 except Exception as error:  # noqa: BLE001 - one failing call: the others still run
                     rows.append({"way": way, "op": name, "size": size,
                                  "error": f"{type(error).__name__}: {error}"[:200]})

@@ -4,20 +4,50 @@
 #
 # Chainer 7.8.1 is published only as a source archive whose setup.py imports
 # pkg_resources, so it is built here into a pure-Python wheel under
-# constraints-chainer.txt (setuptools<82).  pgmo itself needs no wheel:
-# scripts/gpu_session.sh runs it from the checkout.  The GPU machine must have
-# CuPy for its CUDA, NumPy and Chainer's dependencies (filelock, protobuf, six,
-# typing-extensions, setuptools) installed already.
+# constraints-chainer.txt (setuptools<82).  pgmo's device layer reaches CUDA's
+# virtual memory through cuda-bindings (without it the arena falls back to
+# cudaMalloc and the quick check fails), whose major version must be the CUDA
+# major of the GPU machine's CuPy (cupy-cuda13x: --cuda 13, the default;
+# cupy-cuda12x: --cuda 12); it needs cuda-pathfinder, fetched beside it.  The
+# quick check measures each process's device memory through NVML: nvidia-ml-py.
+# pgmo itself needs no wheel: scripts/gpu_session.sh runs it from the checkout.
+# The GPU machine must have CuPy for its CUDA, NumPy and Chainer's dependencies
+# (filelock, protobuf, six, typing-extensions, setuptools) installed already.
 #
-#   scripts/fetch_gpu_wheels.sh            # Chainer only (about 1 MiB)
+#   scripts/fetch_gpu_wheels.sh            # Chainer, cuda-bindings 13.x, cuda-pathfinder and
+#                                          # nvidia-ml-py (about 10 MiB)
+#   scripts/fetch_gpu_wheels.sh --cuda 12  # cuda-bindings 12.x, for cupy-cuda12x
 #   scripts/fetch_gpu_wheels.sh --ortools  # also OR-Tools, for pgmo's exact solver
 #   scripts/fetch_gpu_wheels.sh --mpi      # also mpi4py and MPICH, for ChainerMN (step mn)
 #
 # Environment: PYTHON, the Python whose pip builds the wheels (default python3);
 # MAX_WHEEL_MIB, the most .whl/ may hold (default 48, so that the checkout
-# with its wheels stays small enough to copy in one go).  .whl/ is ignored by
-# git: copy it with the checkout to the GPU machine.
+# with its wheels stays small enough to copy in one go: --ortools and --mpi
+# together exceed it).  .whl/ is ignored by git: copy it with the checkout to
+# the GPU machine.  Wheels are for CPython 3.12 on x86-64 Linux.
 set -euo pipefail
+trap 'echo "fetch_gpu_wheels: stopped (Ctrl-C)" >&2; exit 130' INT
+
+# Options first: a mistake costs no download.
+cuda=13
+extras=()
+while (( $# )); do
+    case $1 in
+        --cuda)
+            if [[ $# -lt 2 || ! $2 =~ ^(12|13)$ ]]; then
+                echo "error: --cuda takes 12 or 13 (the CUDA major of the GPU machine's CuPy)" >&2
+                exit 2
+            fi
+            cuda=$2
+            shift 2 ;;
+        --ortools|--mpi)
+            extras+=("$1")
+            shift ;;
+        *)
+            echo "error: unknown option $1 (options: --cuda 12|13 --ortools --mpi)" >&2
+            exit 2 ;;
+    esac
+done
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -38,7 +68,15 @@ download() {
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$dest" "$@"
 }
 
-for option in "$@"; do
+# cuda-bindings of the CuPy wheel's CUDA major, as pgmo's cuda12/cuda13 extras pin it.
+case $cuda in
+    13) bindings='cuda-bindings>=13,<14' ;;
+    12) bindings='cuda-bindings>=12.6,<13' ;;
+esac
+echo "downloading $bindings, cuda-pathfinder and nvidia-ml-py for cp312 manylinux x86-64"
+download "$bindings" cuda-pathfinder nvidia-ml-py
+
+for option in ${extras[@]+"${extras[@]}"}; do
     case $option in
         --ortools)
             # About 29 MiB.  OR-Tools needs protobuf>=6.33.1,<6.34: check `python3 -m
@@ -49,9 +87,6 @@ for option in "$@"; do
             # About 15 MiB: mpi4py and MPICH's library with its mpiexec (no system MPI needed).
             echo "downloading mpi4py and mpich for cp312 manylinux x86-64"
             download 'mpi4py>=4.1' 'mpich>=5.0' ;;
-        *)
-            echo "error: unknown option $option (options: --ortools --mpi)" >&2
-            exit 2 ;;
     esac
 done
 

@@ -1,36 +1,56 @@
-"""The quick GPU check: what pgmo's device layer must know, in one command under 8 minutes.
+"""The quick GPU check: what pgmo's device layer and its host model assume, settled in one command.
 
-Run it first on a machine with a GPU::
+Run it first on a machine with a GPU.  It needs CuPy, ``cuda-bindings`` of
+CuPy's CUDA major (and ``cuda-pathfinder``) and ``nvidia-ml-py``; for a GPU
+machine without network access ``scripts/fetch_gpu_wheels.sh`` (``--cuda 13``
+or ``12``) puts their wheels into ``.whl/`` on a machine with it, and
+``scripts/gpu_session.sh`` installs them, or by hand::
 
-    python -m scripts.gpu_quick_check --device 0 --out quick-check     # at most 7.5 min
-    python -m scripts.gpu_quick_check --dry-run --out /tmp/qc          # the CPU, stand-ins
+    pip install --no-index --no-deps .whl/cuda_bindings-*.whl .whl/cuda_pathfinder-*.whl \
+        .whl/nvidia_ml_py-*.whl
+    python -m scripts.gpu_quick_check --device 0 --out quick-check   # under 8 min on an H100
+    python -m scripts.gpu_quick_check --dry-run --out /tmp/qc        # the CPU, stand-ins, seconds
 
-It measures
+Each step runs in a process of its own, under its own time limit and what is
+left of ``--budget`` (450 s by default: with the start and the report, under
+8 minutes on an H100), and ``quick-check.json`` (every raw result) and
+``quick-check.md`` (the report) are written after every step, so that a cut
+keeps what was measured:
 
-a. what ``cudaMalloc``/``cudaFree``, a private stream-ordered pool and CUDA
-   virtual-memory granules cost at 512 B, 64 KiB, 2 MiB, 20 MiB, 256 MiB and
-   4 GiB, idle and behind 5 ms of queued kernels, and which calls wait for
-   the queue (:mod:`scripts.allocator_costs`);
-b. the device memory each run takes, seen from outside the pool the same way
-   for both pools (``cudaMemGetInfo`` sampled inside iterations and NVML,
-   peak over the whole run less the baseline once the CUDA context exists),
-   beside each pool's own count and the bytes in live blocks, for ResNet-50
-   at batch 32 and 128 and seq2seq (30 variable-length batches), under pgmo
-   and under CuPy's pool, each run a process of its own
-   (``scripts.bench_memory``'s child, the same measurement);
-c. the time of iterations 1-3 and of the steady state under both pools,
+1. ``device``: the driver's and CUDA's versions (``cuDriverGetVersion``,
+   ``runtimeGetVersion``, cuda-bindings, NVML), what
+   :func:`pgmo.cuda_device.device_layer` probes, and what a pgmo pool chose
+   after a short run (``stats()``: ``arena_kind``, ``heap_kind``,
+   ``device_reasons``);
+2. ``driver-pool``: the driver's stream-ordered pool's
+   ``ReservedMemCurrent`` after 512 B, 1 MiB, 3 MiB and 40 MiB requests and
+   after a trim with one live block per growth, and the pages cudaMalloc
+   takes (:mod:`scripts.driver_pool_probe`);
+3. ``costs``: cudaMalloc/cudaFree, a stream-ordered pool's calls and the
+   virtual-memory calls (create, map, set access, unmap, release), idle and
+   behind kernels queued on their stream or another (:mod:`scripts.allocator_costs`);
+4. ``replay-*``: one repeating workload (a real H100 trace made into a run)
+   and one variable one (an LSTM with random lengths) replayed on the device
+   through CuPy's pool and through pgmo, every block pattern-checked at its
+   free, the memory each took measured the same way from outside the pool
+   (NVML's count for the process and ``cudaMemGetInfo``, peak over the run);
+5. ``second-stream``, ``per-thread-stream`` (a child with
+   ``CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1``), ``set-limit`` and ``teardown``
+   (the pool dropped while kernels still read its memory, then a device sync
+   and ``cudaGetLastError``): :mod:`scripts.quick_check_steps`.
 
-then prints a verdict table and the tables (:mod:`scripts.quick_check_report`)
-and writes ``quick-check.json`` (every raw result) and ``quick-check.md``
-(the report) into ``--out``, after every step, so that a cut keeps what was
-measured; ``python -m scripts.results_table`` brings them into
-``docs/results.md``.  Every step has its own time limit and the whole run
-``--budget`` seconds (default 450: with the start and the report, under 8
-minutes on an H100); a step that times out or fails is reported as such and
-the next one starts.  ``--dry-run`` runs every step on the CPU with the
-stand-ins of :mod:`scripts.gpu_stand_ins` for ``cupy.cuda.runtime``, NVML
-and ``cuda.bindings.driver``, and tiny workloads: every number is labelled a
-stand-in's.
+It prints the report (a verdict table first, :mod:`scripts.quick_check_report`)
+and ends with one verdict line.  **The exit status is 1 when any check
+failed**: a part of the device layer fell back to cudaMalloc (no
+cuda-bindings, a driver that refused the probe), a corrupted byte, a device
+error, a broken promise of the pool, NVML unread, or a step that did not
+finish; 130 after Ctrl-C (143 after SIGTERM), with what was measured
+written.  ``python -m scripts.fit_host_model quick-check/quick-check.json``
+then updates the host model's parameters; ``python -m scripts.results_table``
+brings the report into ``docs/results.md``.  ``--dry-run`` runs every step
+on the CPU with the stand-ins of :mod:`scripts.gpu_stand_ins` (host memory
+under pgmo's real device layer) and small workloads: every number is
+labelled a stand-in's.
 """
 
 from __future__ import annotations
@@ -50,91 +70,87 @@ from pathlib import Path
 from . import children, quick_check_report
 
 JSON_NAME, REPORT_NAME = "quick-check.json", "quick-check.md"
+KiB, MiB, GiB = 2**10, 2**20, 2**30
 
 log = logging.getLogger("gpu_quick_check")
 
 
-@dataclass
-class Workload:
-    """One workload of parts b and c: a ``scripts.bench_memory --child`` configuration."""
+@dataclass(frozen=True)
+class Step:
+    """One step: a check of :mod:`scripts.quick_check_steps` in a child process."""
 
+    key: str  # its name in quick-check.json's results
     name: str
-    config: dict
-    limit_s: float  # per pool
+    check: str
+    limit_s: float  # on the GPU
+    gpu: dict = field(default_factory=dict)  # its options on the GPU
+    dry: dict = field(default_factory=dict)  # and in the dry run
+    env: dict = field(default_factory=dict)  # the child's environment
+
+    def options(self, dry_run: bool, device: int) -> dict:
+        return {"check": self.check, "dry_run": dry_run, "device": device,
+                **(self.dry if dry_run else self.gpu)}
 
 
-GPU_WORKLOADS = (
-    Workload("resnet50 b32", {"workload": "cnn-train", "arch": "resnet50", "batch": 32,
-                              "iterations": 8}, 60),
-    Workload("resnet50 b128", {"workload": "cnn-train", "arch": "resnet50", "batch": 128,
-                               "iterations": 8}, 80),
-    Workload("seq2seq b64, 30 batches", {"workload": "seq2seq-train", "arch": None, "batch": 64,
-                                         "iterations": 30}, 150),
+def _replays() -> tuple[Step, ...]:
+    out = []
+    for workload, gpu, dry, limit in (
+            ("repeating", {"iterations": 10}, {"iterations": 4}, 45),
+            ("variable", {"iterations": 12, "scale": 1.0},
+             {"iterations": 6, "scale": 0.05}, 75)):
+        for pool in quick_check_report.POOLS:
+            options = {"workload": workload, "pool": pool}
+            out.append(Step(quick_check_report.replay_key(workload, pool),
+                            f"replay, {workload} workload, {pool}", "replay", limit,
+                            {**gpu, **options}, {**dry, **options}))
+    return tuple(out)
+
+
+STEPS = (
+    Step("device", "device layer and versions", "device", 60, {"iterations": 4},
+         {"iterations": 3}),
+    Step("driver-pool", "the driver's stream-ordered pool", "driver-pool", 45),
+    Step("costs", "allocation calls' costs", "costs", 90,
+         {"sizes": [512, 64 * KiB, 2 * MiB, 20 * MiB, 256 * MiB, 4 * GiB], "repeats": 5,
+          "behind_ms": 5.0, "seconds": 75.0},
+         {"sizes": [512, 2 * MiB, 20 * MiB], "repeats": 2, "behind_ms": 2.0, "seconds": 20.0}),
+    *_replays(),
+    Step("second-stream", "a second stream", "second-stream", 45,
+         {"iterations": 6, "touch_ms": 0.5}, {"iterations": 4, "touch_ms": 0.2}),
+    Step("per-thread-stream", "a per-thread default stream", "per-thread-stream", 45,
+         {"iterations": 6, "touch_ms": 1.0}, {"iterations": 4, "touch_ms": 1.0},
+         {"CUPY_CUDA_PER_THREAD_DEFAULT_STREAM": "1"}),
+    Step("set-limit", "set_limit", "set-limit", 75, {"iterations": 6}, {"iterations": 3}),
+    Step("teardown", "teardown", "teardown", 45, {"iterations": 4, "touch_ms": 0.5},
+         {"iterations": 3, "touch_ms": 0.5}),
 )
-#: The dry run's stand-ins: the same code path at sizes a CPU runs in seconds.
-DRY_WORKLOADS = (
-    Workload("alexnet b2 (dry run, for resnet50 b32)",
-             {"workload": "cnn-train", "arch": "alexnet", "batch": 2, "insize": 39,
-              "iterations": 4}, 120),
-    Workload("alexnet b4 (dry run, for resnet50 b128)",
-             {"workload": "cnn-train", "arch": "alexnet", "batch": 4, "insize": 39,
-              "iterations": 4}, 120),
-    Workload("seq2seq b4, 4 batches (dry run)",
-             {"workload": "seq2seq-train", "arch": None, "batch": 4, "iterations": 4}, 120),
-)
-COSTS_LIMIT_S = 90.0
-POOLS = ("stock", "pgmo")
+#: A dry-run step's limit (a loaded CI machine, not a GPU).
+DRY_LIMIT_S = 90.0
 #: A step is not started with less than this many seconds left for it.
 MIN_STEP_S = 10.0
 
 
-def base_config(args) -> dict:
-    """What every run of parts b and c shares (``scripts.bench_memory``'s child configuration)."""
-    if args.dry_run:
-        return {"device": -1, "stand_ins": True, "skip": 3, "method": "best",
-                "time_limit": 1.0, "classes": 10, "vocab": 50, "units": 16, "layers": 1,
-                "sentences": 40, "limit": 0, "insize": None}
-    return {"device": args.device, "skip": 3, "method": "best", "time_limit": 2.0,
-            "classes": 1000, "vocab": 40000, "units": 512, "layers": 3, "sentences": 4000,
-            "limit": 0, "insize": None}
-
-
-# ------------------------------------------------------------------ part a, in a child
-def costs_child(options: dict) -> dict:
-    """Part a in this (fresh) process, with the environment it ran in."""
-    from . import allocator_costs
+# ------------------------------------------------------------------ a step, in its child
+def run_child(options: dict) -> dict:
+    """One step in this (fresh) process, on the GPU or its stand-ins."""
+    from . import quick_check_steps
 
     if options["dry_run"]:
         from . import gpu_stand_ins
 
         gpu = gpu_stand_ins.modules()
-        env = {"device": gpu.name, "device memory": f"{gpu.device.total / 2**30:.0f} GiB",
-               "CUDA runtime": gpu.runtime.runtimeGetVersion(), "cuda-bindings": "stand-in"}
     else:
-        gpu = allocator_costs.real_gpu(options["device"])
-        props = gpu.runtime.getDeviceProperties(options["device"])
-        env = {"device": gpu.name, "device memory": f"{props['totalGlobalMem'] / 2**30:.1f} GiB",
-               "CUDA runtime": gpu.runtime.runtimeGetVersion()}
-        try:
-            from importlib.metadata import version
+        from . import gpu_modules
 
-            env["cuda-bindings"] = version("cuda-bindings")
-        except Exception:  # noqa: BLE001 - not installed: part a says so
-            env["cuda-bindings"] = "not installed"
-    import pgmo
-
-    env["pgmo"] = pgmo.__version__
-    try:
-        import cupy
-
-        env["cupy"] = cupy.__version__
-    except ImportError:
-        env["cupy"] = "not installed"
-    costs = allocator_costs.measure(gpu, seconds=options["seconds"])
-    return {"environment": env, "costs": costs}
+        gpu = gpu_modules.real_modules(options["device"])
+    return quick_check_steps.CHECKS[options["check"]](gpu, options)
 
 
-# ------------------------------------------------------------------ the steps
+# ------------------------------------------------------------------ the run
+class Stopped(Exception):
+    """SIGTERM (a session's time limit): stop, keeping what was measured."""
+
+
 @dataclass
 class Check:
     """The run: its steps' statuses and results, written out after each step."""
@@ -149,14 +165,15 @@ class Check:
                      "date": datetime.datetime.now(datetime.timezone.utc)
                      .strftime("%Y-%m-%d %H:%M UTC"),
                      "budget_s": self.args.budget, "environment": {}, "steps": [],
-                     "costs": None, "runs": []}
+                     "results": {}}
 
     def remaining(self) -> float:
         return self.args.budget - (time.monotonic() - self.started)
 
-    def step(self, name: str, limit_s: float, command: list[str]) -> dict | None:
-        """Run one child (a command line) under its limit (and what is left of the budget); its
-        result or None."""
+    def step(self, name: str, limit_s: float, command: list[str],
+             env: dict | None = None) -> dict | None:
+        """Run one child (a command line) under its limit (and what is left of the budget);
+        its result or None."""
         limit = min(limit_s, self.remaining() - 5)
         status = {"name": name, "limit_s": max(limit, 0.0), "seconds": 0.0}
         self.data["steps"].append(status)
@@ -166,15 +183,20 @@ class Check:
             return None
         log.info("%s: started (limit %.0f s)", name, limit)
         start = time.monotonic()
-        env = children.environment(PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
+        environment = children.environment(PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1",
+                                           **(env or {}))
         try:
             done = subprocess.run(command, capture_output=True, text=True,
-                                  timeout=limit, env=env)
+                                  timeout=limit, env=environment)
         except subprocess.TimeoutExpired:
             status.update(status=f"timed out after {limit:.0f} s",
                           seconds=time.monotonic() - start)
             log.warning("%s: timed out after %.0f s", name, limit)
             return None
+        except (KeyboardInterrupt, Stopped) as why:  # the child is gone too
+            status.update(status=f"stopped ({str(why) or 'Ctrl-C'})",
+                          seconds=time.monotonic() - start)
+            raise
         status["seconds"] = time.monotonic() - start
         result = children.result_of(done.stdout)
         if result is not None:
@@ -186,24 +208,17 @@ class Check:
         log.warning("%s failed (exit %s):\n%s", name, done.returncode, status["error"])
         return None
 
-    def costs(self) -> None:
-        options = {"device": self.args.device, "dry_run": self.args.dry_run,
-                   "seconds": COSTS_LIMIT_S - 15}
-        result = self.step("a. allocation costs", COSTS_LIMIT_S,
-                           children.command("gpu_quick_check", "--costs-child",
-                                            json.dumps(options)))
+    def run(self, step: Step) -> None:
+        options = step.options(self.args.dry_run, self.args.device)
+        limit = min(step.limit_s, DRY_LIMIT_S) if self.args.dry_run else step.limit_s
+        result = self.step(step.name, limit,
+                           children.command("gpu_quick_check", "--child", json.dumps(options)),
+                           step.env)
+        self.data["steps"][-1]["key"] = step.key
         if result is not None:
-            self.data["environment"] = result["environment"]
-            self.data["costs"] = result["costs"]
-
-    def run(self, workload: Workload, pool: str) -> None:
-        cfg = {**base_config(self.args), **workload.config, "pool": pool}
-        result = self.step(f"b/c. {workload.name} {pool}", workload.limit_s,
-                           children.command("bench_memory", "--child", json.dumps(cfg)))
-        last = self.data["steps"][-1]
-        self.data["runs"].append({"workload": workload.name, "pool": pool, "config": cfg,
-                                  "result": result if result is not None
-                                  else {"skipped": last["status"]}})
+            self.data["results"][step.key] = result
+            if step.key == "device":
+                self.data["environment"] = result.get("versions", {})
 
     def write(self) -> str:
         text = quick_check_report.render(self.data)
@@ -214,40 +229,44 @@ class Check:
         return text
 
 
-def workloads(args) -> tuple[Workload, ...]:
-    return DRY_WORKLOADS if args.dry_run else GPU_WORKLOADS
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if args.costs_child is not None:
-        children.print_result(costs_child(json.loads(args.costs_child)))
+    if args.child is not None:
+        try:
+            children.print_result(run_child(json.loads(args.child)))
+        except KeyboardInterrupt:
+            print("gpu_quick_check: stopped (Ctrl-C)", file=sys.stderr)
+            return 130
         return 0
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     check = Check(args, shlex.join(["python", "-m", "scripts.gpu_quick_check", *argv]))
 
-    def stop(signum, frame):  # a session's timeout: report what was measured
-        raise KeyboardInterrupt(f"signal {signum}")
+    def stop(signum, frame):
+        raise Stopped(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, stop)
+    status = None
     try:
-        check.costs()
-        check.write()
-        for workload in workloads(args):
-            for pool in POOLS:
-                check.run(workload, pool)
-                check.write()
-    except KeyboardInterrupt as why:
-        check.data["steps"].append({"name": "the rest", "status": f"stopped ({why})",
-                                    "limit_s": 0.0, "seconds": 0.0})
-    finally:
-        text = check.write()
-        print(text, flush=True)
-        log.info("total %.0f s of a %.0f s budget; wrote %s and %s in %s",
-                 time.monotonic() - check.started, args.budget, JSON_NAME, REPORT_NAME,
-                 args.out)
-    return 0
+        for step in STEPS:
+            check.run(step)
+            check.write()
+    except (KeyboardInterrupt, Stopped) as why:
+        status = 130 if isinstance(why, KeyboardInterrupt) else 143
+        check.data["steps"].append({"name": "the steps after it", "limit_s": 0.0,
+                                    "seconds": 0.0, "status": f"not run: stopped "
+                                                              f"({str(why) or 'Ctrl-C'})"})
+    text = check.write()
+    print(text, flush=True)
+    log.info("total %.0f s of a %.0f s budget; wrote %s and %s in %s",
+             time.monotonic() - check.started, args.budget, JSON_NAME, REPORT_NAME, args.out)
+    passed, line = quick_check_report.verdict(check.data)
+    print(line, flush=True)
+    if status is not None:
+        print(f"gpu_quick_check: stopped ({'Ctrl-C' if status == 130 else 'SIGTERM'}); "
+              f"what was measured is in {args.out / JSON_NAME}", file=sys.stderr)
+        return status
+    return 0 if passed else 1
 
 
 def parse_args(argv=None):
@@ -260,10 +279,13 @@ def parse_args(argv=None):
                         help="seconds for every step together (each also has its own limit)")
     parser.add_argument("--dry-run", action="store_true",
                         help="run on the CPU with stand-ins for the GPU's modules")
-    parser.add_argument("--costs-child", help=argparse.SUPPRESS)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.budget <= 0:
         parser.error(f"--budget must be positive, got {args.budget}")
+    if args.device < 0:
+        parser.error(f"--device must be a GPU's number (0, 1, ...), got {args.device}; "
+                     "--dry-run runs on the CPU")
     return args
 
 

@@ -133,7 +133,14 @@ def python(argv: list[str]) -> int:
                plan.get("size", 1000))
     elif step == "pip-download":
         dest = _value(argv, "-d")
-        if any(arg.startswith("mpich") for arg in argv):
+        bindings = [arg for arg in argv if arg.startswith("cuda-bindings")]
+        if bindings:  # the one pgmo's cuda12 / cuda13 extra pins, and what it needs
+            version = "12.9.4" if "<13" in bindings[0] else "13.5.0"
+            _write(os.path.join(dest, f"cuda_bindings-{version}-cp312-cp312-"
+                                      "manylinux_2_28_x86_64.whl"), plan.get("size", 500))
+            _write(os.path.join(dest, "cuda_pathfinder-1.9.1-py3-none-any.whl"), 20)
+            _write(os.path.join(dest, "nvidia_ml_py-13.580.82-py3-none-any.whl"), 30)
+        elif any(arg.startswith("mpich") for arg in argv):
             _write(os.path.join(dest, "mpi4py-4.1.2-cp312-cp312-manylinux1_x86_64.whl"), 300)
             _write(os.path.join(dest, "mpich-5.0.2-py3-none-manylinux_2_28_x86_64.whl"), 700)
         else:

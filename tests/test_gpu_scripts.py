@@ -388,11 +388,15 @@ def fetch_wheels(tmp_path, *args, plan=None, existing=()):
     return checkout, result
 
 
+BINDINGS = ["cuda_bindings-13.5.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+            "cuda_pathfinder-1.9.1-py3-none-any.whl", "nvidia_ml_py-13.580.82-py3-none-any.whl"]
+
+
 @needs_shell
 def test_fetch_wheels_builds_chainer_under_pgmos_constraints(tmp_path):
     checkout, result = fetch_wheels(tmp_path)
     assert result.returncode == 0, result.stderr
-    [call] = checkout.calls()
+    call = checkout.calls()[0]
     assert call["argv"] == ["-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir",
                             "-w", ".whl", "chainer==7.8.1"]
     assert call["cwd"] == str(checkout.root)
@@ -401,51 +405,101 @@ def test_fetch_wheels_builds_chainer_under_pgmos_constraints(tmp_path):
         "constraints-chainer.txt"
     assert "setuptools<82" in (checkout.root / "constraints-chainer.txt").read_text()
     assert sorted(p.name for p in (checkout.root / ".whl").iterdir()) == [
-        "chainer-7.8.1-py3-none-any.whl"]
-    assert result.stdout.splitlines()[-1] == "total: 1000 bytes"
+        "chainer-7.8.1-py3-none-any.whl", *BINDINGS]
+    assert result.stdout.splitlines()[-1] == "total: 1550 bytes"
 
 
-def download_argv(checkout):
-    """The one pip download after the Chainer wheel: binary wheels for the device's CPython."""
-    wheel, download = checkout.calls()
-    assert wheel["step"] == "pip-wheel" and download["step"] == "pip-download"
-    argv = download["argv"]
-    assert {"--no-deps", "--only-binary=:all:"} <= set(argv)
-    assert argv[argv.index("--python-version") + 1] == "3.12"
-    return argv
+def downloads(checkout) -> list[list[str]]:
+    """The pip downloads after the Chainer wheel: binary wheels for the device's CPython."""
+    wheel, *calls = checkout.calls()
+    assert wheel["step"] == "pip-wheel" and all(c["step"] == "pip-download" for c in calls)
+    for call in calls:
+        argv = call["argv"]
+        assert argv[:3] == ["-m", "pip", "download"]
+        assert {"--no-deps", "--only-binary=:all:"} <= set(argv)
+        assert argv[argv.index("--python-version") + 1] == "3.12"
+        assert argv[argv.index("--implementation") + 1] == "cp"
+        assert argv[argv.index("-d") + 1] == ".whl"
+        platforms = [argv[i + 1] for i, a in enumerate(argv) if a == "--platform"]
+        assert "manylinux2014_x86_64" in platforms and all("x86_64" in p for p in platforms)
+    return [call["argv"] for call in calls]
+
+
+@needs_shell
+def test_fetch_wheels_fetches_the_cuda_bindings_of_the_cupy_wheels_cuda(tmp_path):
+    """cupy-cuda13x (the default) needs cuda-bindings 13.x, cupy-cuda12x 12.x (pgmo's cuda13 and
+    cuda12 extras): without them the arena falls back to cudaMalloc on the GPU machine."""
+    checkout, result = fetch_wheels(tmp_path)
+    assert result.returncode == 0, result.stderr
+    [argv] = downloads(checkout)
+    assert argv[-3:] == ["cuda-bindings>=13,<14", "cuda-pathfinder", "nvidia-ml-py"]
+    checkout, result = fetch_wheels(tmp_path / "cuda12", "--cuda", "12")
+    assert result.returncode == 0, result.stderr
+    [argv] = downloads(checkout)
+    assert argv[-3] == "cuda-bindings>=12.6,<13"
+    assert "cuda_bindings-12.9.4-cp312-cp312-manylinux_2_28_x86_64.whl" in \
+        [p.name for p in (checkout.root / ".whl").iterdir()]
 
 
 @needs_shell
 def test_fetch_wheels_with_ortools_downloads_wheels_for_cpython_312(tmp_path):
     checkout, result = fetch_wheels(tmp_path, "--ortools")
     assert result.returncode == 0, result.stderr
-    argv = download_argv(checkout)
-    assert argv[:3] == ["-m", "pip", "download"]
-    assert argv[-2:] == ["ortools==9.15.6755", "immutabledict"]
-    assert argv[argv.index("--implementation") + 1] == "cp"
-    assert argv[argv.index("-d") + 1] == ".whl"
-    platforms = [argv[i + 1] for i, a in enumerate(argv) if a == "--platform"]
-    assert "manylinux2014_x86_64" in platforms and all("x86_64" in p for p in platforms)
-    assert result.stdout.splitlines()[-1] == "total: 3100 bytes"
+    assert downloads(checkout)[-1][-2:] == ["ortools==9.15.6755", "immutabledict"]
+    assert result.stdout.splitlines()[-1] == "total: 3650 bytes"
 
 
 @needs_shell
 def test_fetch_wheels_with_mpi_downloads_mpi4py_and_mpich(tmp_path):
-    checkout, result = fetch_wheels(tmp_path, "--mpi")
+    checkout, result = fetch_wheels(tmp_path, "--mpi", "--cuda", "13")
     assert result.returncode == 0, result.stderr
-    argv = download_argv(checkout)
-    assert argv[-2:] == ["mpi4py>=4.1", "mpich>=5.0"]
+    assert downloads(checkout)[-1][-2:] == ["mpi4py>=4.1", "mpich>=5.0"]
     assert sorted(p.name for p in (checkout.root / ".whl").iterdir()) == [
-        "chainer-7.8.1-py3-none-any.whl", "mpi4py-4.1.2-cp312-cp312-manylinux1_x86_64.whl",
-        "mpich-5.0.2-py3-none-manylinux_2_28_x86_64.whl"]
-    assert result.stdout.splitlines()[-1] == "total: 2000 bytes"
+        "chainer-7.8.1-py3-none-any.whl", *BINDINGS[:2],
+        "mpi4py-4.1.2-cp312-cp312-manylinux1_x86_64.whl",
+        "mpich-5.0.2-py3-none-manylinux_2_28_x86_64.whl", BINDINGS[2]]
+    assert result.stdout.splitlines()[-1] == "total: 2550 bytes"
 
 
 @needs_shell
-def test_fetch_wheels_refuses_an_unknown_option(tmp_path):
-    _, result = fetch_wheels(tmp_path, "--mpi4py")
+@pytest.mark.parametrize("args, message", [
+    (["--mpi4py"], "error: unknown option --mpi4py (options: --cuda 12|13 --ortools --mpi)"),
+    (["--cuda", "11"], "error: --cuda takes 12 or 13"),
+    (["--ortools", "--cuda"], "error: --cuda takes 12 or 13")])
+def test_fetch_wheels_refuses_a_mistake_before_any_download(tmp_path, args, message):
+    checkout, result = fetch_wheels(tmp_path, *args)
     assert result.returncode == 2
-    assert "error: unknown option --mpi4py (options: --ortools --mpi)" in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and \
+        result.stderr.startswith(message)
+    assert checkout.calls() == []
+
+
+@needs_shell
+def test_fetch_wheels_answers_ctrl_c_with_one_line(tmp_path):
+    import signal
+    import time
+
+    checkout = Checkout(tmp_path, ["scripts/fetch_gpu_wheels.sh", "constraints-chainer.txt"],
+                        {"pip-wheel": {"sleep": 30}})
+    env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "LC_ALL")}
+    env.update(PATH=f"{checkout.bin}{os.pathsep}{os.environ['PATH']}", PYTHON=checkout.py,
+               STUB_CALLS=str(checkout.calls_file), STUB_PLAN=str(checkout.plan_file),
+               STUB_CLOCK=str(checkout.clock))
+    process = subprocess.Popen(["bash", str(checkout.root / "scripts" / "fetch_gpu_wheels.sh")],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        for _ in range(100):  # until pip (the stub) runs
+            if checkout.calls():
+                break
+            time.sleep(0.1)
+        os.killpg(process.pid, signal.SIGINT)  # the terminal's Ctrl-C: the whole group
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130
+    assert err.strip().splitlines()[-1] == "fetch_gpu_wheels: stopped (Ctrl-C)"
 
 
 @needs_shell
@@ -460,7 +514,8 @@ def test_fetch_wheels_refuses_more_than_48_mib(tmp_path):
     _, result = fetch_wheels(tmp_path, plan={"pip-wheel": {"size": 48 * 2**20 + 1}})
     assert result.returncode == 1
     assert "error: wheels exceed 48 MiB" in result.stderr
-    _, result = fetch_wheels(tmp_path / "fits", plan={"pip-wheel": {"size": 48 * 2**20}})
+    _, result = fetch_wheels(tmp_path / "fits",
+                             plan={"pip-wheel": {"size": 48 * 2**20 - 550}})  # + the bindings
     assert result.returncode == 0, result.stderr
 
 
@@ -1042,200 +1097,6 @@ def test_record_traces_densenet_on_the_gpu(tmp_path):
         assert stock.metadata["reserved_peak"] >= stock.lower_bound() > 0
     for pool in ("stock", "pgmo"):
         assert traces["on", pool].lower_bound() < traces["off", pool].lower_bound()
-
-
-# ------------------------------------------------------------ the quick GPU check
-def _parameters(doc: str) -> list[str]:
-    """Parameter names from a compiled function's first docstring line, as CuPy and
-    cuda-bindings write it: "malloc(size_t size) -> intptr_t"."""
-    head = doc.splitlines()[0]
-    inner, parts, depth, current = head[head.index("(") + 1:head.rindex(")")], [], 0, ""
-    for ch in inner:
-        depth += ch in "[(" and 1 or (ch in "])" and -1 or 0)
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    parts.append(current)
-    return [p.split(":")[0].split()[-1] for p in parts if p.strip()]
-
-
-RUNTIME_CALLS = ("malloc", "free", "memGetInfo", "getDevice", "setDevice", "deviceSynchronize",
-                 "streamSynchronize", "streamQuery", "memPoolCreate", "memPoolDestroy",
-                 "memPoolSetAttribute", "memPoolGetAttribute", "mallocFromPoolAsync",
-                 "freeAsync", "memPoolTrimTo", "MemPoolProps", "runtimeGetVersion",
-                 "getDeviceProperties", "deviceGetAttribute")
-
-
-def test_the_runtime_stand_in_has_cupys_signatures_and_constants():
-    import inspect
-
-    runtime = pytest.importorskip("cupy.cuda.runtime")
-    fake = _import_script("gpu_stand_ins").modules().runtime
-    for name in RUNTIME_CALLS:
-        assert list(inspect.signature(getattr(fake, name)).parameters) == \
-            _parameters(getattr(runtime, name).__doc__), name
-    for name in ("cudaMemPoolAttrReleaseThreshold", "cudaMemAllocationTypePinned",
-                 "cudaMemHandleTypeNone", "cudaMemLocationTypeDevice",
-                 "cudaDevAttrMemoryPoolsSupported"):
-        assert getattr(fake, name) == getattr(runtime, name), name
-
-
-def test_the_driver_stand_in_has_the_bindings_signatures_and_tuples():
-    import inspect
-
-    driver = pytest.importorskip("cuda.bindings.driver")
-    fake = _import_script("gpu_stand_ins").modules().driver
-    for name in (n for n in dir(fake) if n.startswith("cu")):
-        assert list(inspect.signature(getattr(fake, name)).parameters) == \
-            _parameters(getattr(driver, name).__doc__), name
-    for enum in ("CUresult", "CUmemAllocationType", "CUmemLocationType", "CUmemAccess_flags",
-                 "CUmemAllocationGranularity_flags", "CUdevice_attribute"):
-        for key, value in vars(getattr(fake, enum)).items():
-            assert int(getattr(getattr(driver, enum), key)) == value, (enum, key)
-
-
-def test_the_driver_stand_in_answers_in_tuples_and_refuses_what_the_driver_refuses():
-    gpu = _import_script("gpu_stand_ins").modules()
-    d = gpu.driver
-    err, granularity = d.cuMemGetAllocationGranularity(d.CUmemAllocationProp(), 0)
-    assert err == d.CUresult.CUDA_SUCCESS and granularity == 2 * 2**20
-    assert d.cuMemCreate(4096, d.CUmemAllocationProp(), 0)[0] == \
-        d.CUresult.CUDA_ERROR_INVALID_VALUE  # not a whole granule
-    err, handle = d.cuMemCreate(granularity, d.CUmemAllocationProp(), 0)
-    free, total = gpu.runtime.memGetInfo()
-    assert err == 0 and total - free == 512 * 2**20 + granularity  # context + the granule
-    assert d.cuMemRelease(handle) == (d.CUresult.CUDA_SUCCESS,)
-    assert d.cuMemCreate(100 * 2**30, d.CUmemAllocationProp(), 0)[0] == \
-        d.CUresult.CUDA_ERROR_OUT_OF_MEMORY
-
-
-def test_the_allocation_costs_tell_a_waiting_call_from_one_that_does_not():
-    """On the stand-ins, cudaFree and cuMemUnmap sleep until the queued kernels are done:
-    the measurement must say they waited, at every size, and that the others did not."""
-    costs = _import_script("allocator_costs")
-    gpu = _import_script("gpu_stand_ins").modules()
-    result = costs.measure(gpu, sizes=(512, 20 * 2**20), repeats=3, behind_ms=4.0)
-    assert result["problems"] == [] and result["info"]["granularity"] == 2 * 2**20
-    waited = {(r["op"], r["size"]): r["waited"] for r in result["rows"]}
-    assert len(waited) == 11 * 2 and "error" not in str(result["rows"])
-    for (op, size), value in waited.items():
-        assert value == (op in ("cudaFree", "cuMemUnmap")), (op, size)
-    free = [r for r in result["rows"] if r["op"] == "cudaFree"]
-    assert all(r["behind_us"] >= 4000 > r["idle_us"] for r in free)
-    assert gpu.device.allocated == {}  # every measurement gave its memory back
-
-
-def _quick_check():
-    return _import_script("gpu_quick_check")
-
-
-def test_a_quick_check_step_over_the_budget_is_not_started(tmp_path, monkeypatch):
-    qc = _quick_check()
-    args = qc.parse_args(["--dry-run", "--out", str(tmp_path), "--budget", "12"])
-    check = qc.Check(args, "python -m scripts.gpu_quick_check --dry-run")
-    monkeypatch.setattr(qc, "MIN_STEP_S", 0.5)
-    assert check.step("sleeps", 1.0, [sys.executable, "-c", "import time; time.sleep(30)"]) is None
-    assert check.data["steps"][-1]["status"] == "timed out after 1 s"
-    check.started -= 12  # the budget is used up
-    check.run(qc.DRY_WORKLOADS[0], "pgmo")
-    assert check.data["steps"][-1]["status"] == "not started: time budget used up"
-    assert check.data["runs"] == [{"workload": qc.DRY_WORKLOADS[0].name, "pool": "pgmo",
-                                   "config": check.data["runs"][0]["config"],
-                                   "result": {"skipped": "not started: time budget used up"}}]
-    text = check.write()  # what it has, said as such
-    assert "| alexnet b2 (dry run, for resnet50 b32) | pgmo | not started: time budget used " \
-           "up |" in text
-    assert json.loads((tmp_path / "quick-check.json").read_text())["steps"][0]["name"] == \
-        "sleeps"
-
-
-def test_the_quick_check_verdicts_compare_the_pools_on_the_outside_view_only():
-    """GPU-shaped results: pgmo's own count is smaller, but the memory taken seen from outside
-    is larger; the verdict follows the outside view."""
-    report = _import_script("quick_check_report")
-    stock = _child_result("stock", 1000, 100.0, nvml_mib=1100, own_mib=900)
-    ours = _child_result("pgmo", 1500, 100.0, nvml_mib=1650, own_mib=400)
-    ours["pgmo"]["arena_kind"] = "vmm"
-    runs = [{"workload": "resnet50 b32", "pool": "stock", "result": stock},
-            {"workload": "resnet50 b32", "pool": "pgmo", "result": ours},
-            {"workload": "seq2seq", "pool": "stock", "result": {"skipped": "timed out after 150 s"}}]
-    verdicts = {q: (m, v) for q, m, v in report.pool_verdicts(runs)}
-    assert verdicts["resnet50 b32: device memory taken over the whole run, pgmo / stock "
-                    "(cudaMemGetInfo)"] == ("1,500.0 / 1,000.0 MiB",
-                                            "pgmo takes more: 1.50x the stock pool's memory")
-    assert verdicts["resnet50 b32: the arena pgmo chose"][0] == "vmm"
-    assert verdicts["resnet50 b32: iterations 1-3, pgmo / stock"] == (
-        "300 + 200 + 101 / 300 + 200 + 101 ms", "about the same: 1.000x")
-    assert verdicts["seq2seq: memory and time, pgmo / stock"] == (
-        "stock: timed out after 150 s; pgmo: not run", "not compared")
-
-
-@pytest.fixture(scope="module")
-def quick_check_dry_run(tmp_path_factory):
-    _chainer_or_skip()
-    out_dir = tmp_path_factory.mktemp("quick-check")
-    out, err = run_script("gpu_quick_check", "--dry-run", "--out", out_dir, timeout=480)
-    return out_dir, out, err
-
-
-def _markdown_rows(text: str, heading: str) -> list[list[str]]:
-    section = text[text.index(heading):]
-    rows = []
-    for line in section.splitlines()[1:]:
-        if line.startswith("#"):
-            break
-        if line.startswith("| ") and not line.startswith("|---"):
-            rows.append([c.strip() for c in line.strip("|").split(" | ")])
-    return rows[1:]  # without the header
-
-
-@needs_chainer
-def test_quick_check_dry_run_prints_its_verdicts_and_writes_its_results(quick_check_dry_run):
-    out_dir, out, err = quick_check_dry_run
-    assert (out_dir / "quick-check.md").read_text().strip() == out.strip()
-    assert "**DRY RUN on the CPU**: stand-in modules" in out
-    assert "- device: stand-in GPU (dry run)" in out
-    data = json.loads((out_dir / "quick-check.json").read_text())
-    assert data["dry_run"] is True and data["budget_s"] == 450
-    assert [s["status"] for s in data["steps"]] == ["done"] * 7
-    assert all(s["limit_s"] <= s_limit for s, s_limit in zip(data["steps"], [90] + [120] * 6))
-    # a. the stand-ins' synchronizing calls are told apart, at every size
-    verdicts = {q: v for q, _, v in _markdown_rows(out, "## Verdicts")}
-    synchronizing = "waits for queued kernels at every size: it synchronizes"
-    for op in ("cudaFree", "cuMemUnmap"):
-        assert synchronizing in [v for q, v in verdicts.items() if f"`{op}`" in q], op
-    never = [q for q, v in verdicts.items() if v == "never waits for queued kernels"]
-    assert len(never) == 9 and not any("`cudaFree`" in q or "`cuMemUnmap`" in q for q in never)
-    costs = _markdown_rows(out, "## a. ")
-    assert len(costs) == 11 * 6
-    assert {row[2] for row in costs} == {"512 B", "64 KiB", "2 MiB", "20 MiB", "256 MiB", "4 GiB"}
-    # b. the same measurement for both pools, each run a process of its own
-    names = [w.name for w in _quick_check().DRY_WORKLOADS]
-    memory = _markdown_rows(out, "## b. ")
-    assert [(row[0], row[1]) for row in memory] == [(n, p) for n in names
-                                                    for p in ("stock", "pgmo")]
-    for row in memory:
-        assert all(re.fullmatch(r"[\d,]+\.\d", cell) for cell in row[2:6]), row
-        # what held pgmo's arena at the end (pgmo.stats().arena_kind: "none" once it went
-        # back), a dash for the stock pool
-        assert row[8] in (("reserved range", "cudaMalloc", "none") if row[1] == "pgmo"
-                          else ("-",))
-    for run in data["runs"]:
-        result = run["result"]
-        assert result["ok"] and result["taken_device_bytes"] > 0, run["workload"]
-        # sampled inside the iterations, not only at their ends
-        assert result["outside"]["samples"] > 3 * result["iterations"]
-        assert result["live_peak_bytes"] > 0 and len(result["laps_ms"]) == 4
-        assert ("pgmo" in result) == (run["pool"] == "pgmo")
-    for name in names:
-        assert f"{name}: device memory taken over the whole run, pgmo / stock (cudaMemGetInfo)" \
-            in verdicts
-    # c. iterations 1-3 and the steady state under both pools
-    times = _markdown_rows(out, "## c. ")
-    assert len(times) == 6 and all(row[6] == "4" for row in times)
-    assert "failed" not in err
 
 
 def test_a_live_bytes_hook_counts_the_requests_of_any_pool():

@@ -219,3 +219,28 @@ def test_a_swallowed_ctrl_c_still_stops_the_program_in_one_line(main, unwind, tm
     assert time.monotonic() - started < 5.0, main  # not the 30 s it would sleep on
     assert child.returncode == programs.INTERRUPTED
     assert out == "swallow.py: interrupted\n", out
+
+
+CUT_LINE = """
+import sys
+from pgmo import programs
+programs.start(__name__)
+
+def main():
+    print("iter 1", end="", flush=True)  # a Ctrl-C between a line's text and its end
+    raise KeyboardInterrupt
+
+sys.exit(programs.run(main))
+"""
+
+
+def test_a_line_ctrl_c_cut_is_ended_before_interrupted(tmp_path):
+    """Ctrl-C inside a ``print`` (its text written, its newline not yet): the message is on
+    a line of its own, not glued to the program's last line."""
+    program = tmp_path / "cut.py"
+    program.write_text(CUT_LINE)
+    done = subprocess.run([sys.executable, str(program)], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == programs.INTERRUPTED
+    assert done.stdout == "iter 1\ncut.py: interrupted\n", done.stdout

@@ -147,18 +147,21 @@ def test_the_quick_check_in_a_sessions_folder_joins_its_page(tmp_path):
     (folder / "quick-check").mkdir()
     data = {"command": "python -m scripts.gpu_quick_check --device 0", "dry_run": False,
             "date": "2027-01-05 10:00 UTC", "environment": {"device": "NVIDIA H200"},
-            "steps": [{"name": "a. allocation costs", "status": "done", "limit_s": 90,
-                       "seconds": 20}],
-            "costs": {"info": {"behind_ms": 5, "kernels": 5, "repeats": 5},
-                      "rows": [{"way": "cudaMalloc", "op": "cudaFree", "size": 512,
-                                "idle_us": 3.0, "behind_us": 5012.0, "waited": True,
-                                "waits": "5/5"}], "problems": []},
-            "runs": []}
+            "steps": [{"name": "allocation calls' costs", "status": "done", "limit_s": 90,
+                       "seconds": 20, "key": "costs"}],
+            "results": {"costs": {
+                "info": {"behind_ms": 5, "kernels": 5, "repeats": 5},
+                "rows": [{"way": "cudaMalloc", "op": "cudaFree", "size": 512, "idle_us": 3.0,
+                          "behind_us": 5012.0, "waited": True, "waits": "5/5",
+                          "other_us": 5010.0, "other_waited": True, "other_waits": "5/5"}],
+                "problems": []}}}
     (folder / "quick-check" / "quick-check.json").write_text(json.dumps(data))
     text = page_of(folder)
     assert "## pgmo quick GPU check" in text and "### Verdicts" in text
+    assert "**quick check: PASS: every check held**" in text
     assert "| cudaMalloc: does `cudaFree` wait for queued kernels? | idle 3.0 us; behind 5 ms " \
-           "of kernels 5,012.0 us | waits for queued kernels at every size: it synchronizes |" \
+           "of kernels 5,012.0 us, on another stream 5,010.0 us | its stream: waits at every " \
+           "size: it synchronizes; another stream: waits at every size: it synchronizes |" \
         in text
     assert qc.render(data, "##") in text
 
