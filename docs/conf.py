@@ -66,7 +66,10 @@ def _lookup(dotted: str) -> object | None:
         except Exception:  # noqa: BLE001 - not a module: a shorter prefix may be
             continue
         for part in parts[cut:]:
-            obj = getattr(obj, part, _MISSING)
+            try:  # a lazy name of pgmo imports its module: CuPy's, where it is absent
+                obj = getattr(obj, part, _MISSING)
+            except ImportError:
+                return None
             if obj is _MISSING:
                 return None
         return obj
