@@ -42,7 +42,7 @@ STATE_KEY = "pool_state"
 
 
 class ProfileGuidedMemory(training.Extension):
-    """Run every ``updater.update()`` as one :meth:`pool.iteration`.
+    """Run every ``updater.update()`` as one :meth:`pool.iteration() <pgmo.ProfileGuidedMemoryPool.iteration>`.
 
     ``initialize`` wraps the updater's ``update`` and the first update installs
     the pool as CuPy's allocator, so the pool sees the same request sequence
@@ -55,13 +55,16 @@ class ProfileGuidedMemory(training.Extension):
     profile and plan, so a trainer resumed from a snapshot keeps the plan
     instead of profiling again.
 
-    Args:
-        pool: a :class:`pgmo.ProfileGuidedMemoryPool`; by default a new one is
-            made (on first use) with ``pool_options``.
-        keys: which ``pool.stats()`` entries to report; default: every integer.
-        prefix: prefix of the reported keys.
-        pool_options: keyword arguments for the default pool (``warmup``,
-            ``method``, ``time_limit``, ``plan_path``...).
+    ``pool``
+        a :class:`pgmo.ProfileGuidedMemoryPool`; by default a new one is
+        made (on first use) with ``pool_options``.
+    ``keys``
+        which ``pool.stats()`` entries to report; default: every integer.
+    ``prefix``
+        prefix of the reported keys.
+    ``pool_options``
+        keyword arguments for the default pool (``warmup``,
+        ``method``, ``time_limit``, ``plan_path``...).
     """
 
     trigger = 1, "iteration"

@@ -42,7 +42,7 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError(
         "pgmo.chainermn needs Chainer 7.8.1 (which ships ChainerMN), mpi4py and an MPI "
-        "library; install them with pip install 'pgmo[chainer,mpi]' (see README.rst)") from error
+        "library; install them with pip install 'pgmo[chainer,mpi]' (see docs/install.rst)") from error
 
 __all__ = ["COMMUNICATORS", "GPU_ONLY", "HostStagedCommunicator", "Rank", "RankStats",
            "create_communicator", "choose_communicator", "setup_rank", "plan_file_name",

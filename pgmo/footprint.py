@@ -18,6 +18,7 @@ activation scale (a larger batch) that completes on a given device.
 from __future__ import annotations
 
 import gc
+import importlib.util
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -38,13 +39,28 @@ def stock_pool(capacity: int | None = None) -> HostStockPool:
 
 
 def pgmo_pool(**options: Any) -> PoolMaker:
-    """A maker of pgmo pools on host memory with ``options`` (the pool's own defaults else)."""
-    def make(capacity: int | None = None):
-        from .testing import host_pool
+    """A maker of pgmo pools on host memory with ``options`` (the pool's own defaults else).
 
-        return host_pool(capacity, **{"replan": "background", "method": "best", **options})
+    Where CuPy is installed, the pool (:func:`pgmo.testing.host_pool`); without it, its
+    engine alone (:func:`pgmo.testing.host_engine`), which holds the same bytes at the same
+    moments: the pool adds CuPy's conventions (memory objects, hooks, CuPy's
+    ``OutOfMemoryError``), not memory.  Either has ``stats()``, ``close()`` and, as
+    ``engine`` for the pool, the engine itself.
+    """
+    def make(capacity: int | None = None):
+        from . import testing
+
+        settings = {"replan": "background", "method": "best", **options}
+        if has_cupy():
+            return testing.host_pool(capacity, **settings)
+        return testing.host_engine(capacity, **settings)
 
     return make
+
+
+def has_cupy() -> bool:
+    """Whether CuPy is installed (the pool's face needs it; the engine does not)."""
+    return importlib.util.find_spec("cupy") is not None
 
 
 def _device(pool: Any) -> HostMemory:

@@ -289,6 +289,7 @@ class HostMemory:
         return any(r.holds(ptr, size) for r in list(self._ranges))
 
     def reset_peak(self) -> None:
+        """Restart the peak from the bytes in use now."""
         with self._lock:
             self.peak = self.in_use
 

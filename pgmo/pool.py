@@ -130,36 +130,41 @@ def _counting(allocator: Callable[[int], Any],
 class ProfileGuidedMemoryPool(_memory.MemoryPool):
     """A CuPy memory pool that answers a hot loop's requests from a solved plan.
 
-    Args:
-        allocator: raw allocator (``size -> MemoryPointer``) for the arena,
-            blocks of their own and survivors' buffers, and, when
-            ``fallback`` is None, for the stock pool; CuPy's cudaMalloc by
-            default.
-        fallback: the pool serving what lies outside every plan (interrupted,
-            other threads or streams; between iterations too where the
-            device has no stream-ordered pool); a
-            ``cupy.cuda.MemoryPool(allocator)`` by default.  Anything with
-            ``malloc``, ``used_bytes``, ``free_bytes``, ``total_bytes``,
-            ``n_free_blocks``, ``free_all_blocks`` and ``set_limit(size=)``.
-        options: a :class:`~pgmo.engine.PoolOptions`; keywords change its
-            fields or those of its :class:`~pgmo.SolverOptions`:
-            ``warmup=1``, ``replan="background"`` (or ``"sync"``,
-            ``"bestfit"``), ``detect_iterations=True``, ``warn_after``,
-            ``heap="own"`` (or ``"driver"``: the driver's stream-ordered
-            pool for what no plan covers), ``method="best"``,
-            ``time_limit``, ``seed``, ``budget``...
-        plan_path: load a saved plan from here when the file exists (a bad
-            file is logged and ignored) and save every new plan there.
-        device_id, context, total_memory: for non-CUDA backends
-            (:func:`pgmo.testing.host_pool`); by default the current device,
-            its current stream, and its memory size.
-        device_layer: the arena's reserved range and the stream-ordered heap
-            (:class:`~pgmo.engine.Backend`'s ``reserve``, ``heap``,
-            ``device_memory`` and ``reasons``); by default what the device
-            supports and its driver accepts
-            (:func:`pgmo.cuda_device.device_layer`) when ``allocator`` is
-            None, else cudaMalloc through ``allocator`` for both.  Why a
-            part uses cudaMalloc is in ``stats().device_reasons``.
+    ``allocator``
+        raw allocator (``size -> MemoryPointer``) for the arena,
+        blocks of their own and survivors' buffers, and, when
+        ``fallback`` is None, for the stock pool; CuPy's cudaMalloc by
+        default.
+    ``fallback``
+        the pool serving what lies outside every plan (interrupted,
+        other threads or streams; between iterations too where the
+        device has no stream-ordered pool); a
+        ``cupy.cuda.MemoryPool(allocator)`` by default.  Anything with
+        ``malloc``, ``used_bytes``, ``free_bytes``, ``total_bytes``,
+        ``n_free_blocks``, ``free_all_blocks`` and ``set_limit(size=)``.
+    ``options``
+        a :class:`~pgmo.engine.PoolOptions`; keywords change its
+        fields or those of its :class:`~pgmo.SolverOptions`:
+        ``warmup=1``, ``replan="background"`` (or ``"sync"``,
+        ``"bestfit"``), ``detect_iterations=True``, ``warn_after``,
+        ``heap="own"`` (or ``"driver"``: the driver's stream-ordered
+        pool for what no plan covers), ``method="best"``,
+        ``time_limit``, ``seed``, ``budget``...
+    ``plan_path``
+        load a saved plan from here when the file exists (a bad
+        file is logged and ignored) and save every new plan there.
+    ``device_id``, ``context``, ``total_memory``
+        for non-CUDA backends
+        (:func:`pgmo.testing.host_pool`); by default the current device,
+        its current stream, and its memory size.
+    ``device_layer``
+        the arena's reserved range and the stream-ordered heap
+        (:class:`~pgmo.engine.Backend`'s ``reserve``, ``heap``,
+        ``device_memory`` and ``reasons``); by default what the device
+        supports and its driver accepts
+        (:func:`pgmo.cuda_device.device_layer`) when ``allocator`` is
+        None, else cudaMalloc through ``allocator`` for both.  Why a
+        part uses cudaMalloc is in ``stats().device_reasons``.
     """
 
     def __init__(self, allocator: Callable[[int], Any] | None = None, *,

@@ -16,7 +16,9 @@ A user of any of them may rely on this:
   a line on stderr saying the program is still working, so a log or a pipe
   never sits silent (a progress bar on a terminal prints often enough to
   keep it away);
-* a reader that goes away (``| head``): no traceback, exit status 141.
+* a reader that goes away (``| head``): no traceback, exit status 141;
+* an optional package it needs that is not installed (CuPy, Chainer, MPI): one line
+  saying which and what installs it, exit status 2.
 
 A program calls :func:`start` with its ``__name__`` before its heavy imports
 and runs its ``main`` through :func:`run`::
@@ -340,6 +342,10 @@ def run(main: Callable[[], int | None], *, name: str | None = None,
             message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             print(f"{name}: error: {message}", file=sys.stderr)
             return 2
+        missing = _optional_missing(exc)
+        if missing is not None and not os.environ.get("PGMO_DEBUG"):
+            print(f"{name}: error: {missing}", file=sys.stderr)
+            return 2
         raise
     finally:
         _Interrupt.inside_run = False
@@ -347,6 +353,23 @@ def run(main: Callable[[], int | None], *, name: str | None = None,
             _Interrupt.watchdog.cancel()
         if installed_here:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+#: The optional packages a program may need: top-level module -> what installs it.
+OPTIONAL = {"cupy": "CuPy (pip install 'pgmo[cuda13]', or cuda12)",
+            "cupy_backends": "CuPy (pip install 'pgmo[cuda13]', or cuda12)",
+            "chainer": "Chainer (the chainer extra, docs/install.rst)",
+            "chainermn": "ChainerMN (the chainer and mpi extras)",
+            "mpi4py": "MPI (pip install 'pgmo[mpi]')"}
+
+
+def _optional_missing(exc: BaseException) -> str | None:
+    """What a program needs that is not installed, when ``exc`` is an optional package's
+    absence (a CuPy-only program without CuPy), as one line; else None."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    needed = OPTIONAL.get(exc.name.split(".")[0])
+    return None if needed is None else f"needs {needed}, which is not installed"
 
 
 # ----------------------------------------------------------------- names

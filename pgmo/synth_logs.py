@@ -1,7 +1,7 @@
 """*Synthetic* allocator logs: a trace written as a PyTorch snapshot or an RMM log.
 
 Where no GPU is at hand, this is how pgmo's importers are exercised at scale
-(``scripts/bench_import.py``) and how the README's example output was made.
+(``scripts/bench_import.py``) and how the example output of docs/analyze.rst was made.
 A trace (one iteration, e.g. a bundled synthetic one) is repeated for
 ``iterations`` iterations and served by :class:`CachingAllocatorModel`, a
 simplified model of PyTorch's ``CUDACachingAllocator`` that gives every

@@ -231,6 +231,8 @@ class Checker:
         self._ends: dict[int, int] = {}  # serial -> end address
 
     def alloc(self, pool: Allocator, size: int) -> tuple[Any, int, int]:
+        """Take ``size`` bytes from ``pool`` and write the block's pattern; the handle
+        :meth:`free` takes (the memory object, its size, its serial number)."""
         memptr = pool.malloc(size)
         self.serial += 1
         serial = self.serial

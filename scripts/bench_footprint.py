@@ -80,7 +80,7 @@ HEAP_MODELS = {"own heap": {"heap": "own"},
 #: Judged against the targets: the default only (the others are for comparison).
 DEFAULT_HEAP = "own heap"
 
-# The targets (README, "Footprint"; docs/footprint.md).
+# The targets (docs/footprint.md).
 REPEATING_MAX = 1.05  # peak held / physical limit, repeating runs
 VARYING_MAX = 1.10  # peak held / physical limit, variable runs
 GRID = (1.15, 1.25, 1.5, 2.0, 3.0, 4.0)  # capacities (x the limit) at which a run must complete
@@ -224,14 +224,15 @@ def measure_mode(w: Workload, mode: str, stock: footprint.Footprint, args) -> di
     """One replay with no limit: footprint, syncs, raw allocations, plans."""
     pool = _pool(mode, args, None)
     arenas: list[int] = []
-    installed = pool.engine.on_install
+    engine = getattr(pool, "engine", pool)  # the engine alone where CuPy is not installed
+    installed = engine.on_install
 
     def on_install(schedule) -> None:
         arenas.append(schedule.arena_size)
         if installed is not None:
             installed(schedule)
 
-    pool.engine.on_install = on_install
+    engine.on_install = on_install
     mine = footprint.measure(w.run, pool, step_seconds=_step(mode, args))
     st = mine.stats
     pool.close()

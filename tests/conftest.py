@@ -11,8 +11,8 @@ from hypothesis import settings
 
 # Slow 2-core CI machines: no per-example deadline; under CI the examples are
 # derandomized so that a run can be reproduced exactly.  The nightly profile
-# (``python -m pytest --hypothesis-profile=pgmo-nightly``, see README.rst,
-# "Tests") draws new examples every run, NIGHTLY_FACTOR times as many.
+# (``python -m pytest --hypothesis-profile=pgmo-nightly``, see
+# docs/testing.rst) draws new examples every run, NIGHTLY_FACTOR times as many.
 settings.register_profile("pgmo", deadline=None, print_blob=True)
 settings.register_profile("pgmo-ci", parent=settings.get_profile("pgmo"), derandomize=True)
 NIGHTLY_FACTOR = 10

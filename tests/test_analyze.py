@@ -213,13 +213,14 @@ def test_bad_input_is_one_line_without_traceback(tmp_path):
     assert "bad.csv, line 2, field 'Action': unknown action 'grow'" in proc.stderr
 
 
-def test_the_readme_shows_what_pgmo_prints_for_its_generated_snapshot(tmp_path, monkeypatch):
-    """The README's example output, regenerated as the README says it was made."""
+def test_the_docs_show_what_pgmo_prints_for_its_generated_snapshot(tmp_path, monkeypatch):
+    """The example output of *Will pgmo save me memory?* (docs/analyze.rst), regenerated as
+    the page says it was made."""
     from pathlib import Path
 
     from pgmo.synth_logs import main as synth_main
 
-    readme = (Path(__file__).resolve().parents[1] / "README.rst").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "analyze.rst").read_text()
     block = readme.split("   $ pgmo analyze snapshot.pickle\n", 1)[1]
     shown = []
     for line in block.splitlines():

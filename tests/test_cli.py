@@ -485,7 +485,7 @@ def test_plot_and_solve_share_one_default_method(trace_file, tmp_path, capsys):
 @pytest.mark.parametrize("name", ["h100-densenet-bc100-k12-train-b64-recompute-on-stock",
                                   "pytorch-snapshot-small-cnn-h100.pickle"])
 def test_the_plot_title_stays_inside_the_picture(name, tmp_path):
-    """The issue's two pictures: a long trace name once cut the title at both edges."""
+    """Two pictures: a long trace name once cut the title at both edges."""
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 

@@ -51,6 +51,34 @@ def test_a_repeating_run_holds_the_physical_limit_and_never_more_than_cupy(name,
     assert st.exact_bytes + st.kept_bytes <= run.long_lived_bytes() + 0.02 * mine.peak
 
 
+@pytest.mark.parametrize("heap", ["own", "driver"])
+def test_without_cupy_the_engine_alone_holds_what_the_pool_holds(monkeypatch, heap):
+    """Where CuPy is not installed, the footprint is measured on the pool's engine alone
+    (``python -m scripts.bench_footprint`` runs there too): the same bytes at every moment,
+    the same calls that wait and release, the same plans."""
+    from pgmo.engine import Engine
+
+    run = real_run("alexnet-train-b32", iterations=4)
+
+    def once():
+        pool = footprint.pgmo_pool(replan="sync", method="bestfit", heap=heap)(None)
+        try:
+            return footprint.measure(run, pool), isinstance(pool, Engine)
+        finally:
+            pool.close()
+
+    mine, engine = once()
+    monkeypatch.setattr(footprint, "has_cupy", lambda: False)
+    alone, engine_alone = once()
+    assert not engine and engine_alone
+    assert mine.completed and alone.completed
+    for field in ("peak", "held", "syncs_inside", "syncs_boundary", "releases_inside",
+                  "releases_boundary", "requests", "raw_allocations"):
+        assert getattr(alone, field) == getattr(mine, field), field
+    assert alone.stats.planned_peak == mine.stats.planned_peak
+    assert alone.stats.planned_requests == mine.stats.planned_requests
+
+
 def test_a_run_completes_on_a_device_barely_larger_than_its_physical_limit():
     """Within 3% of the limit in whole 2 MiB pages, every byte written and checked."""
     run = real_run("alexnet-train-b32", iterations=4)

@@ -6,7 +6,10 @@ test_cuda_device); here, the rules that a run does not show by its bytes alone.
 
 from __future__ import annotations
 
+import importlib
 import logging
+import re
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +56,88 @@ def test_arena_kind_says_what_holds_the_arena_now():
     assert engine.stats().arena_kind == "reserved range"
     engine.free_all_blocks()  # between iterations: the idle arena goes back
     assert engine.stats().arena_bytes == 0
+
+
+# ------------------------------------------------------------------ the rules, written once
+# The footprint policy is written once, as the numbered rules of memory.py's docstring; the
+# code names them ("rule 4") and the docs quote their titles.  Where text and code can be
+# compared, they are: a rule renumbered, renamed or pointing at a name that is gone fails here.
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _rules() -> dict[int, tuple[str, str]]:
+    """memory.py's numbered rules: number -> (title, whole text)."""
+    from pgmo.engine import memory
+
+    doc = memory.__doc__ or ""
+    found = re.findall(r"^(\d+)\. \*\*(.+?)\*\*(.*?)(?=^\d+\. \*\*|\Z)", doc, re.M | re.S)
+    return {int(n): (" ".join(title.split()).rstrip("."), " ".join(f"{title} {rest}".split()))
+            for n, title, rest in found}
+
+
+def test_the_rules_are_numbered_one_to_seven():
+    assert sorted(_rules()) == list(range(1, 8))
+
+
+def test_every_name_a_rule_gives_is_in_the_code():
+    """A constant or method a rule cites (``:data:`HEAP_SLACK```) exists where it says."""
+    from pgmo.engine import memory
+
+    cited = [name for _, text in _rules().values()
+             for name in re.findall(r":(?:data|meth|class):`~?([\w.]+)`", text)]
+    assert {"HEAP_SLACK", "TRIM_SLACK", "DeviceMemory.awaiting_plan"} <= set(cited)
+    for name in cited:
+        where = memory if not name.startswith("pgmo.") else importlib.import_module(
+            name.rsplit(".", 1)[0])
+        leaf = name.rsplit(".", 1)[-1] if name.startswith("pgmo.") else name
+        target: object = where
+        for part in leaf.split("."):
+            assert hasattr(target, part), f"a rule cites {name}, which memory.py lacks"
+            target = getattr(target, part)
+
+
+def test_every_tuning_constant_is_cited_by_a_rule():
+    """memory.py's numbers (slack, growth, steps) are each the measure of some rule."""
+    from pgmo.engine import memory
+
+    text = " ".join(text for _, text in _rules().values())
+    source = Path(memory.__file__).read_text()
+    constants = [name for name in re.findall(r"^([A-Z][A-Z_]+) = ", source, re.M)
+                 if isinstance(getattr(memory, name), (int, float))]  # its own numbers
+    assert constants
+    for name in constants:
+        assert f":data:`{name}`" in text, f"memory.{name} is no rule's measure"
+
+
+def test_the_code_and_the_docs_cite_rules_that_exist():
+    rules = _rules()
+    files = [*sorted((ROOT / "pgmo").rglob("*.py")), *sorted((ROOT / "docs").glob("*.md"))]
+    for path in files:
+        for n in re.findall(r"\brule (\d+)\b", path.read_text()):
+            assert int(n) in rules, f"{path.relative_to(ROOT)} cites rule {n}"
+
+
+def test_the_footprint_guide_quotes_the_rules_titles():
+    text = " ".join((ROOT / "docs" / "footprint.md").read_text().split())
+    quoted = text[text.index("numbered, in `pgmo/engine/memory.py`"):]
+    quoted = quoted[quoted.index("1. "):quoted.index(". What follows")]
+    items = re.split(r"; (?=\d+\. )", quoted)
+    assert [re.match(r"(\d+)\. (.*)", item).groups() for item in items] == \
+        [(str(n), title[0].lower() + title[1:]) for n, (title, _) in sorted(_rules().items())]
+
+
+def test_the_boundary_without_a_plan_is_decided_by_rule_4():
+    """Rule 4 owns the trim while a plan is awaited: the engine says whether its
+    iterations varied, :meth:`DeviceMemory.awaiting_plan` decides, and the rule says so."""
+    title, text = _rules()[4]
+    assert ":meth:`DeviceMemory.awaiting_plan`" in text and "vary" in text
+    engine = host_engine(warmup=2)
+    checker = Checker(host=True, device=host_device_of(engine), write="ends")
+    run(engine, checker, 1)  # a warm-up iteration: its blocks came from the heap, now idle
+    held = engine.stats().exact_bytes
+    assert held > 0
+    assert engine.memory.awaiting_plan(False) is False  # repeating: the heap keeps it
+    assert engine.stats().exact_bytes == held
+    assert engine.memory.awaiting_plan(True) is True  # varying: it goes back
+    assert engine.stats().exact_bytes < held
+    assert checker.corrupted == 0 and checker.overlaps == 0

@@ -196,7 +196,7 @@ def test_plan_path_saves_and_reloads(tmp_path, caplog):
     third = host_pool(warmup=0, plan_path=path)  # logged, ignored, profiles
     assert third.plan is None and third.mode == "profiling"
     assert "ignoring saved plan" in caplog.text
-    path.write_bytes(b"[" * 1100 + b"]" * 1100)  # as the README says: logged and ignored
+    path.write_bytes(b"[" * 1100 + b"]" * 1100)  # as docs/usage.rst says: logged and ignored
     fourth = host_pool(warmup=0, plan_path=path)
     assert fourth.plan is None and "nested too deeply" in caplog.text
     assert replay([HOT] * 2, fourth)["modes"] == ["profiling", "optimized"]

@@ -63,6 +63,8 @@ def _needs_chainer(program: str) -> None:
         pytest.skip("needs Chainer (pgmo[chainer])")
     if importlib.util.find_spec("cupy") is None and program.endswith(".py"):
         pytest.skip("the examples need CuPy")
+    if importlib.util.find_spec("cupy") is None and program in ("bench_malloc", "bench_overhead"):
+        pytest.skip("times the pool's CuPy memory objects: needs CuPy (pgmo[cuda13])")
 
 
 # ------------------------------------------------------------------ how each is built

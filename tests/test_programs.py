@@ -132,6 +132,24 @@ def test_a_mistake_is_one_line_and_exit_status_2(capsys, monkeypatch):
         programs.run(bug, name="prog")
 
 
+def test_an_optional_package_not_installed_is_one_line_naming_it(capsys, monkeypatch):
+    """A CuPy-only program where CuPy is not installed: which package, what installs it."""
+    monkeypatch.delenv("PGMO_DEBUG", raising=False)
+
+    def needs(module):
+        def main():
+            raise ModuleNotFoundError(f"No module named '{module}'", name=module)
+        return main
+
+    assert programs.run(needs("cupy.cuda.memory"), name="prog") == 2
+    assert capsys.readouterr().err == ("prog: error: needs CuPy (pip install 'pgmo[cuda13]', "
+                                       "or cuda12), which is not installed\n")
+    assert programs.run(needs("chainer"), name="prog") == 2
+    assert "needs Chainer" in capsys.readouterr().err
+    with pytest.raises(ModuleNotFoundError):  # pgmo's own module missing is a bug
+        programs.run(needs("pgmo.nowhere"), name="prog")
+
+
 def test_ctrl_c_is_one_line_and_exit_status_130_also_when_cleanup_raises(capfd):
     def interrupted():
         raise KeyboardInterrupt

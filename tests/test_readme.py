@@ -30,8 +30,9 @@ def test_the_examples_readme_gives_one_command_for_a_venv_where_every_example_ru
     assert len(constraints) == 2 and all((ROOT / c).is_file() for c in constraints)
 
 
-def test_the_readmes_say_which_device_the_examples_use():
-    for text in ((ROOT / "README.rst").read_text(), (ROOT / "examples" / "README.rst").read_text()):
+def test_the_docs_say_which_device_the_examples_use():
+    for text in ((ROOT / "docs" / "quickstart.rst").read_text(),
+                 (ROOT / "examples" / "README.rst").read_text()):
         said = " ".join(text.split())
         assert "GPU 0 when CuPy sees a GPU" in said and "--device -1" in said
 
@@ -71,24 +72,28 @@ def test_the_readme_opens_with_one_honest_headline():
 
 
 def test_the_cpu_quick_start_runs_as_pasted(monkeypatch, capsys):
-    """Each snippet of the quick start, as a user pastes it (the bench_footprint command is
-    run by tests/test_scripts_package.py), says what it prints and what it costs."""
+    """Each snippet of the quick start (the README's example, then the site's page *More
+    without a GPU*), as a user pastes it (the bench_footprint command is run by
+    tests/test_scripts_package.py), says what it prints and what it costs."""
     pytest.importorskip("cupy")
     quick = _section(_readme(), "Quick start without a GPU")
+    more = (ROOT / "docs" / "quickstart.rst").read_text()
     said = " ".join(quick.split())
     assert 'replan="sync", method="bestfit"' in said and "pgmo.NoGPUError" in said
     [python] = _code_blocks(quick, "python")
     exec(compile(python, "README.rst", "exec"), {})
     printed = capsys.readouterr().out.strip()
     assert f"# {printed}" == python.splitlines()[-1]  # the output the README shows
-    analyze, footprint = _code_blocks(quick, "bash")
+    assert not _code_blocks(quick, "bash")  # one example on the README's first screen
+    said = " ".join(f"{quick} {more}".split())
+    analyze, footprint = _code_blocks(more, "bash")
     assert analyze.startswith(".venv/bin/pgmo analyze ")
     from pgmo.cli import main
 
     monkeypatch.chdir(ROOT)
     assert main(analyze.split()[1:]) == 0
     table = capsys.readouterr().out
-    for figure in re.findall(r"\((\d+\.\d\d MiB)\)", quick):  # the figures the prose quotes
+    for figure in re.findall(r"\((\d+\.\d\d MiB)\)", more):  # the figures the prose quotes
         assert figure in table
     assert footprint.startswith(".venv/bin/python -m scripts.bench_footprint ")
     # what each costs: the snippet, the analysis, one bench_footprint run and all of them
@@ -102,3 +107,23 @@ def test_the_readme_states_what_the_set_up_commands_cost():
     assert re.search(r"main job's install about .+ \(\d+ s\)", said)
     assert re.search(r"tests' install and run \d+ to \d+ minutes", said)
     assert "two CPU cores" in said
+
+
+def test_the_readme_names_the_site_and_pages_that_exist():
+    """The README's first screen ends where the site's front page does, and every page its
+    *Documentation* section names is a file of ``docs/`` in the site's table of contents."""
+    text = _readme()
+    assert text.index(".. front-page-start") < text.index("\nQuick start without a GPU\n") \
+        < text.index(".. front-page-end")
+    index = (ROOT / "docs" / "index.rst").read_text()
+    assert ":start-after: .. front-page-start (docs/index.rst shows" in index
+    docs = _section(text, "Documentation")
+    assert "python -m sphinx -W -b html docs build/docs" in docs
+    pages = re.findall(r"``([\w/.-]+\.(?:rst|md)|api/)``", docs)
+    assert len(pages) >= 15, pages
+    for page in pages:
+        path = ROOT / page if page.startswith("examples/") else ROOT / "docs" / page
+        assert path.exists(), page
+        if not page.startswith("examples/"):
+            name = page.rstrip("/").rsplit(".", 1)[0] + ("/index" if page.endswith("/") else "")
+            assert f"   {name}\n" in index, f"docs/index.rst's table of contents lacks {name}"

@@ -29,6 +29,8 @@ PACKAGE = ROOT / "scripts"
 PATH_HELPER = "scripts.examples"
 #: Programs that import Chainer (and the examples) before parsing their arguments.
 NEEDS_CHAINER = {"record_traces", "record_runs", "mirror_fidelity"}
+#: Programs that time the pool itself, CuPy's memory objects included.
+NEEDS_CUPY = {"bench_malloc", "bench_overhead"}
 
 
 def module_name(path: Path) -> str:
@@ -92,6 +94,8 @@ def run(program: str, *args, timeout: float = 180) -> subprocess.CompletedProces
 def _needs(program: str) -> None:
     if program in NEEDS_CHAINER and importlib.util.find_spec("chainer") is None:
         pytest.skip("needs Chainer (pgmo[chainer])")
+    if program in NEEDS_CUPY and importlib.util.find_spec("cupy") is None:
+        pytest.skip("times the pool's CuPy memory objects: needs CuPy (pgmo[cuda13])")
 
 
 @pytest.mark.parametrize("program", programs())
@@ -119,9 +123,10 @@ def test_bench_solver_runs_on_a_tiny_instance(tmp_path):
 
 
 def readme_command(program: str) -> list[str]:
-    """The arguments the README's CPU quick start gives ``python -m scripts.<program>``."""
+    """The arguments the CPU quick start (the site's *More without a GPU*) gives
+    ``python -m scripts.<program>``."""
     [line] = re.findall(rf"^ +\.venv/bin/python -m scripts\.{program} (.+)$",
-                        (ROOT / "README.rst").read_text(), re.M)
+                        (ROOT / "docs" / "quickstart.rst").read_text(), re.M)
     return line.split()
 
 
@@ -151,6 +156,7 @@ def test_bench_import_runs_on_a_small_snapshot():
 
 
 def test_bench_malloc_runs_on_the_host():
+    _needs("bench_malloc")
     out = _ok(run("bench_malloc", "-n", 200, "--iterations", 2, "--repeat", 1))
     rows = [line.split(" | ")[1] for line in out.splitlines() if line.startswith("| pairs |")]
     assert rows[:2] == ["trivial python allocator", "host fallback pool alone"]
@@ -158,6 +164,7 @@ def test_bench_malloc_runs_on_the_host():
 
 
 def test_bench_overhead_runs_a_few_iterations():
+    _needs("bench_overhead")
     out = _ok(run("bench_overhead", "--iterations", 6, "--time-limit", 0.2))
     assert [line.split(" | ")[0] for line in out.splitlines()
             if line.startswith(("| sync |", "| background |"))] == ["| sync", "| background"]
@@ -198,7 +205,8 @@ def _commands(text: str) -> list[str]:
 def test_the_session_script_and_the_documents_name_programs_that_exist():
     names = set(programs())
     # docs/results.md quotes the commands the 2026-11-25 session ran, as its log has them
-    docs = [p for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "results.md"]
+    docs = [p for p in sorted((ROOT / "docs").glob("*.*")) if p.suffix in (".md", ".rst")
+            and p.name != "results.md"]
     files = [PACKAGE / "gpu_session.sh", ROOT / "README.rst", ROOT / "examples" / "README.rst",
              *docs, *sorted(PACKAGE.glob("*.py"))]
     seen = set()
@@ -212,3 +220,14 @@ def test_the_session_script_and_the_documents_name_programs_that_exist():
     assert {"gpu_quick_check", "record_traces", "bench_malloc", "bench_memory"} <= \
         set(_commands((PACKAGE / "gpu_session.sh").read_text()))
     assert "bench_solver" in seen and "results_table" in seen
+
+
+def test_a_cupy_program_without_cupy_says_so_in_one_line():
+    """Where CuPy is not installed, a program that needs it says so: one line, status 2."""
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed here: the suite without CuPy runs this")
+    done = run("bench_malloc", "-n", 10)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "bench_malloc.py: error: needs CuPy (pip install 'pgmo[cuda13]', or cuda12), "
+        "which is not installed"]

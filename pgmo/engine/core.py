@@ -408,7 +408,7 @@ class Engine:
             previous = self._last_log if self.completed > self.warmup + 1 else None
             run_log = self._last_log = log_of(hot, n)
             # Unplanned iterations after the warm-up that differ from one another: the next
-            # may not fit the memory the heap holds the way this one did (_at_boundary).
+            # may not fit the memory the heap holds the way this one did (memory.awaiting_plan).
             self._unplanned_varied = previous is not None and previous.sizes != run_log.sizes
             if self._pending is None and self.schedule is None:
                 # a plan that became ready during this (planning) iteration is the one to
@@ -482,11 +482,8 @@ class Engine:
         elif self.schedule is not None:
             self.memory.fit(max(self.schedule.arena_size, self._awaited_size(),
                                 self.shapes.arena_size()), self.planner.varying > 0)
-        elif varied:
-            # No plan yet, and the iterations waiting for it vary: what the heap holds idle
-            # goes back, so that a late plan costs no more than they need.  (Iterations that
-            # repeat reuse the heap's memory as it lies: trimming it would cost them more.)
-            self.memory.trim_heap()
+        else:
+            self.memory.awaiting_plan(varied)  # rule 4 of memory.py decides what goes back
 
     # ------------------------------------------------------------------ shapes
     def _main_key(self) -> int:

@@ -34,7 +34,7 @@ The footprint policy, and why:
    profiled iteration costs its fragmented peak, and its cache then lives
    beside the arena (on the H100, 2026-11-25: 1.5x-1.8x CuPy's footprint).
    The heap places blocks as they come and keeps freed memory for reuse,
-   without a device sync; its idle memory is trimmed at boundaries (rule 4).
+   without a device sync; its idle memory goes back at boundaries (rule 4).
 2. **No device sync inside an iteration.**  cudaFree and unmapping wait for
    (or must follow) every queued kernel: inside an iteration pgmo calls
    neither (blocks are freed into the heap or the arena, and the arena grows
@@ -43,7 +43,8 @@ The footprint policy, and why:
 3. **One arena, grown in place.**  A plan that needs more, or a departed
    iteration that finds no gap, maps more memory at the arena's end (in
    mappings of about 1/32 of the arena, :data:`MAPPING_MAX` at most, so that
-   the end can be trimmed finely; access is granted once per growth).
+   the end can be trimmed finely; access is granted once per growth; a
+   departed iteration grows it by :data:`GROW_STEP` of its size at least).
    Without virtual memory, an arena that must grow is replaced: the old one
    lives only while blocks live in it, and when the device refuses the new
    one the pool keeps the old one (it never drops an arena it cannot
@@ -53,13 +54,18 @@ The footprint policy, and why:
    sync.**  As an iteration ends, memory nothing needs goes back with one
    device-wide sync (an array of the arena may be in use by a kernel on any
    stream, and neither ``cuMemUnmap`` nor ``cudaMemPoolTrimTo`` waits for
-   it) and one release: the heap's wholly free chunks
-   (``cudaMemPoolTrimTo``) before an arena grows, when they are a sizeable
-   share of what is held (:data:`HEAP_SLACK`), or when the engine asks
-   (iterations that vary while a plan is awaited, see
-   :meth:`.core.Engine._at_boundary`); else the arena's end beyond the plan
-   and its live blocks (``cuMemUnmap`` of whole mappings) when it is
-   :data:`TRIM_SLACK` or more above what is needed.  Survivors' idle
+   it) and one release.  With a plan (:meth:`DeviceMemory.fit`), on a
+   reserved arena: the heap's wholly free chunks (``cudaMemPoolTrimTo``)
+   before the arena grows; else the arena's end beyond the plan and its live
+   blocks (``cuMemUnmap`` of whole mappings) when it is :data:`TRIM_SLACK` or
+   more above what is needed; else the heap's free chunks when they are
+   :data:`HEAP_SLACK` or more of what is held (a cudaMalloc arena that must
+   change is replaced instead, the idle one given back first: rule 3).
+   While a plan is awaited
+   (:meth:`DeviceMemory.awaiting_plan`): the heap's free chunks, the same
+   share, only when the iterations waiting for it vary (a late plan then
+   costs no more than they need); iterations that repeat reuse the heap's
+   memory as it lies, as trimming it would cost them more.  Survivors' idle
    buffers and the stock pool's free blocks go back as the next iteration
    begins.
 5. **Count every byte.**  ``total_bytes() = arenas (what the driver holds for
@@ -599,6 +605,12 @@ class DeviceMemory:
         heaps = [h for h in self._old_heaps if h.held]
         self._old_heaps = heaps
         return heaps + [self.heap] if self.heap is not None else heaps
+
+    def awaiting_plan(self, varied: bool) -> bool:
+        """A boundary with no plan installed (rule 4): the heap's idle memory goes back only
+        when the iterations waiting for the plan vary (``varied``: the last two unplanned
+        iterations differed); True when memory went back."""
+        return varied and self.trim_heap()
 
     def trim_heap(self, force: bool = False) -> bool:
         """Give the heaps' wholly free chunks back (one device sync, one trim call) when they

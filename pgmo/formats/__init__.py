@@ -1,14 +1,14 @@
 """Reading and writing traces in every format pgmo knows, detected by content.
 
-====================  ==============================================  =========
-name                  what                                            writes
-====================  ==============================================  =========
+====================  ================================================  =========
+name                  what                                              writes
+====================  ================================================  =========
 ``minimalloc-csv``    MiniMalloc CSV: ``id,lower,upper,size[,offset]``  yes
 ``pgmo-json``         pgmo JSON: the same rows plus metadata            yes
 ``pgmo-plan``         a pool's saved plan (profile + offsets)           via pool
 ``pytorch-snapshot``  ``torch.cuda.memory._dump_snapshot`` pickle       no
 ``rmm-log``           RMM ``LoggingResourceAdaptor`` CSV                no
-====================  ==============================================  =========
+====================  ================================================  =========
 
 Any of them may be gzip-compressed.  The format is recognised from the
 file's first bytes, not its name; ``format=`` overrides.  Every problem raises
