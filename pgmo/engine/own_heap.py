@@ -123,6 +123,10 @@ class OwnHeap:
         self.live[lo] = rs; block._returned = self._returned  # noqa: E702
         return block
 
+    def pending_frees(self) -> int:
+        """Blocks that died (on any thread) and wait for the owner's next call to be reused."""
+        return len(self._returned)
+
     def _collect(self) -> None:
         """Apply the frees that arrived: back to the free list, or quarantined (another
         stream than the heap's now)."""
