@@ -247,14 +247,6 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self._streams: tuple[TextIO, TextIO] | None = None
 
-    @property
-    def at_line_start(self) -> bool:
-        return self.open_line is None
-
-    def wrote(self, text: str, stream: TextIO | None = None) -> None:
-        self.last = time.monotonic()
-        self.open_line = None if text.endswith("\n") else stream
-
     def __enter__(self) -> Heartbeat:
         self._streams = (sys.stdout, sys.stderr)
         sys.stdout = _Watched(sys.stdout, self)
@@ -277,7 +269,7 @@ class Heartbeat:
         while not self._stop.wait(min(1.0, self.seconds)):
             with self.lock:
                 now = time.monotonic()
-                if now - self.last < self.seconds or not self.at_line_start:
+                if now - self.last < self.seconds or self.open_line is not None:
                     continue
                 assert self._streams is not None
                 err = self._streams[1]
