@@ -91,8 +91,8 @@ def _say_interrupted() -> None:
     beat = _Interrupt.beat
     for stream in (sys.stdout, sys.stderr):
         try:
-            if beat is not None and beat.open_line is not None and \
-                    getattr(stream, "_stream", stream) is beat.open_line:
+            stream = getattr(stream, "_stream", stream)  # past the watch (it drops stderr)
+            if beat is not None and beat.open_line is not None and stream is beat.open_line:
                 stream.write("\n")  # a line the interruption cut (inside a print)
             stream.flush()
         except Exception:  # a closed or broken stream: nothing more to say there
@@ -202,15 +202,24 @@ def _quiet_stderr() -> None:
 
 # ----------------------------------------------------------------- silence
 class _Watched:
-    """A text stream that notes when it was last written to (for :class:`Heartbeat`)."""
+    """A text stream that notes when it was last written to (for :class:`Heartbeat`).
 
-    def __init__(self, stream: TextIO, beat: Heartbeat):
+    Once Ctrl-C is pressed, what the program writes on stderr while it unwinds is
+    dropped: a library's own report of the exception the interruption caused (Chainer's
+    trainer prints "Exception in main training loop" and a traceback) is noise beside
+    the one "interrupted" line.
+    """
+
+    def __init__(self, stream: TextIO, beat: Heartbeat, *, quiet_once_pressed: bool = False):
         self._stream = stream
         self._beat = beat
+        self._quiet_once_pressed = quiet_once_pressed
 
     def write(self, text: str) -> int:
         beat = self._beat
         with beat.lock:
+            if self._quiet_once_pressed and _Interrupt.pressed and _Interrupt.inside_run:
+                return len(text)
             if not text:
                 return self._stream.write(text)
             beat.last = time.monotonic()
@@ -250,7 +259,7 @@ class Heartbeat:
     def __enter__(self) -> Heartbeat:
         self._streams = (sys.stdout, sys.stderr)
         sys.stdout = _Watched(sys.stdout, self)
-        sys.stderr = _Watched(sys.stderr, self)
+        sys.stderr = _Watched(sys.stderr, self, quiet_once_pressed=True)
         if self.seconds is not None:
             self._thread = threading.Thread(target=self._beat, name="pgmo-heartbeat",
                                             daemon=True)

@@ -262,3 +262,41 @@ def test_a_line_ctrl_c_cut_is_ended_before_interrupted(tmp_path):
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == programs.INTERRUPTED
     assert done.stdout == "iter 1\ncut.py: interrupted\n", done.stdout
+
+
+REPORTING_LIBRARY = """
+import sys, traceback
+from pgmo import programs
+programs.start(__name__)
+
+def main():
+    print("ready", flush=True)
+    try:
+        try:
+            while True:
+                pass
+        finally:
+            raise OSError(9, "Bad file descriptor")  # clean-up the Ctrl-C broke
+    except Exception as e:  # what Chainer's trainer does with the loop's exception
+        print("Exception in main training loop: {}".format(e), file=sys.stderr)
+        print("Traceback (most recent call last):", file=sys.stderr)
+        traceback.print_tb(sys.exc_info()[2])
+        raise
+
+sys.exit(programs.run(main))
+"""
+
+
+def test_a_librarys_report_of_what_ctrl_c_broke_is_not_printed(tmp_path):
+    """Ctrl-C makes clean-up code raise something else, which a library reports on stderr
+    with a traceback before re-raising: the user still sees one line."""
+    program = tmp_path / "report.py"
+    program.write_text(REPORTING_LIBRARY)
+    child = subprocess.Popen([sys.executable, str(program)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True,
+                             cwd=Path(__file__).resolve().parents[1])
+    assert child.stdout.readline() == "ready\n"
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == programs.INTERRUPTED
+    assert out == "report.py: interrupted\n", out
