@@ -21,7 +21,8 @@ A user of any of them may rely on this:
   saying which and what installs it, exit status 2.
 
 A program calls :func:`start` with its ``__name__`` before its heavy imports
-and runs its ``main`` through :func:`run`::
+and runs its ``main`` through :func:`run`; its command line is read with
+:mod:`pgmo.arguments` (re-exported here, so ``programs`` is a program's one import)::
 
     from pgmo import programs
     programs.start(__name__)
@@ -32,16 +33,16 @@ and runs its ``main`` through :func:`run`::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import difflib
 import os
 import signal
 import sys
 import threading
 import time
-from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NoReturn, Sequence, TextIO
+from typing import Any, Callable, Iterable, Iterator, TextIO
+
+from .arguments import (ArgumentParser, DefaultsHelpFormatter, UsageError, candidates,
+                        closest, existing_path, output_file, output_folder, unknown_name)
 
 __all__ = ["ArgumentParser", "DefaultsHelpFormatter", "UsageError", "start", "run",
            "children_leave_ctrl_c_to_me",
@@ -55,10 +56,6 @@ INTERRUPTED = 130
 BROKEN_PIPE = 141
 #: Seconds of silence after which a program says it is still working.
 HEARTBEAT_SECONDS = 5.0
-
-
-class UsageError(ValueError):
-    """A mistake of the user's (a name, a path, a value): one line, exit status 2."""
 
 
 def program_name() -> str:
@@ -371,173 +368,3 @@ def _optional_missing(exc: BaseException) -> str | None:
         return None
     needed = OPTIONAL.get(exc.name.split(".")[0])
     return None if needed is None else f"needs {needed}, which is not installed"
-
-
-# ----------------------------------------------------------------- names
-def candidates(word: str, names: Iterable[str], most: int = 3) -> list[str]:
-    """The names the user most likely meant by ``word``: those containing it (at most
-    ``most``, nearest first), else the nearest by spelling, else none."""
-    names = list(names)
-    containing = [n for n in names if word and word.lower() in n.lower()]
-    if containing:
-        return sorted(containing, key=lambda n: -difflib.SequenceMatcher(None, word, n).ratio()
-                      )[:most] if len(containing) <= most else []
-    return difflib.get_close_matches(word, names, n=1, cutoff=0.5)
-
-
-def closest(word: str, names: Iterable[str]) -> str | None:
-    """The one name the user most likely meant by ``word`` (see :func:`candidates`)."""
-    found = candidates(word, names)
-    return found[0] if found else None
-
-
-def _did_you_mean(found: Sequence[str]) -> str:
-    return "; did you mean " + " or ".join(repr(n) for n in found) + "?" if found else ""
-
-
-def unknown_name(what: str, word: str, names: Sequence[str], listed_by: str = "") -> UsageError:
-    """The error for a name that is not one of ``names``: the closest ones, and where
-    all are listed (``listed_by``), else all of them."""
-    found = candidates(word, names)
-    text = f"no {what} {word!r}{_did_you_mean(found)}"
-    if listed_by:
-        text += f" ({listed_by} lists all {len(names)})"
-    elif not found:
-        text += f"; choose from {', '.join(names)}"
-    return UsageError(text)
-
-
-# ----------------------------------------------------------------- argparse
-def _shown(default: Any) -> str | None:
-    """A default as ``--help`` shows it; None where there is none worth showing (None,
-    a flag's False, nothing)."""
-    if (default is None or default is argparse.SUPPRESS or isinstance(default, bool)
-            or (isinstance(default, (list, tuple)) and not default)):
-        return None
-    if isinstance(default, (list, tuple)):
-        return " ".join(str(d) for d in default)
-    return str(default)
-
-
-class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Help that ends with ``(default: X)`` wherever an option has a default that its
-    help does not already state; descriptions keep their line breaks."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        shown = _shown(action.default)
-        if not action.option_strings or shown is None or "default" in text.lower():
-            return action.help
-        return f"{text} (default: {shown.replace('%', '%%')})"
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse with defaults in ``--help`` and the closest option or choice suggested.
-
-    A subcommand's parser (``add_subparsers().add_parser``) answers a mistake
-    after the subcommand itself: ``pgmo solve t.csv --time-limt 2`` names
-    ``--time-limit``, with ``pgmo solve``'s usage.
-    """
-
-    _PARSER = "_pgmo_subparser"
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def format_help(self) -> str:
-        for action in self._actions:  # argparse shows nothing for an option without help
-            shown = _shown(action.default)
-            if action.help is None and action.option_strings and shown is not None:
-                action.help = f"default: {shown.replace('%', '%%')}"
-        return super().format_help()
-
-    def add_subparsers(self, **kwargs: Any) -> Any:
-        action = super().add_subparsers(**kwargs)
-        add_parser = action.add_parser
-        key = self._PARSER
-
-        def add(name: str, **options: Any) -> ArgumentParser:
-            parser = add_parser(name, **options)
-            parser.set_defaults(**{key: parser})
-            return parser
-
-        action.add_parser = add  # type: ignore[method-assign]
-        return action
-
-    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
-                         namespace: argparse.Namespace | None = None
-                         ) -> tuple[argparse.Namespace, list[str]]:
-        parsed, extras = super().parse_known_args(args, namespace)
-        sub = getattr(parsed, self._PARSER, None)
-        if sub is not None and sub is not self:  # the outer parse, after a subcommand's
-            delattr(parsed, self._PARSER)
-            if extras:
-                sub.error(f"unrecognized arguments: {' '.join(extras)}")
-        return parsed, extras
-
-    def error(self, message: str) -> NoReturn:
-        hint = self._hint(message)
-        super().error(message + hint)
-
-    def _hint(self, message: str) -> str:
-        """"did you mean ...?" for the first unknown option of an "unrecognized" message."""
-        prefix = "unrecognized arguments: "
-        if not message.startswith(prefix):
-            return ""
-        options = [o for action in self._actions for o in action.option_strings]
-        for word in message[len(prefix):].split():
-            if word.startswith("-"):
-                guess = difflib.get_close_matches(word.split("=")[0], options, n=1, cutoff=0.6)
-                if guess:
-                    return f"; did you mean {guess[0]}?"
-        return ""
-
-    def _check_value(self, action: argparse.Action, value: Any) -> None:
-        choices = action.choices
-        if choices is None or value in choices:
-            return
-        names = [str(c) for c in choices]
-        listed = ", ".join(repr(c) for c in names)
-        raise argparse.ArgumentError(action, f"invalid choice: {value!r}"
-                                     f"{_did_you_mean(candidates(str(value), names))} "
-                                     f"(choose from {listed})")
-
-
-# ----------------------------------------------------------------- paths
-def existing_path(kind: str = "file or folder") -> Callable[[str], Path]:
-    """An argparse ``type``: a path that exists (``kind``: "file", "folder" or either)."""
-    def check(text: str) -> Path:
-        path = Path(text)
-        if not path.exists():
-            raise argparse.ArgumentTypeError(f"no such {kind}: {text}")
-        if kind == "file" and path.is_dir():
-            raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
-        if kind == "folder" and not path.is_dir():
-            raise argparse.ArgumentTypeError(f"{text} is not a folder")
-        return path
-
-    return check
-
-
-def output_file(text: str) -> Path:
-    """An argparse ``type``: a file to write, in a folder that exists (never made silently)."""
-    path = Path(text)
-    folder = path.parent
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name")
-    if not folder.is_dir():
-        raise argparse.ArgumentTypeError(f"cannot write {text}: no folder {folder} "
-                                         "(make it first)")
-    return path
-
-
-def output_folder(text: str) -> Path:
-    """An argparse ``type``: a folder to write into; it may be new, its parent must exist."""
-    path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
-    if not path.exists() and not path.resolve().parent.is_dir():
-        raise argparse.ArgumentTypeError(f"cannot make {text}: no folder "
-                                         f"{path.resolve().parent} (make it first)")
-    return path

@@ -12,6 +12,7 @@ parser; only the Ctrl-C checks start processes.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
 import importlib.util
@@ -153,7 +154,7 @@ def _parsers(program: str, monkeypatch) -> list[programs.ArgumentParser]:
 def _has_default(action) -> bool:
     default = action.default
     return bool(action.option_strings) and default is not None and not isinstance(default, bool) \
-        and default is not programs.argparse.SUPPRESS and default not in ([], ())
+        and default is not argparse.SUPPRESS and default not in ([], ())
 
 
 @pytest.mark.parametrize("program", SCRIPT_PROGRAMS + EXAMPLE_PROGRAMS + ["pgmo"])
