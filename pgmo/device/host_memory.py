@@ -77,8 +77,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .mappings import MappingLedger
-from .placement import PagedSpace
-from .units import ALIGNMENT, round_size
+from ..placement import PagedSpace
+from ..units import ALIGNMENT, round_size
 
 __all__ = ["HostMemory", "HostStockPool", "HostRange", "HostAsyncPool", "DRIVER_PAGE",
            "SMALL_MAX", "DRIVER_POOL_CHUNK"]
@@ -332,7 +332,7 @@ class HostRange:
     the host.
 
     The driver's calls, with its rules (the books are a
-    :class:`~pgmo.mappings.MappingLedger`, as :class:`~pgmo.cuda_device.CudaRange`'s):
+    :class:`~pgmo.device.mappings.MappingLedger`, as :class:`~pgmo.device.cuda.CudaRange`'s):
     :meth:`map` backs ``[offset, offset + nbytes)`` with mappings of ``piece``
     bytes at most (``cuMemCreate`` + ``cuMemMap`` each) and then grants access to
     all of them (one ``cuMemSetAccess``), all or nothing; :meth:`unmap` gives
@@ -646,7 +646,7 @@ class _PooledBlock:
 
 
 def _default_oom(size: int, total: int, limit: int) -> MemoryError:
-    from .engine.options import default_oom
+    from ..engine.options import default_oom
 
     return default_oom(size, total, limit)
 

@@ -25,7 +25,7 @@ The rules a real driver enforces, and how this module keeps them:
   mapping keeps the memory).
 * A failed call changes nothing the books do not show: a growth that fails
   half-way gives back what it mapped, an unmap that fails keeps that mapping
-  (and those below it) listed and counted (:class:`~pgmo.mappings.MappingLedger`).
+  (and those below it) listed and counted (:class:`~pgmo.device.mappings.MappingLedger`).
 * A pool serves one device: peer access does not cover ``cuMemMap``'d
   memory, so the engine sends requests made under another device to CuPy's
   pool for that device.
@@ -45,7 +45,7 @@ classes take their driver and runtime modules as arguments, so that the
 tests run them against stand-ins (``tests/cuda_standins.py``).
 
 The host analogues, used by every CPU test and benchmark, are
-:class:`pgmo.host_device.HostRange` and :class:`pgmo.host_device.HostAsyncPool`.
+:class:`pgmo.device.host_memory.HostRange` and :class:`pgmo.device.host_memory.HostAsyncPool`.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ import threading
 import weakref
 from typing import Any, Callable
 
-from .errors import DeviceError
+from ..errors import DeviceError
 from .mappings import MappingLedger
 
 __all__ = ["CudaRange", "CudaAsyncPool", "device_layer", "vmm_granularity", "DeviceError"]

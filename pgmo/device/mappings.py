@@ -5,8 +5,8 @@ CUDA's virtual memory gives memory back only by whole mappings
 usable only once access to it was granted (``cuMemSetAccess``).  A range
 that grows and trims at its end must therefore know where each mapping
 starts, how long it is and whether it is usable.
-:class:`pgmo.cuda_device.CudaRange` (the GPU) and
-:class:`pgmo.host_device.HostRange` (its host model) keep the same books
+:class:`pgmo.device.cuda.CudaRange` (the GPU) and
+:class:`pgmo.device.host_memory.HostRange` (its host model) keep the same books
 here, so that the engine sees one behaviour.
 
 What the books promise after any call, failed or not: a mapping is listed
