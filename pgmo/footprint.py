@@ -5,7 +5,7 @@ from the device (the host stand-in for cudaMalloc,
 :class:`~pgmo.device.host_memory.HostMemory`), at every moment of a whole
 :class:`~pgmo.runs.Run`, beside the physical limit (the most bytes the run
 has live at once) and beside CuPy's stock pool
-(:class:`~pgmo.device.host_memory.HostStockPool`, calibrated on the H100).  Every
+(:class:`~pgmo.device.host_stock_pool.HostStockPool`, calibrated on the H100).  Every
 block is checked (:func:`pgmo.testing.replay_run`): a footprint bought with
 a corrupted byte does not count.
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .device.host_memory import HostMemory
-from .device.host_memory import HostStockPool
+from .device.host_stock_pool import HostStockPool
 from .runs import Run
 
 __all__ = ["Footprint", "measure", "completes", "stock_pool", "pgmo_pool", "smallest_capacity",

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Proto
 
 import numpy as np
 
-from .device.host_memory import HostAsyncPool
+from .device.host_async_pool import HostAsyncPool
 from .device.host_memory import DRIVER_PAGE, HostMemory
-from .device.host_memory import HostStockPool
+from .device.host_stock_pool import HostStockPool
 from .trace import Trace, events
 from .units import round_size
 
@@ -84,11 +84,11 @@ def _cupy_out_of_memory() -> type[MemoryError]:
 def device_sources(memory: HostMemory, vmm: bool = True, stream_pool: bool = True,
                    pool_chunk: int | None = None) -> dict:
     """The host analogues of the device layer, as :class:`~pgmo.engine.Backend` fields:
-    ``reserve`` (virtual memory: :class:`~pgmo.device.host_memory.HostRange`) unless
+    ``reserve`` (virtual memory: :class:`~pgmo.device.host_range.HostRange`) unless
     ``vmm`` is false, ``heap`` (the driver's stream-ordered pool:
-    :class:`~pgmo.device.host_memory.HostAsyncPool`) unless ``stream_pool`` is false,
+    :class:`~pgmo.device.host_async_pool.HostAsyncPool`) unless ``stream_pool`` is false,
     and the device's size.  ``pool_chunk``: the step in which the driver's pool grows and
-    trims (None: one page; :data:`~pgmo.device.host_memory.DRIVER_POOL_CHUNK`: 32 MiB,
+    trims (None: one page; :data:`~pgmo.device.host_async_pool.DRIVER_POOL_CHUNK`: 32 MiB,
     as documented).  Which heap the pool uses is its ``heap`` option (pgmo's own by default)."""
     reasons = {}
     if not vmm:

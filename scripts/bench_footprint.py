@@ -52,7 +52,7 @@ programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
 
 import pgmo  # noqa: E402
 from pgmo import bundled, footprint, workloads  # noqa: E402
-from pgmo.device.host_memory import DRIVER_POOL_CHUNK  # noqa: E402
+from pgmo.device.host_async_pool import DRIVER_POOL_CHUNK  # noqa: E402
 from pgmo.runs import Run, read_run, run_from_iteration  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

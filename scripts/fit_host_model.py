@@ -9,7 +9,7 @@
 module this script writes whole (``PARAMS``, and ``SOURCE``: where they come
 from) and nobody edits by hand.  The host model's page and its
 stream-ordered pool's chunk (``pgmo.device.host_memory.DRIVER_PAGE`` and
-``pgmo.device.host_memory.DRIVER_POOL_CHUNK``) are ``PARAMS["page"]``
+``pgmo.device.host_async_pool.DRIVER_POOL_CHUNK``) are ``PARAMS["page"]``
 and ``PARAMS["pool_chunk"]`` (a test holds them equal), so a GPU run
 updates the model in one command, and ``git diff pgmo/device/params.py``
 shows what the device changed.
@@ -65,7 +65,7 @@ HEADER = '''"""The host model's device parameters, fitted to a GPU: generated, d
 Written whole by ``python -m scripts.fit_host_model quick-check.json`` (the
 quick GPU check's results).  ``page`` and ``pool_chunk`` are the host
 model's ``pgmo.device.host_memory.DRIVER_PAGE`` and
-``pgmo.device.host_memory.DRIVER_POOL_CHUNK``;
+``pgmo.device.host_async_pool.DRIVER_POOL_CHUNK``;
 ``pool_trim_step`` is what a trim keeps per live block of the driver's pool,
 ``call_us`` each call's cost (microseconds: ``fixed + per_gib x size``) and
 whether it waits for queued kernels.  ``SOURCE`` says where the values come

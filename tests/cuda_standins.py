@@ -43,7 +43,7 @@ import threading
 import types
 from typing import Any
 
-from pgmo.device.host_memory import HostAsyncPool
+from pgmo.device.host_async_pool import HostAsyncPool
 from pgmo.device.host_memory import DRIVER_PAGE, HostMemory
 
 SUCCESS, INVALID_VALUE, OUT_OF_MEMORY = 0, 1, 2
@@ -402,7 +402,7 @@ class FakeRuntime:
                  fail: dict[str, Any] | None = None, gpu: FakeGPU | None = None,
                  chunk: int | None = None):
         """``chunk``: the step the stream-ordered pool grows and trims in (its host model's
-        :class:`~pgmo.device.host_memory.HostAsyncPool`); ``fail`` as :class:`FakeDriver`'s."""
+        :class:`~pgmo.device.host_async_pool.HostAsyncPool`); ``fail`` as :class:`FakeDriver`'s."""
         self.gpu = gpu if gpu is not None else FakeGPU(memory)
         self.memory = self.gpu.memory
         self.pools = pools

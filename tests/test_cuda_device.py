@@ -20,9 +20,9 @@ import pytest
 from pgmo.device.cuda import CudaAsyncPool, CudaRange, device_layer
 from pgmo.engine import Backend, Engine, pool_options
 from pgmo.errors import DeviceError
-from pgmo.device.host_memory import DRIVER_POOL_CHUNK
+from pgmo.device.host_async_pool import DRIVER_POOL_CHUNK
 from pgmo.device.host_memory import HostMemory
-from pgmo.device.host_memory import HostStockPool
+from pgmo.device.host_stock_pool import HostStockPool
 from pgmo.testing import TEST_DEFAULTS, Checker
 
 from .cuda_standins import (NOT_PERMITTED, NOT_SUPPORTED, OUT_OF_MEMORY, PER_THREAD,

@@ -13,9 +13,9 @@ import gc
 import pytest
 
 from pgmo import bundled
-from pgmo.device.host_memory import HostAsyncPool
+from pgmo.device.host_async_pool import HostAsyncPool
 from pgmo.device.host_memory import OWN_PAGES, HostMemory
-from pgmo.device.host_memory import HostStockPool
+from pgmo.device.host_stock_pool import HostStockPool
 from pgmo.runs import run_from_iteration
 
 DENSENET = ["h100-densenet-bc100-k12-train-b64-recompute-off-stock",

@@ -1,6 +1,6 @@
 """pgmo.engine.own_heap: the heap of pgmo's own, page by page in a reserved range.
 
-On the host model of the device (pgmo.device.host_memory.HostRange: mapped pages
+On the host model of the device (pgmo.device.host_range.HostRange: mapped pages
 fault once given back), every block checked; on the CUDA classes the same
 heap runs in tests/test_cuda_device.py (heap="own").
 """

@@ -445,7 +445,7 @@ def test_a_request_makes_one_cuda_call_as_cupys_own_pool_does():
     call per malloc (cudaGetDevice; the stream pointer is a thread-local read); pgmo's
     context must make no more, on every path (counted with stand-ins for the runtime)."""
     from pgmo.device.host_memory import HostMemory
-    from pgmo.device.host_memory import HostStockPool
+    from pgmo.device.host_stock_pool import HostStockPool
     from pgmo.pool import ProfileGuidedMemoryPool, cuda_context
 
     calls = {"cudaGetDevice": 0, "stream lookups": 0}

@@ -517,11 +517,11 @@ def test_the_fit_answers_a_wrong_file_in_one_line(tmp_path):
 
 def test_the_host_models_page_and_chunk_are_the_fitted_parameters():
     """One source of truth: the host model's page and pool chunk are the fitted ones."""
-    from pgmo.device import host_memory
+    from pgmo.device import host_async_pool, host_memory
     from pgmo.device import params as device_params
 
     assert host_memory.DRIVER_PAGE == device_params.PARAMS["page"]
-    assert host_memory.DRIVER_POOL_CHUNK == device_params.PARAMS["pool_chunk"]
+    assert host_async_pool.DRIVER_POOL_CHUNK == device_params.PARAMS["pool_chunk"]
     assert fit.current() == (device_params.PARAMS, device_params.SOURCE)
 
 

@@ -42,10 +42,13 @@ unmap, free; a pool's create, malloc, free, trim, destroy), so that a driver
 that says no (NOT_SUPPORTED under a container or vGPU, say) costs a fallback
 to cudaMalloc with its reason, not an error in the first iteration.  Both
 classes take their driver and runtime modules as arguments, so that the
-tests run them against stand-ins (``tests/cuda_standins.py``).
+tests run them against stand-ins (``tests/cuda_standins.py``;
+``tests/test_cuda_device.py`` tests this module).  The checked calls
+themselves are :mod:`.cuda_calls`.
 
 The host analogues, used by every CPU test and benchmark, are
-:class:`pgmo.device.host_memory.HostRange` and :class:`pgmo.device.host_memory.HostAsyncPool`.
+:class:`pgmo.device.host_range.HostRange` and
+:class:`pgmo.device.host_async_pool.HostAsyncPool`.
 """
 
 from __future__ import annotations
@@ -57,76 +60,14 @@ import weakref
 from typing import Any, Callable
 
 from ..errors import DeviceError
+from .cuda_calls import _allocation_prop, _check, _driver, _runtime, vmm_granularity
 from .mappings import MappingLedger
 
 __all__ = ["CudaRange", "CudaAsyncPool", "device_layer", "vmm_granularity", "DeviceError"]
 
 log = logging.getLogger("pgmo.pool")
 
-_OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY / cudaErrorMemoryAllocation
 _get_ident = threading.get_ident
-
-
-def _driver() -> Any:
-    from cuda.bindings import driver  # an optional dependency (pgmo[cuda13])
-
-    return driver
-
-
-def _name(err: Any) -> str:
-    name = getattr(err, "name", "")
-    return name if isinstance(name, str) else ""
-
-
-def _check(result: Any, what: str) -> Any:
-    """``cuda.bindings`` calls return ``(CUresult, value...)``: the value, or an error
-    (MemoryError for a full device, :class:`~pgmo.errors.DeviceError` otherwise)."""
-    err, *values = result if isinstance(result, tuple) else (result,)
-    code = int(err)
-    if code != 0:
-        if code == _OUT_OF_MEMORY:
-            raise MemoryError(f"{what}: out of device memory")
-        raise DeviceError(what, code, _name(err))
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
-
-
-def _runtime(what: str, call: Callable[..., Any], *args: Any) -> Any:
-    """A ``cupy.cuda.runtime`` call: its CUDARuntimeError as MemoryError or DeviceError."""
-    try:
-        return call(*args)
-    except MemoryError:
-        raise
-    except Exception as e:
-        status = getattr(e, "status", None)
-        if status is None:
-            raise
-        if int(status) == _OUT_OF_MEMORY:
-            raise MemoryError(f"{what}: out of device memory") from e
-        raise DeviceError(what, int(status), str(e)) from e
-
-
-def _allocation_prop(driver: Any, device_id: int) -> Any:
-    prop = driver.CUmemAllocationProp()
-    prop.type = driver.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-    prop.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-    prop.location.id = device_id
-    return prop
-
-
-def vmm_granularity(device_id: int, driver: Any = None) -> int:
-    """The device's mapping granularity (bytes), or 0 without virtual memory management."""
-    driver = driver or _driver()
-    _check(driver.cuInit(0), "cuInit")
-    device = _check(driver.cuDeviceGet(device_id), "cuDeviceGet")
-    attribute = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-    if not _check(driver.cuDeviceGetAttribute(attribute, device), "cuDeviceGetAttribute"):
-        return 0
-    flag = driver.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM
-    return int(_check(driver.cuMemGetAllocationGranularity(_allocation_prop(driver, device_id),
-                                                           flag),
-                      "cuMemGetAllocationGranularity"))
 
 
 class CudaRange:

@@ -6,8 +6,9 @@ usable only once access to it was granted (``cuMemSetAccess``).  A range
 that grows and trims at its end must therefore know where each mapping
 starts, how long it is and whether it is usable.
 :class:`pgmo.device.cuda.CudaRange` (the GPU) and
-:class:`pgmo.device.host_memory.HostRange` (its host model) keep the same books
-here, so that the engine sees one behaviour.
+:class:`pgmo.device.host_range.HostRange` (its host model) keep the same books
+here, so that the engine sees one behaviour (tested through both, by
+``tests/test_cuda_device.py`` and ``tests/test_host_device.py``).
 
 What the books promise after any call, failed or not: a mapping is listed
 exactly when the driver holds it (``mapped`` counts its bytes), and

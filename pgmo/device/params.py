@@ -3,7 +3,7 @@
 Written whole by ``python -m scripts.fit_host_model quick-check.json`` (the
 quick GPU check's results).  ``page`` and ``pool_chunk`` are the host
 model's ``pgmo.device.host_memory.DRIVER_PAGE`` and
-``pgmo.device.host_memory.DRIVER_POOL_CHUNK``;
+``pgmo.device.host_async_pool.DRIVER_POOL_CHUNK``;
 ``pool_trim_step`` is what a trim keeps per live block of the driver's pool,
 ``call_us`` each call's cost (microseconds: ``fixed + per_gib x size``) and
 whether it waits for queued kernels.  ``SOURCE`` says where the values come
