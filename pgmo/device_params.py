@@ -1,24 +1,15 @@
-"""The host model's device parameters, fitted to a GPU: generated, do not edit.
+"""Deprecated old path of :mod:`pgmo.device.params`: it goes in the next release.
 
-Written whole by ``python -m scripts.fit_host_model quick-check.json`` (the
-quick GPU check's results).  ``page`` and ``pool_chunk`` are the host
-model's ``pgmo.host_device.DRIVER_PAGE`` and ``DRIVER_POOL_CHUNK``;
-``pool_trim_step`` is what a trim keeps per live block of the driver's pool,
-``call_us`` each call's cost (microseconds: ``fixed + per_gib x size``) and
-whether it waits for queued kernels.  ``SOURCE`` says where the values come
-from.
+Kept so that code importing ``pgmo.device_params`` still runs: it re-exports the
+same objects and warns once, when first imported.
 """
 
-from typing import Any
+import warnings
 
-PARAMS: dict[str, Any] = {'call_us': {},
- 'page': 2097152,
- 'pool_chunk': 33554432,
- 'pool_trim_step': 33554432}
+from .device.params import PARAMS, SOURCE
 
-SOURCE: dict[str, Any] = {'call_us': 'not measured yet: run the quick GPU check',
- 'kind': 'documented',
- 'page': "the CUDA driver's 2 MiB mapping granularity "
-         '(cuMemGetAllocationGranularity on recent GPUs)',
- 'pool_chunk': "CuPy's MemoryAsyncPool documentation: the driver's pool "
-               'reserves 32 MiB multiples and trims in 32 MiB steps'}
+__all__ = ["PARAMS", "SOURCE"]
+
+warnings.warn("pgmo.device_params moved to pgmo.device.params; "
+              "the old path goes in the next release",
+              DeprecationWarning, stacklevel=2)

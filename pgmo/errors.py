@@ -74,6 +74,14 @@ class DeviceError(RuntimeError):
         super().__init__(f"{call} failed: {name or 'error'} ({int(code)})")
 
 
+def out_of_memory(size: int, total: int, limit: int) -> MemoryError:
+    """A full pool's error where CuPy is absent: a MemoryError with CuPy's
+    ``OutOfMemoryError`` message (the request, what is allocated, the limit if set)."""
+    msg = f"Out of memory allocating {size:,} bytes (allocated so far: {total:,} bytes"
+    msg += f", limit set to: {limit:,} bytes)." if limit else ")."
+    return MemoryError(msg)
+
+
 class PgmoWarning(UserWarning):
     """Something that costs memory or time and that the user can fix (the pool optimizes
     nothing because no iteration is marked or found, say)."""

@@ -2,10 +2,10 @@
 
 What a pool holds is judged the way NVML judges a process: every byte taken
 from the device (the host stand-in for cudaMalloc,
-:class:`~pgmo.host_device.HostMemory`), at every moment of a whole
+:class:`~pgmo.device.host_memory.HostMemory`), at every moment of a whole
 :class:`~pgmo.runs.Run`, beside the physical limit (the most bytes the run
 has live at once) and beside CuPy's stock pool
-(:class:`~pgmo.host_device.HostStockPool`, calibrated on the H100).  Every
+(:class:`~pgmo.device.host_stock_pool.HostStockPool`, calibrated on the H100).  Every
 block is checked (:func:`pgmo.testing.replay_run`): a footprint bought with
 a corrupted byte does not count.
 
@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .host_device import HostMemory, HostStockPool
+from .device.host_memory import HostMemory
+from .device.host_stock_pool import HostStockPool
 from .runs import Run
 
 __all__ = ["Footprint", "measure", "completes", "stock_pool", "pgmo_pool", "smallest_capacity",

@@ -162,7 +162,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         (:class:`~pgmo.engine.Backend`'s ``reserve``, ``heap``,
         ``device_memory`` and ``reasons``); by default what the device
         supports and its driver accepts
-        (:func:`pgmo.cuda_device.device_layer`) when ``allocator`` is
+        (:func:`pgmo.device.cuda.device_layer`) when ``allocator`` is
         None, else cudaMalloc through ``allocator`` for both.  Why a
         part uses cudaMalloc is in ``stats().device_reasons``.
     """
@@ -192,7 +192,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         self._plan_path = os.fspath(plan_path) if plan_path is not None else None
         if device_layer is None:
             if allocator is None:
-                from .cuda_device import device_layer as supported
+                from .device.cuda import device_layer as supported
 
                 device_layer, _ = supported(device_id, self._device_memory())
             else:

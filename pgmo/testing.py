@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Proto
 
 import numpy as np
 
-from .host_device import DRIVER_PAGE, HostAsyncPool, HostMemory, HostStockPool
+from .device.host_async_pool import HostAsyncPool
+from .device.host_memory import DRIVER_PAGE, HostMemory
+from .device.host_stock_pool import HostStockPool
 from .trace import Trace, events
 from .units import round_size
 
@@ -82,12 +84,12 @@ def _cupy_out_of_memory() -> type[MemoryError]:
 def device_sources(memory: HostMemory, vmm: bool = True, stream_pool: bool = True,
                    pool_chunk: int | None = None) -> dict:
     """The host analogues of the device layer, as :class:`~pgmo.engine.Backend` fields:
-    ``reserve`` (virtual memory: :class:`~pgmo.host_device.HostRange`) unless ``vmm`` is
-    false, ``heap`` (the driver's stream-ordered pool:
-    :class:`~pgmo.host_device.HostAsyncPool`) unless ``stream_pool`` is false, and the
-    device's size.  ``pool_chunk``: the step in which the driver's pool grows and trims
-    (None: one page; :data:`~pgmo.host_device.DRIVER_POOL_CHUNK`: 32 MiB, as documented).
-    Which heap the pool uses is its ``heap`` option (pgmo's own by default)."""
+    ``reserve`` (virtual memory: :class:`~pgmo.device.host_range.HostRange`) unless
+    ``vmm`` is false, ``heap`` (the driver's stream-ordered pool:
+    :class:`~pgmo.device.host_async_pool.HostAsyncPool`) unless ``stream_pool`` is false,
+    and the device's size.  ``pool_chunk``: the step in which the driver's pool grows and
+    trims (None: one page; :data:`~pgmo.device.host_async_pool.DRIVER_POOL_CHUNK`: 32 MiB,
+    as documented).  Which heap the pool uses is its ``heap`` option (pgmo's own by default)."""
     reasons = {}
     if not vmm:
         reasons["arena"] = "the device has no virtual memory management"
@@ -199,7 +201,7 @@ class Checker:
     (``live_bytes``): a count kept apart from the pool's, for tests to
     compare with ``used_bytes``.  Works on host pointers (numpy over the
     address) and, for a CUDA pool, on device memory through CuPy.  Given the
-    host ``device`` (a :class:`~pgmo.host_device.HostMemory`), it also checks
+    host ``device`` (a :class:`~pgmo.device.host_memory.HostMemory`), it also checks
     at malloc and at free that each block lies in memory the device still
     lends (a block whose memory was given back while live counts as
     corrupted).
@@ -317,7 +319,8 @@ class Checker:
 
 
 def host_device_of(pool: object) -> HostMemory | None:
-    """The host device behind ``pool`` (a :class:`~pgmo.host_device.HostMemory`), else None."""
+    """The host device behind ``pool`` (a :class:`~pgmo.device.host_memory.HostMemory`),
+    else None."""
     device = getattr(pool, "host_device", None) or getattr(pool, "memory", None)
     return device if isinstance(device, HostMemory) else None
 

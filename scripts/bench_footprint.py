@@ -9,7 +9,7 @@ Workloads (each a whole run, :mod:`pgmo.runs`):
   bucketed, growing and outlier lengths; serving with changing batch sizes;
   CNN training at several resolutions; the recorded seq2seq run).
 
-Each is replayed on the host model of the device (:mod:`pgmo.host_device`:
+Each is replayed on the host model of the device (:mod:`pgmo.device`:
 the driver's 2 MiB pages, its synchronizing calls, a capacity wall; every
 block checked) through pgmo in each re-planning mode and through the model
 of CuPy 14's stock pool, measured the same way: pages held by the device.
@@ -52,7 +52,7 @@ programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
 
 import pgmo  # noqa: E402
 from pgmo import bundled, footprint, workloads  # noqa: E402
-from pgmo.host_device import DRIVER_POOL_CHUNK  # noqa: E402
+from pgmo.device.host_async_pool import DRIVER_POOL_CHUNK  # noqa: E402
 from pgmo.runs import Run, read_run, run_from_iteration  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -503,7 +503,7 @@ def main(argv=None) -> int:
               f"- modes: {', '.join(args.modes)}; solver time limit {args.time_limit} s; "
               f"{args.step_ms:g} ms of compute per iteration in background modes (but 'no "
               f"compute'); {time.perf_counter() - started:.0f} s in all",
-              "- the device is the host model (pgmo.host_device: 2 MiB pages, calls that wait "
+              "- the device is the host model (pgmo.device: 2 MiB pages, calls that wait "
               "and release calls counted, a capacity wall), calibrated on the H100 run of "
               "2026-11-25: "
               "figures of the CPU model, not GPU measurements",

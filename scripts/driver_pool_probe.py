@@ -1,7 +1,7 @@
 """How the driver's stream-ordered pool and cudaMalloc take device memory: the steps the host model assumes.
 
 pgmo's heap is a private stream-ordered pool (``cudaMemPoolCreate``), and its
-host model (:class:`pgmo.host_device.HostAsyncPool`) grows and trims in
+host model (:class:`pgmo.device.host_async_pool.HostAsyncPool`) grows and trims in
 chunks: CuPy documents the driver's pool as reserving 32 MiB multiples and
 trimming in 32 MiB steps, while ``cudaMemPoolTrimTo`` cannot release memory
 that backs a live allocation.  :func:`probe` reads the pool's

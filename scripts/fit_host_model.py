@@ -2,16 +2,17 @@
 
 ::
 
-    python -m scripts.fit_host_model quick-check/quick-check.json   # updates pgmo/device_params.py
+    python -m scripts.fit_host_model quick-check/quick-check.json   # updates pgmo/device/params.py
     python -m scripts.fit_host_model quick-check.json --check       # says what would change
 
-**One source of truth**: the parameters live in ``pgmo/device_params.py``, a
+**One source of truth**: the parameters live in ``pgmo/device/params.py``, a
 module this script writes whole (``PARAMS``, and ``SOURCE``: where they come
 from) and nobody edits by hand.  The host model's page and its
-stream-ordered pool's chunk (``pgmo.host_device.DRIVER_PAGE`` and
-``DRIVER_POOL_CHUNK``) are ``PARAMS["page"]`` and ``PARAMS["pool_chunk"]``
-(a test holds them equal), so a GPU run updates the model in one command,
-and ``git diff pgmo/device_params.py`` shows what the device changed.
+stream-ordered pool's chunk (``pgmo.device.host_memory.DRIVER_PAGE`` and
+``pgmo.device.host_async_pool.DRIVER_POOL_CHUNK``) are ``PARAMS["page"]``
+and ``PARAMS["pool_chunk"]`` (a test holds them equal), so a GPU run
+updates the model in one command, and ``git diff pgmo/device/params.py``
+shows what the device changed.
 
 What is fitted, from the quick check's steps (``python -m scripts.gpu_quick_check``):
 
@@ -57,13 +58,14 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-PARAMS_FILE = ROOT / "pgmo" / "device_params.py"
+PARAMS_FILE = ROOT / "pgmo" / "device" / "params.py"
 GiB = 2**30
 HEADER = '''"""The host model's device parameters, fitted to a GPU: generated, do not edit.
 
 Written whole by ``python -m scripts.fit_host_model quick-check.json`` (the
 quick GPU check's results).  ``page`` and ``pool_chunk`` are the host
-model's ``pgmo.host_device.DRIVER_PAGE`` and ``DRIVER_POOL_CHUNK``;
+model's ``pgmo.device.host_memory.DRIVER_PAGE`` and
+``pgmo.device.host_async_pool.DRIVER_POOL_CHUNK``;
 ``pool_trim_step`` is what a trim keeps per live block of the driver's pool,
 ``call_us`` each call's cost (microseconds: ``fixed + per_gib x size``) and
 whether it waits for queued kernels.  ``SOURCE`` says where the values come

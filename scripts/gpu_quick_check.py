@@ -19,7 +19,7 @@ keeps what was measured:
 
 1. ``device``: the driver's and CUDA's versions (``cuDriverGetVersion``,
    ``runtimeGetVersion``, cuda-bindings, NVML), what
-   :func:`pgmo.cuda_device.device_layer` probes, and what a pgmo pool chose
+   :func:`pgmo.device.cuda.device_layer` probes, and what a pgmo pool chose
    after a short run (``stats()``: ``arena_kind``, ``heap_kind``,
    ``device_reasons``);
 2. ``driver-pool``: the driver's stream-ordered pool's

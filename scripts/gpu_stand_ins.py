@@ -10,13 +10,13 @@ runtime returns values and raises on errors; NVML returns objects with
 at, as a stand-in, never as a measurement:
 
 * **Memory.**  One device of 80 GiB with a 512 MiB context, whose memory is
-  real host memory (:class:`pgmo.host_device.HostMemory`, 2 MiB pages):
+  real host memory (:class:`pgmo.device.host_memory.HostMemory`, 2 MiB pages):
   cudaMalloc is a host buffer, a reserved range is a
-  :class:`~pgmo.host_device.HostRange` (mapped granules, access granted,
+  :class:`~pgmo.device.host_range.HostRange` (mapped granules, access granted,
   whole mappings unmapped), a stream-ordered pool is a
-  :class:`~pgmo.host_device.HostAsyncPool` growing and trimming in
+  :class:`~pgmo.device.host_async_pool.HostAsyncPool` growing and trimming in
   ``pool_chunk`` steps (32 MiB, as CuPy documents the driver's pool).  So
-  pgmo's own device layer (:mod:`pgmo.cuda_device`) runs its real code on
+  pgmo's own device layer (:mod:`pgmo.device.cuda`) runs its real code on
   them, and the replays' checker writes and verifies real bytes.  The bytes
   in use (``cudaMemGetInfo``, NVML) are the context plus the pages held.
 * **Queued work** per stream, as a clock: ``spin(ms, stream)`` queues ``ms``
@@ -48,7 +48,8 @@ import time
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from pgmo.host_device import DRIVER_PAGE, DRIVER_POOL_CHUNK, HostAsyncPool, HostMemory
+from pgmo.device.host_async_pool import DRIVER_POOL_CHUNK, HostAsyncPool
+from pgmo.device.host_memory import DRIVER_PAGE, HostMemory
 
 GiB, MiB = 2**30, 2**20
 TOTAL = 80 * GiB
@@ -400,7 +401,7 @@ class _Handle:
 class Driver:
     """``cuda.bindings.driver``: the virtual-memory calls, each returning ``(CUresult, ...)``.
 
-    A reservation is a :class:`~pgmo.host_device.HostRange` of the device's
+    A reservation is a :class:`~pgmo.device.host_range.HostRange` of the device's
     host memory; ``fail={"cuMemSetAccess": 801}`` makes a call answer that
     code (what a driver under a container or vGPU may say)."""
 
@@ -577,12 +578,12 @@ class Nvml:
 # ------------------------------------------------------------------ pools on the stand-in
 def _pgmo_pool(gpu: SimpleNamespace, **options: Any):
     """A :class:`pgmo.ProfileGuidedMemoryPool` on the stand-in device: its device layer is
-    :func:`pgmo.cuda_device.device_layer` over the stand-in driver and runtime (pgmo's real
+    :func:`pgmo.device.cuda.device_layer` over the stand-in driver and runtime (pgmo's real
     CUDA code), its raw memory and stock pool the device's host memory."""
     from cupy.cuda.memory import OutOfMemoryError
 
-    from pgmo.cuda_device import device_layer
-    from pgmo.host_device import HostStockPool
+    from pgmo.device.cuda import device_layer
+    from pgmo.device.host_stock_pool import HostStockPool
     from pgmo.pool import ProfileGuidedMemoryPool
 
     device: Device = gpu.device
@@ -601,7 +602,7 @@ def _stock_pool(gpu: SimpleNamespace):
     """CuPy's stock pool on the stand-in device (its model, :class:`HostStockPool`)."""
     from cupy.cuda.memory import OutOfMemoryError
 
-    from pgmo.host_device import HostStockPool
+    from pgmo.device.host_stock_pool import HostStockPool
 
     return HostStockPool(gpu.device.memory, OutOfMemoryError)
 

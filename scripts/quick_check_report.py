@@ -471,7 +471,7 @@ def render(data: dict, heading: str = "#") -> str:
     device = _result(data, "device")
     if device:
         out += _section(f"{sub} 1. The device layer pgmo chose",
-                        ["What `pgmo.cuda_device.device_layer` probed (one granule: reserve, "
+                        ["What `pgmo.device.cuda.device_layer` probed (one granule: reserve, "
                          "create, map, set access, unmap, free; a pool: create, malloc, free, "
                          "trim) and a pgmo pool's `memory_summary()` after a short run:", "",
                          "```", device.get("summary", "(no summary)"), "```"])

@@ -8,7 +8,7 @@ A step measures and reports; whether a result passes is decided by
 :mod:`scripts.quick_check_report`, from the file, so that the same
 judgement applies to a result read back later.
 
-* ``device``: the versions, what :func:`pgmo.cuda_device.device_layer` probes
+* ``device``: the versions, what :func:`pgmo.device.cuda.device_layer` probes
   and why a part fell back, and what a pgmo pool chose after a short run
   (``stats()``: ``arena_kind``, ``heap_kind``, ``device_reasons``);
 * ``driver-pool``: :mod:`scripts.driver_pool_probe`;
@@ -85,7 +85,7 @@ def _run(options: dict, name: str = "repeating"):
 # ------------------------------------------------------------------ device layer
 def device(gpu, options: dict) -> dict:
     """The versions, the device layer's probe, and what a pool chose after a short run."""
-    from pgmo.cuda_device import device_layer
+    from pgmo.device.cuda import device_layer
 
     out: dict[str, Any] = {"versions": gpu.versions()}
     props = gpu.runtime.getDeviceProperties(gpu.device_id)

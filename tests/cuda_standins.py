@@ -1,12 +1,12 @@
 """Stand-ins for the CUDA calls pgmo's device layer makes, as strict as the driver, on host memory.
 
 ``FakeDriver`` answers the ``cuda.bindings.driver`` calls of
-:class:`pgmo.cuda_device.CudaRange` (results as ``(CUresult, value...)``
+:class:`pgmo.device.cuda.CudaRange` (results as ``(CUresult, value...)``
 tuples, as cuda-bindings returns them) and ``FakeRuntime`` the
-``cupy.cuda.runtime`` calls of :class:`pgmo.cuda_device.CudaAsyncPool` and
+``cupy.cuda.runtime`` calls of :class:`pgmo.device.cuda.CudaAsyncPool` and
 the device layer (errors raised as CuPy's ``CUDARuntimeError`` is, with a
 ``status``).  Both keep their memory in one
-:class:`pgmo.host_device.HostMemory`, so a pool built on them hands out real
+:class:`pgmo.device.host_memory.HostMemory`, so a pool built on them hands out real
 addresses that the replay checker writes and verifies: the CUDA classes run
 their real code, only the GPU underneath is the host's.
 
@@ -43,7 +43,8 @@ import threading
 import types
 from typing import Any
 
-from pgmo.host_device import DRIVER_PAGE, HostAsyncPool, HostMemory
+from pgmo.device.host_async_pool import HostAsyncPool
+from pgmo.device.host_memory import DRIVER_PAGE, HostMemory
 
 SUCCESS, INVALID_VALUE, OUT_OF_MEMORY = 0, 1, 2
 NOT_PERMITTED, NOT_SUPPORTED, ILLEGAL_ADDRESS = 800, 801, 700
@@ -401,7 +402,7 @@ class FakeRuntime:
                  fail: dict[str, Any] | None = None, gpu: FakeGPU | None = None,
                  chunk: int | None = None):
         """``chunk``: the step the stream-ordered pool grows and trims in (its host model's
-        :class:`~pgmo.host_device.HostAsyncPool`); ``fail`` as :class:`FakeDriver`'s."""
+        :class:`~pgmo.device.host_async_pool.HostAsyncPool`); ``fail`` as :class:`FakeDriver`'s."""
         self.gpu = gpu if gpu is not None else FakeGPU(memory)
         self.memory = self.gpu.memory
         self.pools = pools

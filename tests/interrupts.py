@@ -32,7 +32,9 @@ ENGINE = str(Path(pgmo.engine.__file__).resolve().parent)
 PACKAGE = Path(pgmo.engine.__file__).resolve().parents[1]
 #: The engine's code, and the neutral placement it calls (its arena's gaps, its own heap).
 TRACED = (ENGINE, str(PACKAGE / "placement.py"))
-DEVICE_MODEL = str(PACKAGE / "host_device.py")
+#: The host model of the device (pgmo/device/host_*.py): the traced code it calls (its
+#: pool's placement) is not interrupted on its behalf.
+DEVICE_MODEL = frozenset(str(path) for path in (PACKAGE / "device").glob("host_*.py"))
 #: Python drops an exception raised in a destructor ("Exception ignored in..."): an
 #: interrupt there is not the engine's to handle (the frees queue themselves in their first
 #: line, see "Commits" in pgmo/engine/frees.py).
@@ -61,7 +63,7 @@ def with_exits(code) -> frozenset[int]:
 
 def _in_device_model(frame) -> bool:
     while frame is not None:
-        if frame.f_code.co_filename == DEVICE_MODEL:
+        if frame.f_code.co_filename in DEVICE_MODEL:
             return True
         frame = frame.f_back
     return False

@@ -1,4 +1,4 @@
-"""The CUDA device layer (pgmo.cuda_device) against strict stand-ins of the driver and runtime.
+"""The CUDA device layer (pgmo.device.cuda) against strict stand-ins of the driver and runtime.
 
 The stand-ins (tests/cuda_standins.py) keep their memory on the host and
 enforce what a real GPU enforces: no unmap, trim or free while queued work
@@ -17,10 +17,12 @@ import threading
 
 import pytest
 
-from pgmo.cuda_device import CudaAsyncPool, CudaRange, device_layer
+from pgmo.device.cuda import CudaAsyncPool, CudaRange, device_layer
 from pgmo.engine import Backend, Engine, pool_options
 from pgmo.errors import DeviceError
-from pgmo.host_device import DRIVER_POOL_CHUNK, HostMemory, HostStockPool
+from pgmo.device.host_async_pool import DRIVER_POOL_CHUNK
+from pgmo.device.host_memory import HostMemory
+from pgmo.device.host_stock_pool import HostStockPool
 from pgmo.testing import TEST_DEFAULTS, Checker
 
 from .cuda_standins import (NOT_PERMITTED, NOT_SUPPORTED, OUT_OF_MEMORY, PER_THREAD,

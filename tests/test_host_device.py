@@ -13,7 +13,9 @@ import gc
 import pytest
 
 from pgmo import bundled
-from pgmo.host_device import OWN_PAGES, HostAsyncPool, HostMemory, HostStockPool
+from pgmo.device.host_async_pool import HostAsyncPool
+from pgmo.device.host_memory import OWN_PAGES, HostMemory
+from pgmo.device.host_stock_pool import HostStockPool
 from pgmo.runs import run_from_iteration
 
 DENSENET = ["h100-densenet-bc100-k12-train-b64-recompute-off-stock",
@@ -252,7 +254,7 @@ def test_mapped_granules_are_writable_and_an_unmapped_one_faults():
 
     code = """if True:
         import ctypes
-        from pgmo.host_device import HostMemory
+        from pgmo.device.host_memory import HostMemory
         memory = HostMemory()
         r = memory.reserve(8 << 20)
         r.map(0, 2 << 20)

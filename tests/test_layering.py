@@ -18,8 +18,10 @@ from .import_graph import find_cycle
 PACKAGE = Path(__file__).resolve().parents[1] / "pgmo"
 
 #: Modules that talk to CuPy, Chainer or the user: the core never imports them.
-ADAPTERS = {"pgmo.pool", "pgmo.cuda_device", "pgmo.hooks", "pgmo.testing", "pgmo.footprint", "pgmo.trace_recorder",
+ADAPTERS = {"pgmo.pool", "pgmo.device.cuda", "pgmo.cuda_device", "pgmo.hooks", "pgmo.testing", "pgmo.footprint", "pgmo.trace_recorder",
             "pgmo.chainer", "pgmo.chainermn", "pgmo._chainer_compat", "pgmo.cli", "pgmo.demo", "pgmo.__main__"}
+#: The device layer: below the engine's Backend, it never imports the engine.
+DEVICE = "pgmo.device"
 #: Third-party modules only adapters may import.
 FOREIGN = {"cupy", "cupy_backends", "chainer", "chainermn", "mpi4py", "torch", "rmm"}
 
@@ -137,3 +139,27 @@ def test_an_import_of_the_solver_through_another_module_counts():
              "pgmo.units": {"pgmo.solver.packing"}, "pgmo": {"pgmo.solver"}}
     assert imported_by("pgmo.validate", edges) == {"pgmo.trace", "pgmo.units",
                                                    "pgmo.solver.packing"}
+
+
+def in_package(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_the_device_layer_imports_nothing_of_the_engine():
+    """pgmo/device/ implements the engine's Backend: it may use the neutral modules
+    (placement, units, errors), never the engine, directly or through another module."""
+    edges = graph()
+    layer = [name for name in edges if in_package(name, DEVICE)]
+    bad = [f"{name} reaches {target}" for name in sorted(layer)
+           for target in sorted(imported_by(name, edges)) if in_package(target, "pgmo.engine")]
+    assert not bad, bad
+    assert "pgmo.placement" in imported_by("pgmo.device.host_async_pool", edges)  # it was read
+
+
+def test_importing_the_device_package_loads_neither_cupy_nor_the_engine():
+    code = ("import sys, pgmo.device, pgmo.device.host_stock_pool, pgmo.device.host_async_pool\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'cupy'\n"
+            "             or m.startswith('pgmo.engine')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip() == "[]"

@@ -1,6 +1,6 @@
 """pgmo.engine.own_heap: the heap of pgmo's own, page by page in a reserved range.
 
-On the host model of the device (pgmo.host_device.HostRange: mapped pages
+On the host model of the device (pgmo.device.host_range.HostRange: mapped pages
 fault once given back), every block checked; on the CUDA classes the same
 heap runs in tests/test_cuda_device.py (heap="own").
 """
@@ -11,7 +11,7 @@ import collections
 import gc
 
 from pgmo.engine.own_heap import OwnHeap
-from pgmo.host_device import HostMemory
+from pgmo.device.host_memory import HostMemory
 from pgmo.testing import Checker
 
 MiB = 1 << 20

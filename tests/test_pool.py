@@ -444,7 +444,8 @@ def test_a_request_makes_one_cuda_call_as_cupys_own_pool_does():
     """On a GPU each request names its device and stream.  CuPy's pool makes one runtime
     call per malloc (cudaGetDevice; the stream pointer is a thread-local read); pgmo's
     context must make no more, on every path (counted with stand-ins for the runtime)."""
-    from pgmo.host_device import HostMemory, HostStockPool
+    from pgmo.device.host_memory import HostMemory
+    from pgmo.device.host_stock_pool import HostStockPool
     from pgmo.pool import ProfileGuidedMemoryPool, cuda_context
 
     calls = {"cudaGetDevice": 0, "stream lookups": 0}

@@ -242,7 +242,7 @@ def test_a_driver_that_refuses_virtual_memory_fails_the_check_with_its_reason(ca
 # ------------------------------------------------------------------ streams and teardown
 def _no_device_sync(monkeypatch):
     """pgmo as it was: no wait for the device before an unmap or a trim."""
-    from pgmo import cuda_device
+    from pgmo.device import cuda as cuda_device
 
     monkeypatch.setattr(cuda_device.CudaRange, "synchronize", lambda self: None)
     monkeypatch.setattr(cuda_device.CudaAsyncPool, "synchronize", lambda self: None)
@@ -282,7 +282,7 @@ def test_frees_from_another_thread_wait_for_the_owner_under_a_per_thread_stream(
     data = {"steps": [{"name": "p", "status": "done"}], "results": {"per-thread-stream": result}}
     assert failed(data) == []
     # A pool that frees on the calling thread's stream: the stand-in sees the hazard.
-    from pgmo import cuda_device
+    from pgmo.device import cuda as cuda_device
 
     def died(self, ptr, size, stream, thread):  # freed at once, on the calling thread's stream
         try:
@@ -517,10 +517,11 @@ def test_the_fit_answers_a_wrong_file_in_one_line(tmp_path):
 
 def test_the_host_models_page_and_chunk_are_the_fitted_parameters():
     """One source of truth: the host model's page and pool chunk are the fitted ones."""
-    from pgmo import device_params, host_device
+    from pgmo.device import host_async_pool, host_memory
+    from pgmo.device import params as device_params
 
-    assert host_device.DRIVER_PAGE == device_params.PARAMS["page"]
-    assert host_device.DRIVER_POOL_CHUNK == device_params.PARAMS["pool_chunk"]
+    assert host_memory.DRIVER_PAGE == device_params.PARAMS["page"]
+    assert host_async_pool.DRIVER_POOL_CHUNK == device_params.PARAMS["pool_chunk"]
     assert fit.current() == (device_params.PARAMS, device_params.SOURCE)
 
 

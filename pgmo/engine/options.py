@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
+from ..errors import out_of_memory as default_oom  # the error of a full pool without CuPy
 from ..solver.options import SolverOptions, solver_options
 from .planner import REPLAN_MODES
 
@@ -55,7 +56,8 @@ class StockPool(Protocol):
 
 class ReservedRange(Protocol):
     """Reserved virtual address space, mapped in granules (CUDA's virtual memory
-    management: :class:`pgmo.cuda_device.CudaRange`, :class:`pgmo.host_device.HostRange`)."""
+    management: :class:`pgmo.device.cuda.CudaRange`,
+    :class:`pgmo.device.host_range.HostRange`)."""
 
     @property
     def ptr(self) -> int: ...
@@ -111,12 +113,6 @@ class PlainMemory:
 def bare_pointer(memory: Any, offset: int) -> Any:
     """Without CuPy, the user gets the memory object itself."""
     return memory
-
-
-def default_oom(size: int, total: int, limit: int) -> MemoryError:
-    msg = f"Out of memory allocating {size:,} bytes (allocated so far: {total:,} bytes"
-    msg += f", limit set to: {limit:,} bytes)." if limit else ")."
-    return MemoryError(msg)
 
 
 @dataclass(frozen=True)

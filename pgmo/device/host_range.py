@@ -1,0 +1,244 @@
+"""The host model of CUDA's virtual memory: reserved address space, mapped on demand.
+
+The analogue of ``cuMemAddressReserve`` / ``cuMemCreate`` + ``cuMemMap`` /
+``cuMemUnmap`` is an ``mmap(PROT_NONE)`` reservation whose granules are
+committed (``mprotect``) and released (``madvise(MADV_DONTNEED)`` +
+``PROT_NONE``): a stale access to an unmapped granule faults, as on a GPU.
+A :class:`~pgmo.device.host_memory.HostMemory` makes one
+(:meth:`~pgmo.device.host_memory.HostMemory.reserve`) and counts its
+memory and calls.  Tested by ``tests/test_host_device.py`` and
+``tests/test_own_heap.py``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import weakref
+from typing import Protocol
+
+from .mappings import MappingLedger
+
+__all__ = ["HostRange"]
+
+
+class _Device(Protocol):
+    """What a range asks of the device it reserves on (a ``HostMemory``)."""
+
+    maps: int
+
+    @property
+    def granule(self) -> int: ...
+
+    def _map(self, nbytes: int, calls: int = 1) -> None: ...
+
+    def _unmap(self, nbytes: int, calls: int = 1) -> None: ...
+
+    def synchronize(self) -> None: ...
+
+
+# --------------------------------------------------------------- libc calls
+_PROT_NONE, _PROT_RW = 0, mmap.PROT_READ | mmap.PROT_WRITE
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's value
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    for name in ("mprotect", "madvise"):
+        getattr(libc, name).argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+_LIBC = _libc()
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what} failed: errno {err}")
+
+
+def _release_reservation(memory: _Device, mapped: list, base: int, size: int) -> None:
+    """A range is gone (closed, or its last user died): its memory and address space go back."""
+    if mapped[0]:
+        memory._unmap(mapped[0], calls=0)  # nothing can use it any more: no sync to wait for
+        mapped[0] = 0
+    _LIBC.munmap(base, size)
+
+
+class HostRange:
+    """Reserved address space whose granules are mapped on demand: CUDA's virtual memory, on
+    the host.
+
+    The driver's calls, with its rules (the books are a
+    :class:`~pgmo.device.mappings.MappingLedger`, as :class:`~pgmo.device.cuda.CudaRange`'s):
+    :meth:`map` backs ``[offset, offset + nbytes)`` with mappings of ``piece``
+    bytes at most (``cuMemCreate`` + ``cuMemMap`` each) and then grants access to
+    all of them (one ``cuMemSetAccess``), all or nothing; :meth:`unmap` gives
+    back whole mappings (one ``cuMemUnmap`` each, the highest first, never part
+    of one) after the caller's :meth:`synchronize`.  Memory that is not mapped,
+    or mapped without access, faults when touched.  :meth:`map_one`,
+    :meth:`grant` and :meth:`unmap_one` are the single calls (what the CUDA
+    stand-ins drive); :meth:`commit` and :meth:`decommit` back memory without
+    the mapping rules and the call counts: what a driver's own pool does
+    inside one call.
+    """
+
+    def __init__(self, memory: _Device, size: int):
+        granule = memory.granule
+        size = -(-size // granule) * granule
+        # Granules smaller than the OS's page (a 512-byte device, for byte-exact tests) cannot
+        # be protected one by one: the range is then readable throughout, and only the
+        # accounting (and the checker's ``holds``) knows what is mapped.
+        self._protect = granule % mmap.PAGESIZE == 0
+        raw = _LIBC.mmap(None, size + granule, _PROT_NONE if self._protect else _PROT_RW,
+                         mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
+        if raw in (None, ctypes.c_void_p(-1).value):
+            raise MemoryError(f"host range: cannot reserve {size:,} bytes of address space")
+        self.memory = memory
+        self.granule = granule
+        self.ptr = -(-raw // granule) * granule  # granule-aligned, as the driver's
+        self.size = size
+        self._state = [0]  # bytes backed by memory, shared with the finalizer
+        self._backed = bytearray(size // granule)  # 1: the granule is backed by memory
+        self._open = bytearray(size // granule)  # 1: and access to it was granted
+        self._books = MappingLedger()
+        self._finalizer = weakref.finalize(self, _release_reservation, memory, self._state, raw,
+                                           size + granule)
+
+    @property
+    def mapped(self) -> int:
+        return self._state[0]
+
+    def _aligned(self, offset: int, nbytes: int) -> None:
+        g = self.granule
+        if offset % g or nbytes % g or nbytes <= 0 or offset < 0 or offset + nbytes > self.size:
+            raise ValueError(f"range [{offset:,}, {offset + nbytes:,}) is not whole granules of "
+                             f"{g:,} bytes inside the {self.size:,}-byte reservation")
+
+    # ------------------------------------------------- backing, without the rules
+    def commit(self, offset: int, nbytes: int, grant: bool = True) -> None:
+        """Back unmapped granules ``[offset, offset + nbytes)`` (MemoryError when full),
+        usable at once unless ``grant`` is false (see :meth:`grant`)."""
+        self.memory._map(nbytes, calls=0)
+        g = self.granule
+        self._backed[offset // g:(offset + nbytes) // g] = b"\x01" * (nbytes // g)
+        self._state[0] += nbytes
+        if grant:
+            self._open_granules(offset, nbytes)
+
+    def _open_granules(self, offset: int, nbytes: int) -> None:
+        if self._protect:
+            _check(_LIBC.mprotect(self.ptr + offset, nbytes, _PROT_RW), "mprotect")
+        g = self.granule
+        self._open[offset // g:(offset + nbytes) // g] = b"\x01" * (nbytes // g)
+
+    def decommit(self, offset: int, nbytes: int, calls: int = 0) -> None:
+        """Give back the memory of granules ``[offset, offset + nbytes)``; they fault now."""
+        if not self._finalizer.alive:  # the whole reservation went back already
+            return
+        if self._protect:
+            base = self.ptr + offset
+            _check(_LIBC.madvise(base, nbytes, mmap.MADV_DONTNEED), "madvise")
+            _check(_LIBC.mprotect(base, nbytes, _PROT_NONE), "mprotect")
+        g = self.granule
+        self._backed[offset // g:(offset + nbytes) // g] = bytes(nbytes // g)
+        self._open[offset // g:(offset + nbytes) // g] = bytes(nbytes // g)
+        self._state[0] -= nbytes
+        self.memory._unmap(nbytes, calls=calls)
+
+    # ------------------------------------------------------- the driver's calls
+    def map_one(self, offset: int, nbytes: int) -> None:
+        """One mapping (``cuMemCreate`` + ``cuMemMap``), without access yet; MemoryError when
+        the device is full, ValueError where something is mapped already."""
+        self._aligned(offset, nbytes)
+        if self._books.overlaps(offset, nbytes):
+            raise ValueError(f"range [{offset:,}, {offset + nbytes:,}) is already mapped in part")
+        self.commit(offset, nbytes, grant=False)
+        self._books.add(offset, nbytes, usable=False)
+        self.memory.maps += 1
+
+    def grant(self, offset: int, nbytes: int) -> None:
+        """Access to ``[offset, offset + nbytes)`` (``cuMemSetAccess``): it must be mapped
+        throughout."""
+        self._aligned(offset, nbytes)
+        g = self.granule
+        if 0 in self._backed[offset // g:(offset + nbytes) // g]:
+            raise ValueError(f"access to [{offset:,}, {offset + nbytes:,}), which is not "
+                             f"mapped throughout")
+        self._open_granules(offset, nbytes)
+        self._books.make_usable([s for s, n in self._books.mappings()
+                                 if offset <= s and s + n <= offset + nbytes])
+
+    def unmap_one(self, start: int, nbytes: int) -> None:
+        """Give back exactly one mapping (``cuMemUnmap``); ValueError for anything else."""
+        self._books.run(start, nbytes)
+        if self._books.length(start) != nbytes:
+            raise ValueError(f"[{start:,}, {start + nbytes:,}) is not one whole mapping")
+        self._books.remove(start)
+        self.decommit(start, nbytes, calls=1)
+
+    def map(self, offset: int, nbytes: int, piece: int | None = None) -> None:
+        """Back ``[offset, offset + nbytes)`` with mappings of ``piece`` bytes at most, then
+        grant access over all of it; all or nothing (MemoryError when the device is full)."""
+        self._aligned(offset, nbytes)
+        piece = piece or nbytes
+        if piece % self.granule:
+            raise ValueError(f"mappings of {piece:,} bytes are not whole granules")
+        if self._books.overlaps(offset, nbytes):
+            raise ValueError(f"range [{offset:,}, {offset + nbytes:,}) is already mapped in part")
+        made: list[int] = []
+        try:
+            pos, end = offset, offset + nbytes
+            while pos < end:
+                step = min(piece, end - pos)
+                self.map_one(pos, step)
+                made.append(pos)
+                pos += step
+            self.grant(offset, nbytes)
+        except BaseException:  # what this call mapped goes back (never used: no sync)
+            for start in reversed(made):
+                nbytes = self._books.remove(start)
+                self.decommit(start, nbytes, calls=0)
+            raise
+
+    def unmap(self, offset: int, nbytes: int) -> None:
+        """Give back the whole mappings that make up ``[offset, offset + nbytes)``, the highest
+        first (one call each, after :meth:`synchronize`); the range faults from now on."""
+        self._aligned(offset, nbytes)
+        for start in reversed(self._books.run(offset, nbytes)):
+            self.unmap_one(start, self._books.length(start))
+
+    def mappings(self) -> list[tuple[int, int]]:
+        """``(offset, nbytes)`` of each mapping, in address order."""
+        return self._books.mappings()
+
+    def usable_end(self) -> int:
+        """The end of the usable memory from offset 0 (what an arena on this range may use)."""
+        return self._books.usable_end()
+
+    def synchronize(self) -> None:
+        self.memory.synchronize()
+
+    def holds(self, ptr: int, size: int) -> bool:
+        """Whether ``[ptr, ptr + size)`` lies in mapped granules of this range, access granted."""
+        lo = ptr - self.ptr
+        if lo < 0 or lo + size > self.size or size <= 0:
+            return False
+        g = self.granule
+        return 0 not in self._open[lo // g:(lo + size - 1) // g + 1]
+
+    def close(self) -> None:
+        """Unmap everything (after a sync) and give the address space back."""
+        if self._state[0]:
+            self.synchronize()
+            self.memory._unmap(self._state[0], calls=len(self._books.mappings()))
+            self._books.clear()
+            self._backed[:] = bytes(len(self._backed))
+            self._open[:] = bytes(len(self._open))
+            self._state[0] = 0
+        self._finalizer()
