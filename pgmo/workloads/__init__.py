@@ -45,8 +45,8 @@ from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
-from .runs import Run, RunRecorder, read_run, write_run
-from .trace import Block, Trace
+from ..runs import Run, RunRecorder, read_run, write_run
+from ..trace import Block, Trace
 
 __all__ = ["FAMILY", "make", "names", "write", "lstm_random", "lstm_bucketed",
            "lstm_growing", "lstm_outliers", "serving", "cnn_resolutions", "seq2seq_recorded",
@@ -56,7 +56,7 @@ F32 = 4  # bytes of a float32
 I32 = 4  # bytes of an int32 word id or label
 
 #: The bundled recorded run behind ``seq2seq-recorded``.
-RECORDED_RUN = (Path(__file__).parent / "traces" / "runs"
+RECORDED_RUN = (Path(__file__).parents[1] / "traces" / "runs"
                 / "seq2seq-train-b64-30batches-cpu.run.json.gz")
 
 _SYNTHETIC = {"synthetic": True}
