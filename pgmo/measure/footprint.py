@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .host_device import HostMemory, HostStockPool
-from .runs import Run
+from ..host_device import HostMemory, HostStockPool
+from ..runs import Run
 
 __all__ = ["Footprint", "measure", "completes", "stock_pool", "pgmo_pool", "smallest_capacity",
            "largest_scale", "physical_scale", "moments_above", "profiling_candidates"]
@@ -48,7 +48,7 @@ def pgmo_pool(**options: Any) -> PoolMaker:
     ``engine`` for the pool, the engine itself.
     """
     def make(capacity: int | None = None):
-        from . import testing
+        from . import hosts
 
         settings = {"replan": "background", "method": "best", **options}
         if has_cupy():
@@ -121,7 +121,7 @@ def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float =
     while address checks cover every byte either way.  A run that runs out
     of memory is not completed.
     """
-    from .testing import replay_run
+    from .replay import replay_run
 
     device = _device(pool)
     device.reset_peak()
@@ -275,8 +275,8 @@ def profiling_candidates(run: Run, iterations: int = 2) -> dict[str, int]:
     same in one address range that grows in place (what CUDA's virtual
     memory management or cudaMallocAsync's pool allow): its high-water mark.
     """
-    from .engine.memory import GROWTH
-    from .placement import Placer
+    from ..engine.memory import GROWTH
+    from ..placement import Placer
 
     end = run.iterations[iterations - 1][1] if len(run.iterations) >= iterations else None
     blocks = run.trace.blocks

@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Proto
 
 import numpy as np
 
-from .host_device import DRIVER_PAGE, HostAsyncPool, HostMemory, HostStockPool
-from .trace import Trace, events
-from .units import round_size
+from ..host_device import DRIVER_PAGE, HostAsyncPool, HostMemory, HostStockPool
+from ..trace import Trace, events
+from ..units import round_size
 
 if TYPE_CHECKING:
-    from .engine import Backend, Engine
-    from .engine.options import StockPool
-    from .pool import ProfileGuidedMemoryPool
-    from .runs import Run
-    from .stats import PoolStats
+    from ..engine import Backend, Engine
+    from ..engine.options import StockPool
+    from ..pool import ProfileGuidedMemoryPool
+    from ..runs import Run
+    from ..stats import PoolStats
 
 __all__ = ["HostMemory", "HostStockPool", "HostFallback", "host_pool", "host_engine", "host_backend", "replay",
            "Checker", "events", "replay_run", "host_device_of", "TEST_DEFAULTS", "WRITES", "STAMP"]
@@ -110,7 +110,7 @@ def host_backend(capacity: int | None = None, cupy_objects: bool = False, *, vmm
     stream-ordered pools (both, as an H100 does, by default); ``page``: the driver's page;
     ``pool_chunk``: the stream-ordered pool's step (see :func:`device_sources`).
     """
-    from .engine import Backend
+    from ..engine import Backend
 
     memory = HostMemory(capacity, page)
     sources = device_sources(memory, vmm, stream_pool, pool_chunk=pool_chunk)
@@ -137,7 +137,7 @@ def host_engine(capacity: int | None = None, *, vmm: bool = True, stream_pool: b
     (the plain-Python one is ``pgmo.engine.reference_handout().HotPath``; default: the
     engine's own choice).
     """
-    from .engine import Engine, pool_options
+    from ..engine import Engine, pool_options
 
     backend = host_backend(capacity, vmm=vmm, stream_pool=stream_pool, page=page,
                            pool_chunk=pool_chunk)
@@ -152,7 +152,7 @@ def host_engine(capacity: int | None = None, *, vmm: bool = True, stream_pool: b
 
 
 def _watch_raw(memory: HostMemory, engine: Engine) -> None:
-    from .engine.memory import RawListener
+    from ..engine.memory import RawListener
 
     listener = RawListener()
     listener.connect(engine.memory)
@@ -174,7 +174,7 @@ def host_pool(capacity: int | None = None, *, vmm: bool = True, stream_pool: boo
     :data:`TEST_DEFAULTS` apply unless given (pass ``replan="background",
     method="best"`` for the pool's own defaults).
     """
-    from .pool import ProfileGuidedMemoryPool
+    from ..pool import ProfileGuidedMemoryPool
 
     memory = HostMemory(capacity, page)
     stock = cast("StockPool", HostStockPool(memory, _cupy_out_of_memory()))  # see host_backend

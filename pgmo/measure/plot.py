@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .plan import Plan
-from .trace import Trace
-from .units import byte_unit, format_bytes
+from ..plan import Plan
+from ..trace import Trace
+from ..units import byte_unit, format_bytes
 
 __all__ = ["live_bytes", "plot_plan", "plan_figure"]
 

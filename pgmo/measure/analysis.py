@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import bundled
-from .formats import ReadOptions, detect, load
-from .plan import Plan
-from .solver import SolverOptions, solve
-from .solver.options import solver_options
-from .trace import Block, Trace
-from .units import ALIGNMENT, format_bytes
+from .. import bundled
+from ..formats import ReadOptions, detect, load
+from ..plan import Plan
+from ..solver import SolverOptions, solve
+from ..solver.options import solver_options
+from ..trace import Block, Trace
+from ..units import ALIGNMENT, format_bytes
 
 __all__ = ["Analysis", "analyze", "parse_bytes", "human_bytes"]
 
