@@ -12,7 +12,9 @@ from __future__ import annotations
 import pytest
 
 import pgmo
-from pgmo import bundled, footprint
+from pgmo import bundled
+from pgmo.measure import footprint
+from pgmo.measure.replay import replay_run
 from pgmo.runs import run_from_iteration
 
 pytest.importorskip("cupy")
@@ -98,7 +100,7 @@ def test_a_device_too_small_for_the_run_is_cupys_out_of_memory_with_the_numbers(
     small = run.lower_bound_rounded() - 50 * 2 ** 20
     pool = footprint.pgmo_pool(replan="sync", method="bestfit")(small)
     with pytest.raises(OutOfMemoryError, match=r"Out of memory allocating [\d,]+ bytes"):
-        pgmo.testing.replay_run(run, pool, write=False)
+        replay_run(run, pool, write=False)
     assert pool.stats().used_bytes == 0  # every block handed out was checked and freed
     pool.close()
 

@@ -6,7 +6,7 @@ from the device (the host stand-in for cudaMalloc,
 :class:`~pgmo.runs.Run`, beside the physical limit (the most bytes the run
 has live at once) and beside CuPy's stock pool
 (:class:`~pgmo.host_device.HostStockPool`, calibrated on the H100).  Every
-block is checked (:func:`pgmo.testing.replay_run`): a footprint bought with
+block is checked (:func:`pgmo.measure.replay.replay_run`): a footprint bought with
 a corrupted byte does not count.
 
 :func:`measure` replays a run once; :func:`smallest_capacity` finds the
@@ -41,8 +41,8 @@ def stock_pool(capacity: int | None = None) -> HostStockPool:
 def pgmo_pool(**options: Any) -> PoolMaker:
     """A maker of pgmo pools on host memory with ``options`` (the pool's own defaults else).
 
-    Where CuPy is installed, the pool (:func:`pgmo.testing.host_pool`); without it, its
-    engine alone (:func:`pgmo.testing.host_engine`), which holds the same bytes at the same
+    Where CuPy is installed, the pool (:func:`pgmo.measure.hosts.host_pool`); without it, its
+    engine alone (:func:`pgmo.measure.hosts.host_engine`), which holds the same bytes at the same
     moments: the pool adds CuPy's conventions (memory objects, hooks, CuPy's
     ``OutOfMemoryError``), not memory.  Either has ``stats()``, ``close()`` and, as
     ``engine`` for the pool, the engine itself.
@@ -52,8 +52,8 @@ def pgmo_pool(**options: Any) -> PoolMaker:
 
         settings = {"replan": "background", "method": "best", **options}
         if has_cupy():
-            return testing.host_pool(capacity, **settings)
-        return testing.host_engine(capacity, **settings)
+            return hosts.host_pool(capacity, **settings)
+        return hosts.host_engine(capacity, **settings)
 
     return make
 
@@ -115,7 +115,7 @@ def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float =
     moment-by-moment comparison); ``step_seconds``: time each iteration
     takes besides allocating (a background planner works meanwhile);
     ``write``: which bytes of each block carry a pattern checked at its free
-    (:class:`pgmo.testing.Checker`).  By default both ends of every block
+    (:class:`pgmo.measure.replay.Checker`).  By default both ends of every block
     are stamped: writing every byte made a ResNet-50 run's replay 200 times
     slower (108 s instead of 0.5 s) and touched 4.8 GB of host memory,
     while address checks cover every byte either way.  A run that runs out
