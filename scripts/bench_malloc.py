@@ -111,7 +111,6 @@ def cpu_table(n: int, iterations: int, repeat: int):
         return MemoryPointer(UnownedMemory(base, size, buf, 0), 0)
 
     from pgmo.measure.hosts import HostFallback
-
     from pgmo.testing import HostMemory
 
     bare = HostFallback(HostMemory())
