@@ -106,7 +106,8 @@ class Params:
 
 
 def finish_run(recorder: RunRecorder, workload: str, seed: int, how: str,
-            parameters: dict[str, Any], shapes: list, **extra: Any) -> Run:
+               parameters: dict[str, Any], shapes: list, **extra: Any) -> Run:
+    """The recorded run, its metadata saying which member, seed and parameters made it."""
     return recorder.run(**_SYNTHETIC, workload=workload, seed=seed, how=how,
                         parameters=parameters, shapes=shapes, **extra,
                         recorded_by=f"pgmo.workloads ({workload}): generated, not a measurement")
@@ -118,6 +119,7 @@ def pair(values: Any) -> tuple[int, int]:
 
 
 def check_options(iterations: int, scale: float) -> None:
+    """A clear error for the options every member takes, before anything is drawn."""
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"iterations must be an integer >= 1, got {iterations!r}")
     if not (isinstance(scale, (int, float)) and scale > 0):

@@ -295,8 +295,8 @@ def serving(seed: int = 0, *, iterations: int = 150, scale: float = 1.0,
     params = dict(iterations=iterations, scale=scale, batches=list(batches), burst=list(burst),
                   resolution=resolution, blocks=list(blocks), classes=classes)
     return finish_run(recorder, "serving", seed,
-                   f"ResNet inference at {resolution}px, bursts of {burst[0]}-{burst[1]} "
-                   f"requests at batch sizes {list(batches)}", params, shapes)
+                      f"ResNet inference at {resolution}px, bursts of {burst[0]}-{burst[1]} "
+                      f"requests at batch sizes {list(batches)}", params, shapes)
 
 
 def cnn_resolutions(seed: int = 0, *, iterations: int = 40, scale: float = 1.0,
@@ -338,5 +338,5 @@ def cnn_resolutions(seed: int = 0, *, iterations: int = 40, scale: float = 1.0,
     params = dict(iterations=iterations, scale=scale, resolutions=list(resolutions),
                   phase=phase, batch=batch, blocks=list(blocks), classes=classes)
     return finish_run(recorder, "cnn-resolutions", seed,
-                   f"ResNet training, batch {batch}, resolutions {list(resolutions)} "
-                   f"drawn every {phase} iteration(s)", params, shapes)
+                      f"ResNet training, batch {batch}, resolutions {list(resolutions)} "
+                      f"drawn every {phase} iteration(s)", params, shapes)
