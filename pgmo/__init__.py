@@ -37,18 +37,19 @@ __all__ = [
 _LAZY = {
     "ProfileGuidedMemoryPool": ("pgmo.pool", "ProfileGuidedMemoryPool"),
     "PoolStats": ("pgmo.stats", "PoolStats"),
-    "replay": ("pgmo.testing", "replay"),
-    "host_pool": ("pgmo.testing", "host_pool"),
+    "replay": ("pgmo.measure.replay", "replay"),
+    "host_pool": ("pgmo.measure.hosts", "host_pool"),
     "testing": ("pgmo.testing", None),
     "pool": ("pgmo.pool", None),
     "chainer": ("pgmo.chainer", None),
     "chainermn": ("pgmo.chainermn", None),
     "synth": ("pgmo.synth", None),
     "workloads": ("pgmo.workloads", None),
+    "measure": ("pgmo.measure", None),
     "formats": ("pgmo.formats", None),
     "engine": ("pgmo.engine", None),
-    "analyze": ("pgmo.analysis", "analyze"),
-    "Analysis": ("pgmo.analysis", "Analysis"),
+    "analyze": ("pgmo.measure.analysis", "analyze"),
+    "Analysis": ("pgmo.measure.analysis", "Analysis"),
     "TraceRecorder": ("pgmo.trace_recorder", "TraceRecorder"),
 }
 

@@ -209,7 +209,7 @@ def setup_rank(comm, *, gpu: bool = True, plan_dir: str | os.PathLike | None = N
     With ``gpu`` the rank uses the GPU of its intra-node rank
     (``comm.intra_rank``, modulo the GPUs visible, so ranks share GPUs when
     there are more ranks than GPUs); otherwise the CPU, where Chainer computes
-    with NumPy and the pool, on host memory (:func:`pgmo.testing.host_pool`),
+    with NumPy and the pool, on host memory (:func:`pgmo.measure.hosts.host_pool`),
     serves only what is given to it directly.  ``plan_dir``: each rank loads
     and saves its plan there, in its own file (:func:`plan_file_name`);
     None keeps plans in memory.  ``pool_options`` go to the pool
@@ -234,7 +234,7 @@ def setup_rank(comm, *, gpu: bool = True, plan_dir: str | os.PathLike | None = N
         device.use()
         pool = ProfileGuidedMemoryPool(plan_path=plan_path, **pool_options)
     else:
-        from .testing import host_pool
+        from .measure.hosts import host_pool
 
         device_id = -1
         device = chainer.get_device("@numpy")

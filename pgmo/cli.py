@@ -156,7 +156,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .plot import plot_plan
+    from .measure.plot import plot_plan
 
     trace, _ = _read(args.file, args)
     if args.plan:
@@ -170,7 +170,7 @@ def cmd_plot(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from .analysis import analyze
+    from .measure.analysis import analyze
 
     _trace_file(args.file)  # a file, or a bundled trace: analyze reads either by its name
     result = analyze(args.file, format=args.format, device=args.device, stream=args.stream,
@@ -185,7 +185,7 @@ def cmd_analyze(args) -> int:
         if result.plan is None:
             print("pgmo: no picture: the trace has no requests to plan", file=said)
         else:
-            from .plot import plot_plan
+            from .measure.plot import plot_plan
 
             out = plot_plan(result.plan, args.plot)
             print(f"wrote {out} ({result.plan.method} plan)", file=said)

@@ -5,7 +5,7 @@ prints both against the lower bound and against no reuse at all, draws the
 plan, and replays the trace through the pool on host memory, checking every
 byte: through :class:`~pgmo.pool.ProfileGuidedMemoryPool` when CuPy is
 installed, else through the same engine without CuPy
-(:func:`pgmo.testing.host_engine`).  Each quantity is printed once, under one
+(:func:`pgmo.measure.hosts.host_engine`).  Each quantity is printed once, under one
 name (the lower bound: the most bytes live at once in the trace's one
 iteration), every byte count in one format (:func:`pgmo.units.bytes_text`),
 and the solvers are timed after a warm-up (a first solve pays for imports
@@ -84,22 +84,22 @@ _WARM_UP_BLOCKS = 64
 
 def _host_pool(time_limit: float):
     """The CuPy pool on host memory; without CuPy, its engine alone (no CuPy needed)."""
-    from . import testing
+    from .measure import hosts
 
     try:
-        return testing.host_pool(method="best", time_limit=time_limit), "pgmo's pool"
+        return hosts.host_pool(method="best", time_limit=time_limit), "pgmo's pool"
     except ImportError as exc:  # no CuPy: the same engine, plain memory objects
         if not (exc.name or "").startswith("cupy"):
             raise
         log.info("no CuPy (%s): replaying through the engine alone", exc)
-        return (testing.host_engine(method="best", time_limit=time_limit),
+        return (hosts.host_engine(method="best", time_limit=time_limit),
                 "pgmo's engine (CuPy is not installed)")
 
 
 def _replay_on_host(trace, time_limit: float, progress: bool, verbose: bool) -> None:
     from tqdm import tqdm
 
-    from .testing import replay
+    from .measure.replay import replay
 
     pool, what = _host_pool(time_limit)
     per_iteration = len(events(trace.blocks))
@@ -215,7 +215,7 @@ def run_demo(trace_name: str | None = None, output: str = "pgmo-demo.png",
             for line in info_lines(plan):
                 print(line)
     try:
-        from .plot import plot_plan
+        from .measure.plot import plot_plan
 
         plot_plan(plans["best"], output, title=f"{name}: best, peak/LB = "
                                                  f"{plans['best'].ratio:.4f}")

@@ -53,7 +53,7 @@ class UnknownTraceError(KeyError):
 class NoGPUError(RuntimeError):
     """:class:`~pgmo.ProfileGuidedMemoryPool` found no GPU it can use; the message says
     why (CuPy's own error: no driver, an old driver, no device) and that
-    :func:`pgmo.testing.host_pool` runs the same pool on host memory.  The
+    :func:`pgmo.measure.hosts.host_pool` runs the same pool on host memory.  The
     CUDA error it comes from, if any, is its ``__context__``."""
 
 

@@ -155,7 +155,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         file is logged and ignored) and save every new plan there.
     ``device_id``, ``context``, ``total_memory``
         for non-CUDA backends
-        (:func:`pgmo.testing.host_pool`); by default the current device,
+        (:func:`pgmo.measure.hosts.host_pool`); by default the current device,
         its current stream, and its memory size.
     ``device_layer``
         the arena's reserved range and the stream-ordered heap

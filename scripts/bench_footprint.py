@@ -51,7 +51,8 @@ from pgmo import programs
 programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
 
 import pgmo  # noqa: E402
-from pgmo import bundled, footprint, workloads  # noqa: E402
+from pgmo import bundled, workloads  # noqa: E402
+from pgmo.measure import footprint  # noqa: E402
 from pgmo.device.host_async_pool import DRIVER_POOL_CHUNK  # noqa: E402
 from pgmo.runs import Run, read_run, run_from_iteration  # noqa: E402
 

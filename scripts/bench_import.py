@@ -34,7 +34,7 @@ programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
 
 import pgmo  # noqa: E402
 from pgmo import bundled  # noqa: E402
-from pgmo.analysis import at_granularity  # noqa: E402
+from pgmo.measure.analysis import at_granularity  # noqa: E402
 from pgmo.synth_logs import pytorch_snapshot, rmm_logs  # noqa: E402
 from pgmo.units import ALIGNMENT  # noqa: E402
 

@@ -102,7 +102,7 @@ def cpu_table(n: int, iterations: int, repeat: int):
     from cupy.cuda.memory import MemoryPointer, UnownedMemory
 
     from pgmo.engine import compiled, reference_handout
-    from pgmo.testing import host_pool
+    from pgmo.measure.hosts import host_pool
 
     buf = np.empty(1 << 21, np.uint8)
     base = buf.ctypes.data
@@ -110,7 +110,8 @@ def cpu_table(n: int, iterations: int, repeat: int):
     def trivial(size):
         return MemoryPointer(UnownedMemory(base, size, buf, 0), 0)
 
-    from pgmo.testing import HostFallback, HostMemory
+    from pgmo.measure.hosts import HostFallback
+    from pgmo.testing import HostMemory
 
     bare = HostFallback(HostMemory())
 

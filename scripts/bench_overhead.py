@@ -49,7 +49,7 @@ def workload(trace: pgmo.Trace, iterations: int, growth: int) -> list[pgmo.Trace
 
 
 def run(mode: str, traces: list[pgmo.Trace], args) -> dict:
-    from pgmo.testing import host_pool
+    from pgmo.measure.hosts import host_pool
 
     pool = host_pool(warmup=1, replan=mode, method=args.method, time_limit=args.time_limit,
                      seed=0)

@@ -188,7 +188,7 @@ def pool_defaults() -> dict:
     tests; a dry run must behave as the pool does on a GPU (``"background"``).
     """
     from pgmo.engine import PoolOptions
-    from pgmo.testing import TEST_DEFAULTS
+    from pgmo.measure.hosts import TEST_DEFAULTS
 
     defaults = PoolOptions()
     return {key: getattr(defaults, key) if hasattr(defaults, key) else
@@ -198,7 +198,7 @@ def pool_defaults() -> dict:
 def new_pool(device_id: int, **options):
     """A pgmo pool with its own defaults: CuPy's on a GPU, on host memory in a CPU dry run."""
     if device_id < 0:
-        from pgmo.testing import host_pool
+        from pgmo.measure.hosts import host_pool
 
         return host_pool(**{**pool_defaults(), **options})
     return pgmo.ProfileGuidedMemoryPool(**options)

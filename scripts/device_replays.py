@@ -9,7 +9,7 @@ on the GPU (or on the stand-ins of :mod:`scripts.gpu_stand_ins`):
 * *variable*: an encoder-decoder LSTM with random lengths
   (:func:`pgmo.workloads.lstm_random`), a small one.
 
-:func:`replay` drives a pool through a run with :class:`pgmo.testing.Checker`:
+:func:`replay` drives a pool through a run with :class:`pgmo.measure.replay.Checker`:
 a pattern written into each block at its malloc and verified at its free (on
 the device through CuPy, or in host memory on the stand-ins), live blocks
 checked for shared addresses.  It can also make some requests under a second
@@ -27,7 +27,7 @@ from typing import Any
 
 from pgmo import bundled, workloads
 from pgmo.runs import Run, run_from_iteration
-from pgmo.testing import Checker
+from pgmo.measure.replay import Checker
 
 from . import examples, nvml_probe
 

@@ -16,7 +16,8 @@ import sys
 import time
 
 import pgmo.chainermn
-from pgmo import bundled, testing
+from pgmo import bundled
+from pgmo.measure.replay import replay
 
 TRACES = ("synthetic-resnet50-infer-b1", "synthetic-seq2seq-train-b64")
 
@@ -34,7 +35,7 @@ def main(out_dir, iterations):
     rank = pgmo.chainermn.setup_rank(comm, gpu=False, plan_dir=out_dir,
                                      replan="background", method="best", time_limit=5.0)
     name = TRACES[comm.rank % len(TRACES)]
-    result = testing.replay([bundled.load(name)] * iterations, rank.pool)
+    result = replay([bundled.load(name)] * iterations, rank.pool)
     saved = wait_for(rank.plan_path)
     gathered = rank.gather_stats()
     record = {

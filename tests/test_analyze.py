@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import pgmo
-from pgmo.analysis import at_granularity, human_bytes, parse_bytes
+from pgmo.measure.analysis import at_granularity, human_bytes, parse_bytes
 from pgmo.cli import main
 from pgmo.synth_logs import pytorch_snapshot, rmm_logs
 

@@ -25,7 +25,7 @@ from chainer import training  # noqa: E402
 from chainer.training import extensions  # noqa: E402
 
 from pgmo.chainer import ProfileGuidedMemory  # noqa: E402
-from pgmo.testing import host_pool  # noqa: E402
+from pgmo.measure.hosts import host_pool  # noqa: E402
 
 from .allocating_model import REQUESTS_PER_UPDATE, AllocatingModel, allocate_pattern  # noqa: E402,E501
 

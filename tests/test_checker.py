@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import pgmo
 from pgmo.engine.options import PlainMemory
-from pgmo.testing import Checker, HostMemory, replay
+from pgmo.measure.replay import Checker, replay
+from pgmo.testing import HostMemory
 
 from .strategies import MIB, request_sizes
 
@@ -117,7 +118,7 @@ class ScribblingPool(HostBlocks):
 def test_footprint_replays_catch_a_scribbled_block_by_default():
     """A block's bytes changed behind the pool's addresses are caught by the stamps that
     footprint.measure writes unless told not to."""
-    from pgmo import footprint
+    from pgmo.measure import footprint
     from pgmo.runs import run_from_iteration
 
     run = run_from_iteration(pgmo.Trace.from_rows([(0, 3, 4096), (1, 2, 100_000)]), 2)

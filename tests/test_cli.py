@@ -489,7 +489,7 @@ def test_the_plot_title_stays_inside_the_picture(name, tmp_path):
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from pgmo.plot import plan_figure
+    from pgmo.measure.plot import plan_figure
 
     blocks = [(i, i, i + 3, (i % 7 + 1) << 20) for i in range(50)]
     trace = pgmo.Trace(pgmo.Trace.from_tuples(blocks).blocks, source=f"/some/where/{name}")
@@ -509,7 +509,7 @@ def test_the_plot_says_what_it_shows():
     import matplotlib.pyplot as plt
 
     import pgmo
-    from pgmo.plot import plan_figure
+    from pgmo.measure.plot import plan_figure
 
     trace = pgmo.Trace.from_tuples([(0, 4, 3 << 20), (1, 3, 2 << 20), (3, 6, 4 << 20)])
     plan = pgmo.solve(trace, method="bestfit")

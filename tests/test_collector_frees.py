@@ -19,7 +19,8 @@ import pytest
 from pgmo.engine import handout as compiled_handout
 from pgmo.engine import reference_handout
 from pgmo.engine.planner import REPLAN_MODES
-from pgmo.testing import Checker, host_device_of, host_engine
+from pgmo.measure.hosts import host_engine
+from pgmo.measure.replay import Checker, host_device_of
 
 from .threads import CheckedThread
 

@@ -330,7 +330,7 @@ def test_the_cuda_layer_and_its_host_model_hold_the_same(heap):
     same calls that wait for the device, none inside an iteration."""
     pytest.importorskip("cupy")
     import pgmo
-    from pgmo import footprint
+    from pgmo.measure import footprint
     from pgmo.runs import run_from_iteration
 
     trace = pgmo.bundled.load("h100-alexnet-train-b32")

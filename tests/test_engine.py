@@ -903,7 +903,7 @@ def test_a_detected_loop_leaves_fallback_and_is_optimized(hot_path):
 
 @pytest.mark.parametrize("entry", ["engine", "pool", "pool with hooks"])
 def test_unmarked_warning_names_the_users_call(hot_path, entry, monkeypatch):
-    from pgmo.testing import host_engine, host_pool
+    from pgmo.measure.hosts import host_engine, host_pool
 
     if hot_path is reference_handout().HotPath:
         monkeypatch.setenv("PGMO_PURE_PYTHON", "1")

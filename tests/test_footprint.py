@@ -12,10 +12,16 @@ from __future__ import annotations
 import pytest
 
 import pgmo
-from pgmo import bundled, footprint
+from pgmo import bundled
+from pgmo.measure import footprint
+from pgmo.measure.replay import replay_run
 from pgmo.runs import run_from_iteration
 
-pytest.importorskip("cupy")
+#: Tests of what CuPy itself adds (its pool objects, its OutOfMemoryError); the rest run on
+#: the pool's engine alone where CuPy is not installed (footprint.pgmo_pool).
+needs_cupy = pytest.mark.skipif(not footprint.has_cupy(),
+                                reason="needs CuPy (its pool objects, its OutOfMemoryError)")
+
 
 def real_run(name: str, iterations: int = 6):
     """A whole run of a trace recorded on the H100 (bundled): weights and momentum the size
@@ -52,6 +58,7 @@ def test_a_repeating_run_holds_the_physical_limit_and_never_more_than_cupy(name,
 
 
 @pytest.mark.parametrize("heap", ["own", "driver"])
+@needs_cupy
 def test_without_cupy_the_engine_alone_holds_what_the_pool_holds(monkeypatch, heap):
     """Where CuPy is not installed, the footprint is measured on the pool's engine alone
     (``python -m scripts.bench_footprint`` runs there too): the same bytes at every moment,
@@ -91,6 +98,7 @@ def test_a_run_completes_on_a_device_barely_larger_than_its_physical_limit():
     assert not footprint.measure(run, footprint.stock_pool(device), timeline=False).completed
 
 
+@needs_cupy
 def test_a_device_too_small_for_the_run_is_cupys_out_of_memory_with_the_numbers():
     from cupy.cuda.memory import OutOfMemoryError
 
@@ -98,7 +106,7 @@ def test_a_device_too_small_for_the_run_is_cupys_out_of_memory_with_the_numbers(
     small = run.lower_bound_rounded() - 50 * 2 ** 20
     pool = footprint.pgmo_pool(replan="sync", method="bestfit")(small)
     with pytest.raises(OutOfMemoryError, match=r"Out of memory allocating [\d,]+ bytes"):
-        pgmo.testing.replay_run(run, pool, write=False)
+        replay_run(run, pool, write=False)
     assert pool.stats().used_bytes == 0  # every block handed out was checked and freed
     pool.close()
 
@@ -108,8 +116,9 @@ def test_variable_lengths_live_in_one_arena_near_the_largest_iteration():
     stock = footprint.measure(run, footprint.stock_pool())
     # a 14 MiB run: a device of 512-byte pages, so that 2 MiB granules do not decide it
     pool = footprint.pgmo_pool(replan="sync", method="bestfit", page=512)(None)
+    engine = getattr(pool, "engine", pool)  # the engine alone where CuPy is not installed
     arenas = []  # the arena's size at each plan installed (the engine is held: no stats())
-    pool.engine.on_install = lambda schedule: arenas.append(pool.engine.memory.parts()["arena"])
+    engine.on_install = lambda schedule: arenas.append(engine.memory.parts()["arena"])
     mine = footprint.measure(run, pool, write=True)
     pool.close()
     st = mine.stats

@@ -1101,7 +1101,7 @@ def test_record_traces_densenet_on_the_gpu(tmp_path):
 
 def test_a_live_bytes_hook_counts_the_requests_of_any_pool():
     cupy = pytest.importorskip("cupy")
-    from pgmo.testing import host_pool
+    from pgmo.measure.hosts import host_pool
 
     hook = _import_script("examples").load("live_bytes").LiveBytes(0)
     with hook:

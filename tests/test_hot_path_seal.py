@@ -19,7 +19,7 @@ import pytest
 
 from pgmo.engine import compiled, reference_handout
 from pgmo.engine import handout as compiled_handout
-from pgmo.testing import host_engine
+from pgmo.measure.hosts import host_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The hot path's own modules: they alone change its state.

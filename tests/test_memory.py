@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import pgmo
-from pgmo.testing import Checker, host_device_of, host_engine
+from pgmo.measure.hosts import host_engine
+from pgmo.measure.replay import Checker, host_device_of
 
 MiB = 1 << 20
 SIZES = [8 * MiB, 6 * MiB, 4 * MiB, 8 * MiB]

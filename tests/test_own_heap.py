@@ -12,7 +12,7 @@ import gc
 
 from pgmo.engine.own_heap import OwnHeap
 from pgmo.device.host_memory import HostMemory
-from pgmo.testing import Checker
+from pgmo.measure.replay import Checker
 
 MiB = 1 << 20
 PAGE = 2 * MiB

@@ -16,7 +16,8 @@ import pgmo  # noqa: E402
 from pgmo.errors import PlanFileError
 from pgmo.formats.planfile import _checksum
 from pgmo.pool import PlanFileError as PoolPlanFileError
-from pgmo.testing import host_pool, replay
+from pgmo.measure.hosts import host_pool
+from pgmo.measure.replay import replay
 
 HOT = pgmo.Trace.from_tuples([(0, 0, 2, 1000), (1, 1, 4, 2000), (2, 3, 6, 3000),
                               (3, 5, 7, 500), (4, 2, 9, 700)])
@@ -207,7 +208,8 @@ def test_load_in_a_new_process(tmp_path):
     trained_pool().save(path)
     code = textwrap.dedent(f"""
         import pgmo
-        from pgmo.testing import host_pool, replay
+        from pgmo.measure.hosts import host_pool
+        from pgmo.measure.replay import replay
         hot = pgmo.Trace.from_tuples({[(b.id, b.lower, b.upper, b.size) for b in HOT]!r})
         pool = host_pool(warmup=0)
         pool.load({str(path)!r})

@@ -24,7 +24,8 @@ import pytest
 import pgmo
 from pgmo.engine import planner as planner_module
 from pgmo.synth import random_iteration
-from pgmo.testing import Checker, host_engine, replay
+from pgmo.measure.hosts import host_engine
+from pgmo.measure.replay import Checker, replay
 
 from .held_planner import HeldPlanner
 from .late_frees import LateFreer
@@ -292,7 +293,7 @@ def test_interpreter_exit_leaves_no_worker(tmp_path):
         import sys
         sys.path.insert(0, {root!r})
         from tests.test_planner import STUBBORN, worker_of
-        from pgmo.testing import host_engine
+        from pgmo.measure.hosts import host_engine
         engine = host_engine(warmup=0, replan="background", method="best", time_limit=30.0)
         print(worker_of(engine, STUBBORN).pid, flush=True)
     """).format(root=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 
 from pgmo import Trace, solve
-from pgmo.plot import live_bytes, plot_plan
+from pgmo.measure.plot import live_bytes, plot_plan
 from tests.strategies import traces
 
 
@@ -51,7 +51,7 @@ def test_the_figure_shows_the_plans_blocks_peak_and_lower_bound():
     import matplotlib.pyplot as plt
     from matplotlib.collections import PolyCollection
 
-    from pgmo.plot import plan_figure
+    from pgmo.measure.plot import plan_figure
     from pgmo.synth import random_iteration
     from pgmo.units import byte_unit
 

@@ -16,7 +16,7 @@ from cupy.cuda.memory import MemoryPointer, OutOfMemoryError  # noqa: E402
 
 import pgmo  # noqa: E402
 from pgmo.stats import PoolStats  # noqa: E402
-from pgmo.testing import host_pool as _host_pool  # noqa: E402
+from pgmo.measure.hosts import host_pool as _host_pool  # noqa: E402
 
 
 def host_pool(*args, **kwargs):

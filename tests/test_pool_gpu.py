@@ -9,7 +9,7 @@ import re
 import pytest
 
 import pgmo
-from pgmo.testing import replay
+from pgmo.measure.replay import replay
 
 pytestmark = pytest.mark.gpu
 

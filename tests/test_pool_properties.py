@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 import pgmo
 from pgmo.synth import random_iteration
-from pgmo.testing import Checker, host_device_of, host_engine, replay
+from pgmo.measure.hosts import host_engine
+from pgmo.measure.replay import Checker, host_device_of, replay
 from pgmo.units import round_size
 
 from .held_planner import HeldPlanner
@@ -55,7 +56,7 @@ CONFIGS = {
 
 def _cupy_pool(**options):
     pytest.importorskip("cupy")
-    from pgmo.testing import host_pool
+    from pgmo.measure.hosts import host_pool
 
     return host_pool(**options)
 

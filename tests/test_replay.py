@@ -13,7 +13,8 @@ import pytest
 import pgmo
 from pgmo.engine import Engine, compiled, pool_options, reference_handout
 from pgmo.engine import handout as compiled_handout
-from pgmo.testing import Checker, host_backend, host_engine, replay
+from pgmo.measure.hosts import host_backend, host_engine
+from pgmo.measure.replay import Checker, replay
 from pgmo.trace import events
 
 from .benchmarks import BENCH, needs_bench
@@ -22,7 +23,7 @@ from .late_frees import LateFreer
 
 def _host_pool(**options):
     pytest.importorskip("cupy")
-    from pgmo.testing import host_pool
+    from pgmo.measure.hosts import host_pool
 
     return host_pool(**options)
 

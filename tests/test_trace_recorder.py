@@ -12,7 +12,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 
 import pgmo  # noqa: E402
-from pgmo.testing import host_pool  # noqa: E402
+from pgmo.measure.hosts import host_pool  # noqa: E402
 from pgmo.trace_recorder import TraceRecorder  # noqa: E402
 
 

@@ -16,11 +16,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pgmo import footprint, workloads
+from pgmo import workloads
+from pgmo.measure import footprint
+from pgmo.measure.replay import replay_run
 
 from .held_planner import HeldPlanner
 
-pytest.importorskip("cupy")
+#: Tests of what CuPy itself adds (its pool objects, its OutOfMemoryError); the rest run on
+#: the pool's engine alone where CuPy is not installed (footprint.pgmo_pool).
+needs_cupy = pytest.mark.skipif(not footprint.has_cupy(),
+                                reason="needs CuPy (its pool objects, its OutOfMemoryError)")
+
 
 MODES = [{"replan": "sync", "method": "bestfit"}, {"replan": "sync", "method": "best"},
          {"replan": "bestfit"}, {"replan": "background", "method": "bestfit"},
@@ -121,16 +127,15 @@ def test_a_larger_batch_after_the_plan_completes_wherever_cupys_pool_does():
         assert mine.completed, (factor, mine.error)
 
 
+@needs_cupy
 def test_a_device_too_small_is_cupys_out_of_memory_error_with_the_numbers():
     from cupy.cuda.memory import OutOfMemoryError
-
-    import pgmo
 
     run = small_run("lstm-outliers", 0)
     pool = footprint.pgmo_pool(replan="sync", method="bestfit", page=512)(limit_of(run) // 2)
     with pytest.raises(OutOfMemoryError, match=r"Out of memory allocating [\d,]+ bytes \("
                                                r"allocated so far: [\d,]+ bytes\)"):
-        pgmo.testing.replay_run(run, pool, write=False)
+        replay_run(run, pool, write=False)
     assert pool.stats().used_bytes == 0  # every block handed out was checked and freed
     pool.close()
 
@@ -153,8 +158,9 @@ def test_the_arena_follows_the_largest_iteration_that_ran_and_grows_in_place():
     def on_install(schedule):
         plans.append(schedule.arena_size)
 
-    pool.engine.on_install = on_install
-    hot = pool.engine.hot
+    engine = getattr(pool, "engine", pool)  # the engine alone where CuPy is not installed
+    engine.on_install = on_install
+    hot = engine.hot
     bases = set()
     events = list(run.events())
 
@@ -175,8 +181,6 @@ def test_the_arena_follows_the_largest_iteration_that_ran_and_grows_in_place():
 
 
 def pgmo_replay(run, pool, on_event):
-    from pgmo.testing import replay_run
-
     return replay_run(run, pool, write=False, on_event=on_event)
 
 
@@ -203,7 +207,7 @@ def test_the_background_planner_survives_a_varying_run(caplog):
         int(limit_of(run) * 1.25))
     result = footprint.measure(run, pool)  # no compute between iterations: plans land late
     st = result.stats
-    pool.engine.planner.shutdown()
+    getattr(pool, "engine", pool).planner.shutdown()  # (the engine alone without CuPy)
     assert result.completed and result.corrupted == 0
     assert st.planner_failures == 0 and st.solve_failures == 0
     assert "planner thread failed" not in caplog.text
@@ -227,7 +231,8 @@ def test_a_block_alive_at_a_boundary_keeps_its_granules_when_the_arena_is_trimme
     block outlives the iteration (a loss kept for logging).  The boundary trims the arena
     back toward its plan, but never under a live block: its memory stays mapped, written and
     checked, until it is freed (a stale access to an unmapped granule would fault)."""
-    from pgmo.testing import Checker, host_engine
+    from pgmo.measure.hosts import host_engine
+    from pgmo.measure.replay import Checker
 
     MiB = 1 << 20
     engine = host_engine(warmup=0, replan="sync", method="bestfit")
@@ -257,7 +262,8 @@ def test_without_virtual_memory_a_refused_larger_arena_leaves_the_old_one_in_use
     larger plan's arena is refused, the pool keeps an arena of the size it had and that
     plan (the larger iterations leave it and are placed in its gaps), and takes the larger
     one once memory is there."""
-    from pgmo.testing import Checker, host_engine
+    from pgmo.measure.hosts import host_engine
+    from pgmo.measure.replay import Checker
 
     MiB = 1 << 20
     engine = host_engine(warmup=0, replan="sync", method="bestfit", vmm=False, page=512)

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from pgmo import workloads
 from pgmo.runs import Run, read_run
-from pgmo.testing import host_engine, replay_run
+from pgmo.measure.hosts import host_engine
+from pgmo.measure.replay import replay_run
 
 GENERATED = ["lstm-random", "lstm-bucketed", "lstm-growing", "lstm-outliers", "serving",
              "cnn-resolutions"]
