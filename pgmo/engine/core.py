@@ -135,8 +135,9 @@ class Engine(PlanChoice, PoolQueries):
         # The hot path calls back weakly: no cycle keeps a dropped pool (and its
         # arena) alive until the garbage collector runs.
         self.hot = hot = hot_path(backend.memory_type, backend.pointer_type, backend.device_id,
-                                 _weak(self._serve_checked), _weak(self._depart),
-                                 _weak(self._freed_late))
+                                 slow=_weak(self._serve_checked),
+                                 on_departure=_weak(self._depart),
+                                 on_late_free=_weak(self._freed_late))
         self.planner = Planner(options.solver, options.replan)
         self.memory = memory = DeviceMemory(hot, backend.allocate, backend.fallback,
                                             backend.oom_error, backend.reserve, backend.heap,
@@ -147,9 +148,11 @@ class Engine(PlanChoice, PoolQueries):
         self._device = backend.device
         between, self._between_source = memory.between_iterations()
         self._between = _weak(between) if hasattr(between, "__self__") else between
-        hot.connect(backend.fallback, _weak(memory.exact), _weak(memory.lend_kept),
-                    _weak(memory.reuse), backend.context, _weak(memory.released),
-                    self._between, self._between_source, backend.device)
+        hot.connect(stock=backend.fallback, exact=_weak(memory.exact),
+                    kept=_weak(memory.lend_kept), reuse=_weak(memory.reuse),
+                    context=backend.context, on_arena_idle=_weak(memory.released),
+                    between=self._between,  # memory.exact, or the stock pool's malloc
+                    between_source=self._between_source, device=backend.device)
         weakref.finalize(self, _shut_down, hot.inbox, self.planner)
         #: The allocation entry point (what ``set_allocator`` gets).
         self.malloc: Callable[[Any], Any] = hot.malloc
@@ -169,7 +172,7 @@ class Engine(PlanChoice, PoolQueries):
         self.current: Schedule | None = None  # the plan this iteration follows (main or a shape's)
         self._first_request = 0  # its size, once seen (0: not looked at)
         #: Plans of the recurring iteration shapes (buckets, batch sizes, resolutions).
-        self.shapes = ShapeBook(self.planner.plan_now)
+        self.shapes = ShapeBook(plan=self.planner.plan_now)
         # id(schedule) -> (arena ptr, its rows' addresses there, the schedule)
         self._addresses: dict[int, tuple[int, list[int], Schedule]] = {}
         self._pending: Schedule | None = None  # to install at the next boundary

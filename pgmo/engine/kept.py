@@ -53,7 +53,8 @@ class KeptBuffers:
 
     def lend(self, rs: int, stamp: int, take: Callable[[int], Buffer]) -> _KeptBlock:
         """A buffer of ``rs`` bytes: an idle one of this size, else a new one, ``take(rs)``
-        (the heap's; passed here, not kept: no cycle keeps a dropped pool alive)."""
+        (the heap's, ``DeviceMemory.exact``; passed here, not kept: no cycle keeps a dropped
+        pool alive)."""
         self.collect(stamp)
         idle = self._idle.get(rs)
         buffer = idle.pop()[0] if idle else take(rs)

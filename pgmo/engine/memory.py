@@ -225,7 +225,7 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
 
     def lend_kept(self, rs: int) -> Buffer:
         """A survivor's buffer (see :mod:`.kept`)."""
-        return self.kept.lend(rs, self.hot.iteration, self.exact)
+        return self.kept.lend(rs, self.hot.iteration, take=self.exact)
 
     def make_room(self, collect: bool = True) -> None:
         """Give back what is idle: dead blocks (frees applied), kept buffers, the heap's free
@@ -447,7 +447,8 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         if arena is None:
             return
         grow = self.grow_for_placer if self._on_range(arena) else None
-        self.placer = Placer(arena.size, self.hot.live_spans(arena), apart, grow, snug=True)
+        self.placer = Placer(arena.size, self.hot.live_spans(arena), apart,
+                             grow=grow, snug=True)  # grow: grow_for_placer, or None
         hot.set_placer(self.placer)
 
     def stop_placing(self) -> None:

@@ -375,7 +375,7 @@ class Planner:
                 # imported here, not at the top: ``python -m pgmo.engine.worker`` imports
                 # this package first, and must not find its own module imported already
                 from .worker import Worker
-                worker = Worker(self._on_message)  # a process start: never under the lock
+                worker = Worker(on_message=self._on_message)  # a process start: not under the lock
                 with self._cond:
                     if self._stop:
                         worker.stop()

@@ -43,9 +43,9 @@ GIVE_UP = 1
 class ShapeBook:
     """The recurring shapes' plans, keyed by the rounded size of an iteration's first request.
 
-    ``plan(profile)`` makes a schedule for a shape's profile (or None); in
-    background mode it is called on the planner thread and its result lands
-    here for a later boundary.
+    ``plan(profile)`` makes a schedule for a shape's profile (or None): the
+    engine passes ``Planner.plan_now`` (:mod:`.planner`).  In background mode it
+    is called on the planner thread and its result lands here for a later boundary.
     """
 
     def __init__(self, plan: Callable[[Trace], Schedule | None]):

@@ -48,7 +48,8 @@ Message = dict[str, Any]
 # ------------------------------------------------------------- the parent's end
 class Worker:
     """The parent's end: one solver process and the thread that reads its answers
-    (the planner's, :class:`~.planner.Planner`, hands each answer on through ``on_message``)."""
+    (``on_message(worker, message)`` hears each answer, None when the worker is gone: the
+    planner passes ``Planner._on_message``, which queues it for the planner thread)."""
 
     def __init__(self, on_message: Callable[[Worker, Message | None], None]):
         package_root = str(Path(__file__).resolve().parents[2])
