@@ -24,6 +24,9 @@ from its plan, the decision calls the engine back (``on_departure``,
 The engine reads this object's state (read-only when compiled) and changes it
 only through its methods; ``tests/test_hot_path_seal.py`` checks that no
 module outside the hot path assigns to its fields.
+
+Tested in ``tests/test_hot_path_seal.py`` and, on both hot paths, in
+``tests/test_engine_*.py`` and ``tests/test_replay.py``.
 """
 
 from __future__ import annotations

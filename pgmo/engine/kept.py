@@ -11,6 +11,8 @@ is never garbage together with its block.  A block that dies in a reference
 cycle is finalized with everything the cycle alone keeps alive; a buffer in
 that set would be freed by its own finalizer *and* handed back for reuse.
 The block's death only queues an integer key.
+
+Tested in ``tests/test_engine_arenas.py``.
 """
 
 from __future__ import annotations

@@ -28,6 +28,15 @@ memory back, is decided in one place, with its accounting.  Four sources:
     iterations, between ``interrupt()`` and ``resume()``, and from another
     thread, device or stream.
 
+The decisions are written here, each under its rule below; the mechanisms
+they use are :class:`DeviceMemory`'s bases, each in a module of its own:
+:mod:`.reserved_arena` (the arena on a reserved range), :mod:`.heap_choice`
+(which heap serves), :mod:`.stock_use` (CuPy's stock pool within the limit)
+and :mod:`.accounts` (the state, every byte counted, the troubles reported).
+Tested in ``tests/test_memory.py`` (the rules against the code, and what a
+run does not show by its bytes), ``tests/test_engine_arenas.py``, and by the
+bytes of whole runs in ``tests/test_footprint.py``.
+
 The footprint policy, and why:
 
 1. **Hold near the live bytes while profiling.**  A caching pool's

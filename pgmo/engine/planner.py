@@ -28,6 +28,8 @@ No orphan worker: :meth:`Planner.shutdown` (called when the pool goes away)
 stops it, the worker exits when its input closes or its parent dies, an idle
 worker is stopped by ``free_all_blocks``, a forked child forgets its
 parent's worker, and interpreter exit stops every worker.
+
+Tested in ``tests/test_planner.py`` and ``tests/test_variable_workloads.py``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Classes, not generators: one that is garbage collected unfinished closes
 nothing, where a generator's finalizer would take the engine's lock wherever
 the collector runs, the engine's own code included.  Tested in
-``tests/test_interrupt_safety.py`` and ``tests/test_engine_iterations.py``.
+``tests/test_interrupt_safety.py`` and ``tests/test_engine_errors.py`` (misuse).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from .state import IterationState
 __all__ = ["IterationScope", "InterruptedScope"]
 
 
-class Engine(Protocol):
+class ScopedEngine(Protocol):
     """What the scopes use of :class:`~.core.Engine` (named here: core imports this module)."""
 
     state: IterationState
@@ -40,7 +40,7 @@ class IterationScope:
 
     __slots__ = ("_engine", "_result", "_nested", "__weakref__")
 
-    def __init__(self, engine: Engine, result: Any):
+    def __init__(self, engine: ScopedEngine, result: Any):
         self._engine, self._result, self._nested = engine, result, False
 
     def __enter__(self) -> Any:
@@ -71,7 +71,7 @@ class InterruptedScope:
 
     __slots__ = ("_engine", "_result", "_before")
 
-    def __init__(self, engine: Engine, result: Any):
+    def __init__(self, engine: ScopedEngine, result: Any):
         self._engine, self._result, self._before = engine, result, 0
 
     def __enter__(self) -> Any:

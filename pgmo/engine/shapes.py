@@ -20,6 +20,8 @@ its first request does not name it.  Shapes whose
 first request is the main profile's use the main plan; unseen shapes start
 on the main plan and are placed in its gaps where they leave it, as before.
 At most :data:`MAX_SHAPES` shapes are kept (the least recently used goes).
+
+Tested in ``tests/test_variable_workloads.py``.
 """
 
 from __future__ import annotations
