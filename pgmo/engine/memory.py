@@ -428,24 +428,6 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
             self._grow_range(arena, old + extra)
         return arena.size if self.hot.arena is arena else old
 
-    def awaiting_plan(self, varied: bool) -> bool:
-        """A boundary with no plan installed (rule 4): the heap's idle memory goes back only
-        when the iterations waiting for the plan vary (``varied``: the last two unplanned
-        iterations differed); True when memory went back."""
-        return varied and self.trim_heap()
-
-    def trim_heap(self, force: bool = False) -> bool:
-        """Give the heaps' wholly free chunks back (one device sync, one trim call) when they
-        are worth it, or before an arena grows (``force``); once per boundary (rule 4)."""
-        heaps = self._heaps()
-        idle = sum(h.held - h.used for h in heaps)
-        if idle <= 0 or (not force and idle < HEAP_SLACK * self.total_bytes()) \
-                or not self._may_release() or not self._sync():
-            return False
-        for heap in heaps:
-            self._trim(heap)
-        return True
-
     # ------------------------------------------------------------- placement
     def start_placing(self, apart: frozenset = frozenset()) -> None:
         """The iteration left its plan: place the rest of it in the arena's gaps (growing a
@@ -469,6 +451,24 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
             self.wanted = max(self.wanted, round_size(int(arena.size * GROWTH)))
 
     # ------------------------------------------------------------ boundaries
+    def awaiting_plan(self, varied: bool) -> bool:
+        """A boundary with no plan installed (rule 4): the heap's idle memory goes back only
+        when the iterations waiting for the plan vary (``varied``: the last two unplanned
+        iterations differed); True when memory went back."""
+        return varied and self.trim_heap()
+
+    def trim_heap(self, force: bool = False) -> bool:
+        """Give the heaps' wholly free chunks back (one device sync, one trim call) when they
+        are worth it, or before an arena grows (``force``); once per boundary (rule 4)."""
+        heaps = self._heaps()
+        idle = sum(h.held - h.used for h in heaps)
+        if idle <= 0 or (not force and idle < HEAP_SLACK * self.total_bytes()) \
+                or not self._may_release() or not self._sync():
+            return False
+        for heap in heaps:
+            self._trim(heap)
+        return True
+
     def release_cached(self) -> None:
         """Give back survivors' buffers idle for a whole iteration and the stock pool's free
         blocks (those of a whole allocation): as an iteration begins, and before an arena

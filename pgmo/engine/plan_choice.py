@@ -19,8 +19,8 @@ from __future__ import annotations
 from ..plan import Plan
 from ..trace import Trace
 from ..units import round_size
-from .profiles import Log, absorb
 from .parts import EngineParts
+from .profiles import Log, absorb
 from .schedule import Schedule
 
 __all__ = ["PlanChoice"]
