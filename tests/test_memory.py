@@ -110,6 +110,21 @@ def test_every_tuning_constant_is_cited_by_a_rule():
         assert f":data:`{name}`" in text, f"memory.{name} is no rule's measure"
 
 
+def test_the_mechanisms_memory_py_decides_with_hold_no_numbers_of_their_own():
+    """The policy's measures stay beside its rules: the modules whose mechanisms
+    ``DeviceMemory`` is built on (its bases) define no tuning constant."""
+    from pgmo.engine import memory
+
+    bases = {importlib.import_module(base.__module__) for base in memory.DeviceMemory.__mro__
+             if base.__module__ not in (memory.__name__, "builtins")}
+    assert len(bases) >= 4  # the reserved arena, the heap, the stock pool, the accounts
+    for module in bases:
+        numbers = [name for name in re.findall(r"^([A-Z][A-Z_]+) = ",
+                                               Path(module.__file__).read_text(), re.M)
+                   if isinstance(getattr(module, name), (int, float))]
+        assert not numbers, f"{module.__name__} holds {numbers}: a rule's measure, for memory.py"
+
+
 def test_the_code_and_the_docs_cite_rules_that_exist():
     rules = _rules()
     files = [*sorted((ROOT / "pgmo").rglob("*.py")), *sorted((ROOT / "docs").glob("*.md"))]

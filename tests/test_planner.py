@@ -23,6 +23,7 @@ import pytest
 
 import pgmo
 from pgmo.engine import planner as planner_module
+from pgmo.engine import worker as worker_module
 from pgmo.synth import random_iteration
 from pgmo.measure.hosts import host_engine
 from pgmo.measure.replay import Checker, replay
@@ -142,7 +143,7 @@ def test_a_crashed_worker_is_counted_warned_about_once_and_the_pool_keeps_servin
 
 
 def test_a_worker_past_its_time_is_stopped_and_counted(monkeypatch, caplog):
-    monkeypatch.setattr(planner_module, "WORKER_GRACE", 0.0)
+    monkeypatch.setattr(worker_module, "WORKER_GRACE", 0.0)
     engine = host_engine(warmup=0, **{**BACKGROUND, "time_limit": 0.01})
     hard = STUBBORN  # starting Python alone takes longer than 10 ms
     with caplog.at_level(logging.WARNING, logger="pgmo.pool"):

@@ -10,13 +10,22 @@ module                    owns
                           the arena record; the request counters
 :mod:`.memory`            every byte of device memory obtained and released: the arena,
                           blocks of their own, survivors' buffers, the stock pool; the
-                          footprint policy, the limit, byte accounting, room when full
+                          footprint policy's rules and decisions
+:mod:`.reserved_arena`    the arena on a reserved address range (a mechanism of memory)
+:mod:`.heap_choice`       which heap serves memory of a block's own, and its fallbacks
+:mod:`.stock_use`         CuPy's stock pool within the limit
+:mod:`.accounts`          the device memory's state, every byte counted, its troubles
 :mod:`.placement`         off-plan requests placed in the arena's gaps
 :mod:`.state`             where the engine is; modes and the hot path's kind derive from it
 :mod:`.core`              the state machine: iterations, modes, whose a request is,
-                          departures; CuPy's pool queries
+                          departures
+:mod:`.plan_choice`       which plan to follow (boundaries, shapes); optimize, adopt, reset
+:mod:`.pool_queries`      CuPy's pool queries and the engine's views
+:mod:`.parts`             the engine's parts, declared for those two mixins
+:mod:`.scopes`            ``with engine.iteration()`` and ``with engine.interrupted()``
 :mod:`.profiles`          iteration logs, and merging them into the profile
-:mod:`.planner`           profile -> plan, now or in the background (:mod:`.worker`)
+:mod:`.planner`           profile -> plan, now or in the background
+:mod:`.worker`            the solver process, both ends (over :mod:`.wire`)
 :mod:`.schedule`          plan -> the rows the hot path reads, and the safety rule
 :mod:`.shapes`            plans of recurring iteration shapes (buckets, batch sizes)
 :mod:`.loop_watch`        iterations nobody marks: when a detected one starts and
@@ -26,6 +35,9 @@ module                    owns
 :mod:`.options`           the backend (memory sources) and the user's options
 :mod:`.hot_path_choice`  the compiled hot path, or its plain-Python reference
 ========================  ================================================================
+
+Each module's docstring names its tests; the engine as a whole is tested in
+``tests/test_engine_*.py`` (one module per concern), on both hot paths.
 """
 
 from __future__ import annotations

@@ -22,11 +22,14 @@ releases every byte (the footprint policy); :mod:`.profiles`,
 :mod:`.planner`, :mod:`.shapes` and :mod:`.schedule` turn logs into
 profiles, plans and rows; :mod:`.loop_watch` watches for iterations nobody
 marks; :mod:`.report` gathers ``stats()``.  This module decides whose a
-request is (the owner's, another thread's, one between iterations), what
-happens when a request departs from its plan, and, at each boundary, which
-plan to follow; it alone begins and ends iterations (its
-:class:`~.state.IterationState` says where it is).  It also answers CuPy's
-pool queries (bytes, the limit, giving memory back).
+request is (the owner's, another thread's, one between iterations) and what
+happens when a request departs from its plan; it alone begins and ends
+iterations (its :class:`~.state.IterationState` says where it is).  Two
+mixins complete :class:`Engine`: :mod:`.plan_choice` (at each boundary and
+at an iteration's first request, which plan to follow; ``optimize``,
+``adopt``, ``reset``) and :mod:`.pool_queries` (CuPy's pool queries: bytes,
+the limit, giving memory back; the views).  :mod:`.scopes` holds the
+``with`` blocks.
 
 Safety: arena memory is only handed out for request ``k`` of the iteration
 that owns the schedule (same thread, same device/stream context), only
@@ -35,6 +38,10 @@ then is dead (see :mod:`.schedule`); blocks of earlier iterations and plans
 are checked by address.  Requests from another thread, device or stream, and
 those between ``interrupt()`` and ``resume()``, are outside the plan and
 take no request index.
+
+Tested in ``tests/test_engine_*.py`` (one module per concern: boundaries,
+departures, threads, iterations...), and through the pool in
+``tests/test_pool*.py``.
 """
 
 from __future__ import annotations
@@ -46,8 +53,6 @@ import time
 import weakref
 from typing import Any, Callable, Mapping
 
-from ..plan import Plan
-from ..stats import PoolStats
 from ..trace import Trace
 from ..units import round_size
 from .frees import STOCK, Inbox
@@ -55,10 +60,12 @@ from .handout import FALLBACK, INLINE_MAX, OUTSIDE, SLOW, WATCHED, HotPath
 from .hot_path_choice import default_hot_path
 from .memory import DeviceMemory
 from .options import Backend, PoolOptions
+from .plan_choice import PlanChoice
 from .planner import Planner
-from .profiles import Log, absorb, log_of, survivors_of
-from .report import pool_stats
+from .pool_queries import PoolQueries
+from .profiles import Log, log_of, survivors_of
 from .schedule import Schedule
+from .scopes import InterruptedScope, IterationScope
 from .shapes import ShapeBook
 from .state import IterationState
 from .loop_watch import LoopWatch
@@ -92,7 +99,7 @@ def _shut_down(inbox: Inbox, planner: Planner) -> None:
     planner.shutdown()
 
 
-class Engine:
+class Engine(PlanChoice, PoolQueries):
     """The pool's state machine over a :class:`~.options.Backend`, and CuPy's pool face.
 
     Its public methods, all of them:
@@ -108,6 +115,9 @@ class Engine:
       :meth:`set_limit`, :meth:`get_limit`, :meth:`reset_peak_stats`,
       :meth:`stats`;
     * views: :attr:`mode`, :attr:`in_iteration`, :attr:`iteration_source`.
+
+    The plan calls come from :class:`~.plan_choice.PlanChoice`, the pool queries
+    and views from :class:`~.pool_queries.PoolQueries`.
 
     Its parts, read by tests and the pool: ``hot`` (:class:`~.handout.HotPath`),
     ``memory`` (:class:`~.memory.DeviceMemory`), ``planner``, ``state``,
@@ -125,8 +135,9 @@ class Engine:
         # The hot path calls back weakly: no cycle keeps a dropped pool (and its
         # arena) alive until the garbage collector runs.
         self.hot = hot = hot_path(backend.memory_type, backend.pointer_type, backend.device_id,
-                                 _weak(self._serve_checked), _weak(self._depart),
-                                 _weak(self._freed_late))
+                                 slow=_weak(self._serve_checked),
+                                 on_departure=_weak(self._depart),
+                                 on_late_free=_weak(self._freed_late))
         self.planner = Planner(options.solver, options.replan)
         self.memory = memory = DeviceMemory(hot, backend.allocate, backend.fallback,
                                             backend.oom_error, backend.reserve, backend.heap,
@@ -137,9 +148,11 @@ class Engine:
         self._device = backend.device
         between, self._between_source = memory.between_iterations()
         self._between = _weak(between) if hasattr(between, "__self__") else between
-        hot.connect(backend.fallback, _weak(memory.exact), _weak(memory.lend_kept),
-                    _weak(memory.reuse), backend.context, _weak(memory.released),
-                    self._between, self._between_source, backend.device)
+        hot.connect(stock=backend.fallback, exact=_weak(memory.exact),
+                    kept=_weak(memory.lend_kept), reuse=_weak(memory.reuse),
+                    context=backend.context, on_arena_idle=_weak(memory.released),
+                    between=self._between,  # memory.exact, or the stock pool's malloc
+                    between_source=self._between_source, device=backend.device)
         weakref.finalize(self, _shut_down, hot.inbox, self.planner)
         #: The allocation entry point (what ``set_allocator`` gets).
         self.malloc: Callable[[Any], Any] = hot.malloc
@@ -159,7 +172,7 @@ class Engine:
         self.current: Schedule | None = None  # the plan this iteration follows (main or a shape's)
         self._first_request = 0  # its size, once seen (0: not looked at)
         #: Plans of the recurring iteration shapes (buckets, batch sizes, resolutions).
-        self.shapes = ShapeBook(self.planner.plan_now)
+        self.shapes = ShapeBook(plan=self.planner.plan_now)
         # id(schedule) -> (arena ptr, its rows' addresses there, the schedule)
         self._addresses: dict[int, tuple[int, list[int], Schedule]] = {}
         self._pending: Schedule | None = None  # to install at the next boundary
@@ -469,343 +482,3 @@ class Engine:
         """``interrupt()`` ... ``resume()`` (``with engine.interrupted():``), resumed whatever
         is raised; ``as`` gives ``result`` (the engine by default)."""
         return InterruptedScope(self, self if result is None else result)
-
-    # ------------------------------------------------------------------- plans
-    def _at_boundary(self) -> None:
-        """Between two iterations: install a plan that is ready (or one whose arena the
-        device refused before), or take the arena back."""
-        ready = self._pending or self.planner.take_ready(self.schedule) or self._deferred
-        self._pending = self._deferred = None
-        varied, self._unplanned_varied = self._unplanned_varied, False
-        if ready is not None:
-            self._install(ready)
-        elif self.schedule is not None:
-            self.memory.fit(max(self.schedule.arena_size, self._awaited_size(),
-                                self.shapes.arena_size()), self.planner.varying > 0)
-        else:
-            self.memory.awaiting_plan(varied)  # rule 4 of memory.py decides what goes back
-
-    # ------------------------------------------------------------------ shapes
-    def _main_key(self) -> int:
-        """The main plan's shape: its first request's size."""
-        blocks = self.schedule.profile.blocks if self.schedule is not None else ()
-        return blocks[0].size if blocks else -1
-
-    def _choose(self, rs: int) -> None:
-        """The iteration's first request (``rs`` bytes) names its shape: follow its plan."""
-        self.state.choosing = False
-        self._first_request = rs
-        chosen = None
-        if rs != self._main_key():
-            chosen = self.shapes.schedule_for(rs)
-            arena = self.hot.arena
-            if chosen is not None and (arena is None or chosen.arena_size > arena.size):
-                chosen = None  # the arena cannot hold it yet
-        if chosen is not None:
-            self.shapes.switches += 1
-        self._follow(chosen or self.schedule)
-        self._refresh_kind()
-
-    def _follow(self, schedule: Schedule | None) -> None:
-        """Answer this iteration from ``schedule`` (None: no plan until the first request
-        names the iteration's shape, see :meth:`_choose`)."""
-        hot = self.hot
-        if schedule is None:
-            hot.install(None)
-            self.current = None
-            return
-        if self.current is schedule:
-            return
-        arena = hot.arena
-        ptr = arena.ptr if arena is not None else 0
-        cached = self._addresses.get(id(schedule))
-        if cached is None or cached[0] != ptr or cached[2] is not schedule:
-            cached = (ptr, hot.addresses_for(schedule.rows), schedule)
-            self._addresses[id(schedule)] = cached
-        hot.install(schedule.rows, cached[1])
-        self.current = schedule  # after: cut short before, the next call installs it
-
-    def _observe_shape(self, run_log: Log, current: Schedule) -> None:
-        """A departed iteration: a shape seen twice gets its plan; a shape whose own plan it
-        left is planned again from the larger of the two."""
-        if not run_log.sizes or not self._first_request:
-            return  # the shape was not looked at (a repeating workload)
-        key = self._first_request
-        if key == self._main_key():
-            return
-        newest = self.planner.profile  # a newer main profile may be this shape already
-        if newest is not None and newest.blocks and newest.blocks[0].size == key:
-            return  # its plan is on its way: no second plan for the same shape
-        later = self.planner.later if self.planner.mode == "background" else None
-        if current is not self.schedule:  # it left its shape's plan
-            if self.shapes.forget(key):
-                profile, _ = absorb(current.profile, run_log)
-                self.shapes.observe(key, Log(*profile.columns()), later, again=True)
-        else:
-            self.shapes.observe(key, run_log, later)
-
-    def _awaited_size(self) -> int:
-        """The least arena a profile still being planned needs (its lower bound): the arena
-        keeps that much rather than give back memory the next plan takes again."""
-        profile = self.planner.profile
-        if profile is None or self.schedule is None or profile is self.schedule.profile:
-            return 0
-        cached = self._awaited
-        if cached is None or cached[0] is not profile:
-            cached = self._awaited = (profile, round_size(profile.without_open().lower_bound()))
-        return cached[1]
-
-    def _install(self, schedule: Schedule) -> None:
-        """Use ``schedule`` from this boundary on; the arena grows or shrinks here only."""
-        hot = self.hot
-        hot.retire()
-        self.memory.fit(max(schedule.arena_size, self.shapes.arena_size()),
-                        self.planner.varying > 0)
-        old = self.schedule
-        arena = hot.arena
-        if old is not None and old is not schedule and arena is not None \
-                and arena.size < schedule.arena_size and arena.size >= old.arena_size:
-            # The device refused the larger arena: keep the plan the arena holds (its
-            # iterations leave it and are placed in its gaps) rather than strand it, and
-            # try the larger one again at the next boundary.
-            self._deferred = schedule
-            return
-        self.schedule = schedule
-        self._addresses.clear()
-        self._follow(schedule)
-        if self.on_install is not None:
-            self.on_install(schedule)
-
-    def _plan_ready(self) -> bool:
-        """A plan is installed and its arena holds it (the device may have refused part)."""
-        s = self.schedule
-        if s is None:
-            return False
-        arena = self.hot.arena
-        return s.arena_size == 0 or (arena is not None and arena.size >= s.arena_size)
-
-    def optimize(self) -> Plan:
-        """Solve the profile (or the last iteration's log) now; it is used from the next iteration."""
-        with self._lock:
-            self._admit()
-            self.hot.drain()
-        schedule = self.planner.optimize(self._last_log)
-        with self._lock:
-            self._admit()
-            self._pending = schedule
-            if not self.state.inside:
-                self._at_boundary()
-            self.warmup = min(self.warmup, self.completed)  # the plan is wanted now
-        return schedule.plan
-
-    def adopt(self, profile: Trace, plan: Plan) -> None:
-        """Use a plan made elsewhere (a saved file) for ``profile``; checked first.
-
-        Raises :class:`~pgmo.errors.PlanError` when it does not fit; the pool
-        then forgets any plan and profiles again.
-        """
-        try:
-            schedule = self.planner.adopt(profile, plan)
-        except Exception:
-            self.reset()
-            raise
-        with self._lock:
-            self._admit()
-            self.hot.drain()
-            self._pending = schedule
-            if not self.state.inside:
-                self._at_boundary()
-
-    def reset(self) -> None:
-        """Forget profile and plan; the next iteration after warm-up is profiled again."""
-        with self._lock:
-            self._admit()
-            self.hot.drain()
-            self._reset_plan()
-
-    def _reset_plan(self) -> None:
-        # An iteration that began planned and lost its plan half-way logged
-        # only part of its requests: it is no profile.
-        state = self.state
-        state.plan_dropped = state.inside and state.planned
-        self.planner.reset()
-        self.hot.retire()
-        self.schedule = self._pending = self.current = self._deferred = None
-        self.shapes.clear()
-        self._addresses.clear()
-        state.choosing = False
-        self.hot.install(None)
-        state.on_plan = False
-        self._refresh_kind()
-        self.memory.drop()
-
-    def close(self) -> None:
-        """Stop background work now (also done when the engine is garbage collected)."""
-        self.planner.shutdown()
-
-    # --------------------------------------------------- CuPy's pool queries
-    # Each takes the lock and applies pending frees first, so that what it reports is
-    # current; the numbers come from the device memory and the hot path's counters.
-    def set_limit(self, size: int) -> None:
-        with self._lock:
-            self._admit()
-            self.hot.drain()
-            self.memory.set_limit(size)
-
-    def get_limit(self) -> int:
-        return self.memory.limit
-
-    def used_bytes(self) -> int:
-        with self._lock:
-            self._admit()
-            hot = self.hot
-            hot.drain()
-            return hot.used
-
-    def free_bytes(self) -> int:
-        with self._lock:
-            self._admit()
-            self.hot.drain()
-            return self.memory.own_free_bytes() + self.memory.stock.free_bytes()
-
-    def total_bytes(self) -> int:
-        with self._lock:
-            self._admit()
-            self.hot.drain()
-            return self.memory.total_bytes()
-
-    def n_free_blocks(self) -> int:
-        """Free gaps in the arenas, idle kept buffers, and the stock pool's cached blocks."""
-        with self._lock:
-            self._admit()
-            self.hot.drain()
-            return self.memory.free_gaps() + self.memory.stock.n_free_blocks()
-
-    def free_all_blocks(self) -> None:
-        """Give back every idle byte: the stock pool's cache, idle survivors' buffers, the
-        arena between iterations, an idle worker.
-
-        The plan stays: its arena is taken again at the next iteration.
-        """
-        with self._lock:
-            self._admit()
-            self.memory.release_idle(arena_too=not self.state.inside)
-        self.planner.stop_idle_worker()
-
-    def reset_peak_stats(self) -> None:
-        """Peaks start again from what is in use and held now (PyTorch's reset_peak_memory_stats)."""
-        with self._lock:
-            self._admit()
-            self.hot.drain()
-            self.hot.reset_peak()
-            self.memory.peak_total = self.memory.total_bytes()
-
-    def stats(self) -> PoolStats:
-        """Every counter at once (frees applied first, so they are current)."""
-        with self._lock:
-            self._admit()
-            self.hot.drain()
-            return pool_stats(self)
-
-    # ------------------------------------------------------------------- views
-    @property
-    def in_iteration(self) -> bool:
-        with self._lock:
-            self._admit()
-            return self.state.inside
-
-    @property
-    def latest_schedule(self) -> Schedule | None:
-        """The schedule in use from the next boundary: the one waiting there, else the installed one."""
-        return self._pending or self.schedule
-
-    @property
-    def profile(self) -> Trace | None:
-        """The profile the installed plan was made for."""
-        s = self.latest_schedule
-        return s.profile if s is not None else None
-
-    @property
-    def plan(self) -> Plan | None:
-        s = self.latest_schedule
-        return s.plan if s is not None else None
-
-    @property
-    def iteration_source(self) -> str:
-        """Where iterations come from: "marked", "detected (every n requests)" or "none"."""
-        return self.watch.source
-
-    @property
-    def mode(self) -> str:
-        return self.state.mode(self._next_mode(), self.watch.unplanned)
-
-    def _next_mode(self) -> str:
-        """What an iteration starting now does."""
-        if self.state.interrupts:
-            return "fallback"
-        if self.completed < self.warmup:
-            return "warmup"
-        if self.schedule is not None or self._pending is not None:
-            if self.memory.blocked and self.schedule is not None and not self._plan_ready():
-                return "fallback"
-            return "optimized"
-        if self.planner.busy:
-            return "planning"
-        return "profiling"
-
-
-class IterationScope:
-    """``with engine.iteration():`` (a class, not a generator: one that is garbage collected
-    unfinished closes nothing, where a generator's finalizer would take the engine's lock
-    wherever the collector runs, the engine's own code included)."""
-
-    __slots__ = ("_engine", "_result", "_nested", "__weakref__")
-
-    def __init__(self, engine: Engine, result: Any):
-        self._engine, self._result, self._nested = engine, result, False
-
-    def __enter__(self) -> Any:
-        engine = self._engine
-        self._nested = engine.state.inside and engine.watch.period is None  # refused below
-        try:
-            engine.begin_iteration(self)
-            return self._result
-        except BaseException:
-            if not self._nested:
-                engine._abandon()
-            raise
-
-    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
-        engine = self._engine
-        if kind is not None:
-            engine._abandon()
-            return
-        try:
-            engine.end_iteration()
-        except BaseException:
-            engine._abandon()
-            raise
-
-
-class InterruptedScope:
-    """``with engine.interrupted():`` (a class, see :class:`IterationScope`)."""
-
-    __slots__ = ("_engine", "_result", "_before")
-
-    def __init__(self, engine: Engine, result: Any):
-        self._engine, self._result, self._before = engine, result, 0
-
-    def __enter__(self) -> Any:
-        engine = self._engine
-        self._before = engine.state.interrupts
-        try:
-            engine.interrupt()
-            return self._result
-        except BaseException:
-            if engine.state.interrupts > self._before:
-                engine.resume()
-            raise
-
-    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
-        if self._engine.state.interrupts > self._before:
-            self._engine.resume()

@@ -16,6 +16,8 @@ request larger than planned, an extra request, or a block still in use all
 get memory elsewhere), so a wrong period costs memory savings, never data.
 :class:`~.loop_watch.LoopWatch` gives up on a period whose iterations keep
 departing from their plan; this module only finds periods.
+
+Tested in ``tests/test_unmarked.py`` and ``tests/test_engine_detection.py``.
 """
 
 from __future__ import annotations

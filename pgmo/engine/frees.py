@@ -24,6 +24,9 @@ the same line as its books, so that a drain cut short never applies a free
 twice.  Compiled, these lines are C, which no signal interrupts.  (Python
 drops an exception raised inside a destructor: the plain-Python free is
 queued in the destructor's first line.)
+
+Tested in ``tests/test_collector_frees.py``, ``tests/test_interrupt_safety.py``
+and ``tests/test_engine_arenas.py``.
 """
 
 from __future__ import annotations

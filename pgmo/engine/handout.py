@@ -24,6 +24,9 @@ from its plan, the decision calls the engine back (``on_departure``,
 The engine reads this object's state (read-only when compiled) and changes it
 only through its methods; ``tests/test_hot_path_seal.py`` checks that no
 module outside the hot path assigns to its fields.
+
+Tested in ``tests/test_hot_path_seal.py`` and, on both hot paths, in
+``tests/test_engine_*.py`` and ``tests/test_replay.py``.
 """
 
 from __future__ import annotations
@@ -145,7 +148,11 @@ class HotPath:
         """``slow(size)``: the engine's slow path; ``on_departure(i, rs)``: request ``i``
         (``rs`` bytes) is larger than planned or beyond the planned count, the engine
         leaves the plan; ``on_late_free(iteration)``: a block of ``iteration``, freed later
-        than planned, lies where the request was planned."""
+        than planned, lies where the request was planned.
+
+        The engine passes (each through a weak reference) ``slow`` =
+        ``Engine._serve_checked``, ``on_departure`` = ``Engine._depart`` and
+        ``on_late_free`` = ``Engine._freed_late`` (:mod:`.core`)."""
         self.inbox = Inbox()
         self._memory_type = memory_type
         self._pointer_type = pointer_type
@@ -202,7 +209,12 @@ class HotPath:
         """The memory sources, the request's device/stream, who hears an old arena go idle;
         ``between(rs)`` serves the owner's requests between iterations, from
         ``between_source``, when ``device()`` is the pool's (else the stock pool, which
-        serves the current device: the pool's own memory is its device's only)."""
+        serves the current device: the pool's own memory is its device's only).
+
+        The engine passes ``stock`` = CuPy's stock pool (``Backend.fallback``) and, from
+        :class:`~.memory.DeviceMemory`, ``exact`` = ``exact``, ``kept`` = ``lend_kept``,
+        ``reuse`` = ``reuse``, ``on_arena_idle`` = ``released`` and ``between`` =
+        ``between_iterations()``'s; ``context`` and ``device`` are the backend's."""
         self._device = device
         self._stock = stock
         self._exact = exact

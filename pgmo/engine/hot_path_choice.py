@@ -5,6 +5,8 @@
 Python then imports the compiled modules in their place.
 ``PGMO_PURE_PYTHON=1`` in the environment picks the plain-Python hot path
 anyway (to debug, or to compare).
+
+Tested in ``tests/test_hot_path_seal.py`` and ``tests/test_replay.py``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ is never garbage together with its block.  A block that dies in a reference
 cycle is finalized with everything the cycle alone keeps alive; a buffer in
 that set would be freed by its own finalizer *and* handed back for reuse.
 The block's death only queues an integer key.
+
+Tested in ``tests/test_engine_arenas.py``.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ class KeptBuffers:
 
     def lend(self, rs: int, stamp: int, take: Callable[[int], Buffer]) -> _KeptBlock:
         """A buffer of ``rs`` bytes: an idle one of this size, else a new one, ``take(rs)``
-        (the heap's; passed here, not kept: no cycle keeps a dropped pool alive)."""
+        (the heap's, ``DeviceMemory.exact``; passed here, not kept: no cycle keeps a dropped
+        pool alive)."""
         self.collect(stamp)
         idle = self._idle.get(rs)
         buffer = idle.pop()[0] if idle else take(rs)

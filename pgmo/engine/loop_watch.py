@@ -8,6 +8,8 @@ and ends, drops a period whose iterations keep departing from their plan,
 and warns once when nothing is optimized.  It changes no iteration itself:
 the engine asks it, then begins or ends one (see :mod:`.core`).  Kept apart
 so that the state machine holds only those decisions.
+
+Tested in ``tests/test_engine_detection.py`` and ``tests/test_unmarked.py``.
 """
 
 from __future__ import annotations

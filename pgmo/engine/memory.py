@@ -28,6 +28,15 @@ memory back, is decided in one place, with its accounting.  Four sources:
     iterations, between ``interrupt()`` and ``resume()``, and from another
     thread, device or stream.
 
+The decisions are written here, each under its rule below; the mechanisms
+they use are :class:`DeviceMemory`'s bases, each in a module of its own:
+:mod:`.reserved_arena` (the arena on a reserved range), :mod:`.heap_choice`
+(which heap serves), :mod:`.stock_use` (CuPy's stock pool within the limit)
+and :mod:`.accounts` (the state, every byte counted, the troubles reported).
+Tested in ``tests/test_memory.py`` (the rules against the code, and what a
+run does not show by its bytes), ``tests/test_engine_arenas.py``, and by the
+bytes of whole runs in ``tests/test_footprint.py``.
+
 The footprint policy, and why:
 
 1. **Hold near the live bytes while profiling.**  A caching pool's
@@ -90,23 +99,21 @@ The footprint policy, and why:
 from __future__ import annotations
 
 import gc
-import logging
-import weakref
 from typing import Callable
 
 from ..errors import DeviceError
+from ..placement import Placer
 from ..units import round_size
-from .frees import EXACT, KEPT, STOCK, Arena
+from .accounts import MemoryAccounts, RawListener
+from .frees import EXACT, STOCK, Arena
 from .handout import HotPath
+from .heap_choice import HeapChoice
 from .kept import KeptBuffers
 from .options import Buffer, ReservedRange, StockPool, StreamHeap
-from .own_heap import OwnHeap
-from ..placement import Placer
-from .raw_heap import RawHeap
+from .reserved_arena import ReservedArena
+from .stock_use import StockUse
 
 __all__ = ["DeviceMemory", "RawListener", "GROWTH", "MAPPING_MAX", "TRIM_SLACK"]
-
-log = logging.getLogger("pgmo.pool")
 
 #: How much a cudaMalloc arena grows, at least, when a varying workload outgrows it.
 GROWTH = 1.1
@@ -119,17 +126,17 @@ HEAP_SLACK = 0.02
 #: A departed iteration grows a reserved arena by this share of its size at least.
 GROW_STEP = 1 / 32
 
-#: What a call that gives memory back may raise when the driver refuses it: nothing given
-#: back, whatever the code (rule 7).
-_NOT_GIVEN_BACK = (DeviceError, MemoryError)
-
-#: What ``stats().arena_kind`` and ``heap_kind`` say.
-RANGE, CUDA_MALLOC, NO_ARENA = "reserved range", "cudaMalloc", "none"
-STREAM_POOL = "stream-ordered pool"
 
 
-class DeviceMemory:
-    """The arenas, the heap, the survivors' buffers and the stock pool, counted."""
+class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
+    """The arenas, the heap, the survivors' buffers and the stock pool, counted.
+
+    The decisions are here, each under its rule; the mechanisms they use are
+    its bases': :class:`~.reserved_arena.ReservedArena` (the reserved range's
+    arena), :class:`~.heap_choice.HeapChoice` (which heap serves),
+    :class:`~.stock_use.StockUse` (CuPy's stock pool) and
+    :class:`~.accounts.MemoryAccounts` (the state, every byte counted, troubles).
+    """
 
     def __init__(self, hot: HotPath, allocate: Callable[[int], Buffer], stock: StockPool,
                  oom_error: Callable[[int, int, int], BaseException],
@@ -174,48 +181,6 @@ class DeviceMemory:
         #: Why a part does not use what the device offers (rule 7): part -> reason.
         self.reasons: dict[str, str] = dict(reasons or {})
         self._states: dict[str, str] = {}  # passing troubles, each logged once while it lasts
-
-    # ------------------------------------------------------------- the layer
-    @property
-    def arena_kind(self) -> str:
-        """What holds the current arena: ``"reserved range"``, ``"cudaMalloc"``, or
-        ``"none"`` (no arena now)."""
-        arena = self.hot.arena
-        if arena is None:
-            return NO_ARENA
-        return RANGE if self._on_range(arena) else CUDA_MALLOC
-
-    @property
-    def heap_kind(self) -> str:
-        """What serves memory of a block's own now: ``"own heap (reserved range)"``,
-        ``"stream-ordered pool"`` (the driver's) or ``"cudaMalloc per request"``."""
-        heap = self.heap
-        if heap is None:
-            if self._own_heap:
-                return OwnHeap.kind
-            return STREAM_POOL if self._make_heap is not None else RawHeap.kind
-        return str(getattr(heap, "kind", STREAM_POOL))
-
-    def _on_range(self, arena: Arena) -> bool:
-        return self.range is not None and arena.buffer is self.range
-
-    def _fall_back(self, part: str, why: str) -> None:
-        """Rule 7: ``part`` ("arena" or "heap") uses cudaMalloc from now on."""
-        self.reasons[part] = why
-        log.warning("pgmo's %s uses cudaMalloc from now on: %s", part, why)
-
-    def _trouble(self, state: str, message: str, *args: object) -> None:
-        """A passing trouble (an arena refused, a release skipped): logged when it starts."""
-        if state not in self._states:
-            log.warning(message, *args)
-        self._states[state] = message % args if args else message
-
-    def _cleared(self, state: str) -> None:
-        self._states.pop(state, None)
-
-    def troubles(self) -> dict[str, str]:
-        """Passing troubles now, and parts that fell back for good (part -> why)."""
-        return {**self.reasons, **self._states}
 
     # ------------------------------------------------------------ raw memory
     def _room_for(self, size: int) -> None:
@@ -267,78 +232,9 @@ class DeviceMemory:
         stock = self.stock
         return (lambda rs: stock.malloc(rs)), STOCK
 
-    def _heap(self) -> StreamHeap:
-        heap = self.heap
-        if heap is None:
-            try:
-                if self._own_heap:
-                    assert self._heap_reserve is not None  # own_heap needs virtual memory
-                    # address space is cheap, contiguous gaps are not: 8x the device
-                    heap = OwnHeap(self._heap_reserve(8 * self.device_memory or None),
-                                   self._stream)
-                elif self._make_heap is not None:
-                    heap = self._make_heap()
-                else:
-                    heap = RawHeap(self.allocate)
-            except (DeviceError, MemoryError) as e:  # rule 7 (MemoryError: no address space)
-                self._heap_off(f"{e}")
-                return self._heap()
-            self.heap = heap
-        return heap
-
-    def _heap_off(self, why: str) -> None:
-        """Rule 7: the next heap from now on (pgmo's own, the driver's pool, a cudaMalloc per
-        request); the old heap stays for its blocks."""
-        heap = self.heap
-        if heap is not None and not isinstance(heap, RawHeap):
-            self._old_heaps.append(heap)
-        self.heap = None
-        if self._own_heap:
-            self._own_heap = False
-            nxt = STREAM_POOL if self._make_heap is not None else RawHeap.kind
-        else:
-            self._make_heap = None
-            nxt = RawHeap.kind
-        self.reasons["heap"] = f"{why}; the heap is a {nxt} from now on"
-        log.warning("pgmo's heap is a %s from now on: %s", nxt, why)
-
-    def reuse(self, rs: int) -> Buffer | None:
-        """A block of the stock pool's idle memory, if it holds ``rs`` bytes without growing.
-
-        Idle memory is used before new memory is taken: a chunk the stock pool
-        could not give back (split by a block still alive there) serves a
-        request of its own instead of sitting beside it.
-        """
-        stock = self.stock
-        if not stock.n_free_blocks() or stock.free_bytes() < rs:
-            return None
-        limit = stock.get_limit()
-        stock.set_limit(size=max(1, stock.total_bytes()))  # no growth: cached memory only
-        try:
-            return stock.malloc(rs)
-        except MemoryError:
-            return None
-        finally:
-            stock.set_limit(size=limit)
-
     def lend_kept(self, rs: int) -> Buffer:
         """A survivor's buffer (see :mod:`.kept`)."""
-        return self.kept.lend(rs, self.hot.iteration, self.exact)
-
-    def from_stock(self, size: int, rs: int) -> Buffer:
-        """A stock pool block within the limit, after making room if refused."""
-        if self.limit:
-            self.sync_stock_limit()
-        try:
-            return self.stock.malloc(size)
-        except MemoryError:
-            self.make_room()
-            if self.limit:
-                self.sync_stock_limit()
-            try:
-                return self.stock.malloc(size)
-            except MemoryError:
-                raise self.oom_error(rs, self.total_bytes(), self.limit) from None
+        return self.kept.lend(rs, self.hot.iteration, take=self.exact)
 
     def make_room(self, collect: bool = True) -> None:
         """Give back what is idle: dead blocks (frees applied), kept buffers, the heap's free
@@ -447,48 +343,6 @@ class DeviceMemory:
         return arena
 
     # ------------------------------------------------ the reserved-range arena
-    def _range_off(self, why: str) -> None:
-        """Rule 7: cudaMalloc arenas from now on.  An arena on the range serves on as a
-        fixed-size arena until a plan needs another size (then it is dropped like a cudaMalloc
-        arena, and the range closed once its last block is freed)."""
-        self._reserve = None
-        self._fall_back("arena", why)
-        if self.range is not None and not any(self._on_range(a) for a in self.arenas):
-            self._close_range()
-
-    def _close_range(self) -> None:
-        rng, self.range = self.range, None
-        if rng is None:
-            return
-        try:
-            rng.close()  # a device sync, then every mapping and the address space go back
-        except _NOT_GIVEN_BACK as e:
-            self._trouble("range close", "pgmo could not give its reserved range back (%s)", e)
-
-    def _range_arena(self) -> Arena | None:
-        """The arena on the reserved range (reserved at its first use), or None if refused."""
-        hot = self.hot
-        arena = hot.arena
-        if arena is not None:
-            return arena
-        if self.range is None:
-            assert self._reserve is not None  # only a device with virtual memory gets here
-            try:
-                self.range = self._reserve(2 * self.device_memory or None)
-            except MemoryError as e:
-                self.failures += 1
-                self.blocked = True
-                self._trouble("arena refused", "pgmo cannot reserve address space for its "
-                              "arena (%s)", e)
-                return None
-            except DeviceError as e:
-                self._range_off(f"{e}")
-                return None
-        arena = Arena(self.range, self.range.usable_end())
-        self.arenas.add(arena)
-        hot.set_arena(arena)
-        return arena
-
     def _fit_range(self, size: int) -> bool:
         """Map the reserved arena up to ``size`` bytes, or trim its end down to it (rule 3)."""
         self.planned = max(size, 0)
@@ -574,38 +428,29 @@ class DeviceMemory:
             self._grow_range(arena, old + extra)
         return arena.size if self.hot.arena is arena else old
 
-    def _trim_range(self, arena: Arena, keep: int, budget: bool = True) -> bool:
-        """Unmap the arena's whole mappings beyond ``keep`` bytes (one device sync, one
-        release); False when none lies wholly beyond it, or when this boundary has had its
-        release (``budget``, rule 4).  A refused unmap leaves what stays mapped counted and
-        the arena at the end of its usable memory (rule 7)."""
-        rng = self.range
-        assert rng is not None  # only the reserved arena is trimmed
-        arena.size = rng.usable_end()  # (a growth or trim cut short may have left it behind)
-        cut = arena.size
-        for start, _ in reversed(rng.mappings()):
-            if start >= arena.size:  # beyond the usable end: left by a refused call (rule 7)
-                continue
-            if start < keep:
-                break
-            cut = start
-        if cut >= arena.size or (budget and not self._may_release()) or not self._sync():
-            return False
-        try:
-            rng.unmap(cut, arena.size - cut)
-            self._cleared("unmap")
-        except _NOT_GIVEN_BACK as e:
-            self._trouble("unmap", "pgmo could not unmap its arena's end (%s); it stays "
-                          "counted", e)
-        finally:
-            arena.size = min(arena.size, rng.usable_end())
-        return True
+    # ------------------------------------------------------------- placement
+    def start_placing(self, apart: frozenset = frozenset()) -> None:
+        """The iteration left its plan: place the rest of it in the arena's gaps (growing a
+        reserved arena at its end when none holds a request), but for requests of the sizes
+        ``apart`` (survivors'), which get memory of their own."""
+        hot = self.hot
+        arena = hot.arena
+        if arena is None:
+            return
+        grow = self.grow_for_placer if self._on_range(arena) else None
+        self.placer = Placer(arena.size, self.hot.live_spans(arena), apart,
+                             grow=grow, snug=True)  # grow: grow_for_placer, or None
+        hot.set_placer(self.placer)
 
-    def _heaps(self) -> list[StreamHeap]:
-        heaps = [h for h in self._old_heaps if h.held]
-        self._old_heaps = heaps
-        return heaps + [self.heap] if self.heap is not None else heaps
+    def stop_placing(self) -> None:
+        """The iteration ended: a cudaMalloc arena whose gaps it overflowed grows at the next
+        boundary (when the workload varies; otherwise its next plan covers it)."""
+        placer, self.placer = self.placer, None
+        arena = self.hot.arena
+        if placer is not None and placer.overflowed and arena is not None:
+            self.wanted = max(self.wanted, round_size(int(arena.size * GROWTH)))
 
+    # ------------------------------------------------------------ boundaries
     def awaiting_plan(self, varied: bool) -> bool:
         """A boundary with no plan installed (rule 4): the heap's idle memory goes back only
         when the iterations waiting for the plan vary (``varied``: the last two unplanned
@@ -624,63 +469,6 @@ class DeviceMemory:
             self._trim(heap)
         return True
 
-    def _trim(self, heap: StreamHeap) -> None:
-        try:
-            heap.trim()
-            self._cleared("trim")
-        except _NOT_GIVEN_BACK as e:  # rule 7: the memory stays held, and counted
-            self._trouble("trim", "pgmo could not trim its stream-ordered pool (%s); skipped",
-                          e)
-
-    def _may_release(self) -> bool:
-        """Whether this boundary may still give memory back (one release each, rule 4)."""
-        boundary = self.hot.iteration
-        if self._released_at == boundary:
-            return False
-        self._released_at = boundary
-        self.releases += 1
-        return True
-
-    def _sync(self) -> bool:
-        """Wait for the whole device before memory a kernel may use goes back (rule 4);
-        False when the device cannot be waited for (then nothing goes back)."""
-        try:
-            if self.range is not None:
-                self.range.synchronize()
-            elif self.heap is not None or self._old_heaps:
-                (self.heap or self._old_heaps[0]).synchronize()
-            self._cleared("sync")
-            return True
-        except _NOT_GIVEN_BACK as e:
-            self._trouble("sync", "pgmo cannot wait for the device (%s); nothing is given back",
-                          e)
-            return False
-
-    def _live_end(self, arena: Arena) -> int:
-        return max((end for _, end in self.hot.live_spans(arena)), default=0)
-
-    # ------------------------------------------------------------- placement
-    def start_placing(self, apart: frozenset = frozenset()) -> None:
-        """The iteration left its plan: place the rest of it in the arena's gaps (growing a
-        reserved arena at its end when none holds a request), but for requests of the sizes
-        ``apart`` (survivors'), which get memory of their own."""
-        hot = self.hot
-        arena = hot.arena
-        if arena is None:
-            return
-        grow = self.grow_for_placer if self._on_range(arena) else None
-        self.placer = Placer(arena.size, self.hot.live_spans(arena), apart, grow, snug=True)
-        hot.set_placer(self.placer)
-
-    def stop_placing(self) -> None:
-        """The iteration ended: a cudaMalloc arena whose gaps it overflowed grows at the next
-        boundary (when the workload varies; otherwise its next plan covers it)."""
-        placer, self.placer = self.placer, None
-        arena = self.hot.arena
-        if placer is not None and placer.overflowed and arena is not None:
-            self.wanted = max(self.wanted, round_size(int(arena.size * GROWTH)))
-
-    # ------------------------------------------------------------ boundaries
     def release_cached(self) -> None:
         """Give back survivors' buffers idle for a whole iteration and the stock pool's free
         blocks (those of a whole allocation): as an iteration begins, and before an arena
@@ -701,93 +489,9 @@ class DeviceMemory:
             self.drop()
         self.blocked = False
 
-    # ----------------------------------------------------------------- bytes
+    # ------------------------------------------------------------- the limit
     def set_limit(self, size: int) -> None:
         self.limit = int(size)
         self.blocked = False
         self.hot.set_limited(self.limit > 0)
         self.sync_stock_limit()
-
-    def sync_stock_limit(self) -> None:
-        """The stock pool may use what the limit leaves after pgmo's own memory."""
-        if self.limit == 0:
-            self.stock.set_limit(size=0)
-        else:
-            own = self.total_bytes() - self.stock.total_bytes()
-            self.stock.set_limit(size=max(1, self.limit - own))
-
-    def note_reserved(self, uncounted: int = 0) -> None:
-        """The memory held may have grown (by ``uncounted`` bytes not counted yet): its peak."""
-        total = self.total_bytes() + uncounted
-        if total > self.peak_total:
-            self.peak_total = total
-
-    def arena_total(self) -> int:
-        """What the driver holds for the arenas (a reserved range: every mapping, also one a
-        refused unmap left; rule 5)."""
-        return sum(a.buffer.mapped if self._on_range(a) else a.size for a in self.arenas)
-
-    def heap_total(self) -> int:
-        """Bytes the heaps hold: the stream-ordered pool's backed memory, or the live blocks
-        of their own."""
-        return sum(h.held for h in self._heaps())
-
-    def kept_total(self) -> int:
-        """Survivors' bytes: live, and idle buffers waiting for the next iteration."""
-        return self.hot.source_bytes(KEPT) + self.kept.idle_bytes(self.hot.iteration)
-
-    def own_free_bytes(self) -> int:
-        """pgmo's idle bytes: arena room no live block uses, the heaps' idle memory, idle
-        kept buffers."""
-        heaps = self._heaps()
-        heap_idle = sum(h.held - h.used for h in heaps)
-        return self.arena_total() - self.hot.arena_used() + \
-            self.kept.idle_bytes(self.hot.iteration) + heap_idle
-
-    def total_bytes(self) -> int:
-        return self.arena_total() + self.heap_total() + self.stock.total_bytes()
-
-    def parts(self) -> dict[str, int]:
-        """Bytes held, per source (what ``stats()`` reports; they add up to the total)."""
-        arena = self.hot.arena
-        current = 0
-        if arena is not None:
-            current = arena.buffer.mapped if self._on_range(arena) else arena.size
-        kept = self.kept_total()
-        return {"arena": current, "old_arenas": self.arena_total() - current,
-                "exact": self.heap_total() - kept, "kept": kept,
-                "stock": self.stock.total_bytes()}
-
-    def free_gaps(self) -> int:
-        """Free address ranges in the arenas, plus idle kept buffers (CuPy's free blocks)."""
-        gaps = self.kept.idle_count()
-        for arena in self.arenas:
-            pos = 0
-            for start, end in sorted(self.hot.live_spans(arena)):
-                if start > pos:
-                    gaps += 1
-                pos = max(pos, end)
-            if pos < arena.size:
-                gaps += 1
-        return gaps
-
-
-class RawListener:
-    """Tells a :class:`DeviceMemory` that the stock pool took device memory, without keeping it.
-
-    The stock pool's raw allocator calls it, so the peak of memory held is
-    exact without asking the stock pool on every request.
-    """
-
-    __slots__ = ("_memory",)
-
-    def __init__(self) -> None:
-        self._memory: Callable[[], DeviceMemory | None] = lambda: None
-
-    def connect(self, memory: DeviceMemory) -> None:
-        self._memory = weakref.ref(memory)
-
-    def __call__(self) -> None:
-        memory = self._memory()
-        if memory is not None:
-            memory.note_reserved()

@@ -5,6 +5,8 @@ memory comes from (CuPy's allocator and stock pool in
 :class:`~pgmo.pool.ProfileGuidedMemoryPool`, host memory in
 :mod:`pgmo.testing`); :class:`PoolOptions` holds the user's choices, with the
 solver's own :class:`~pgmo.solver.options.SolverOptions` inside.
+
+Tested in ``tests/test_engine_errors.py`` and ``tests/test_pool.py``.
 """
 
 from __future__ import annotations

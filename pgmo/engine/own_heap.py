@@ -31,6 +31,8 @@ Never lent twice, whatever is raised: the live blocks are listed
 (``live``), and a call an exception cut short makes the next one rebuild the
 free list from that list.  A block's death only queues ``(offset, size,
 stream)`` (any thread, the garbage collector's too).
+
+Tested in ``tests/test_own_heap.py``.
 """
 
 from __future__ import annotations

@@ -28,28 +28,28 @@ No orphan worker: :meth:`Planner.shutdown` (called when the pool goes away)
 stops it, the worker exits when its input closes or its parent dies, an idle
 worker is stopped by ``free_all_blocks``, a forked child forgets its
 parent's worker, and interpreter exit stops every worker.
+
+Tested in ``tests/test_planner.py`` and ``tests/test_variable_workloads.py``.
 """
 
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
 import os
-import subprocess
-import sys
 import threading
 import time
 import weakref
-from pathlib import Path
-from typing import IO, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..plan import Plan
 from ..solver import SolverOptions, solve
 from ..trace import Trace
 from .profiles import Log, absorb, to_profile
 from .schedule import Schedule, compile_schedule
-from .wire import receive, send
+
+if TYPE_CHECKING:  # imported where a worker starts: see _submit_wanted
+    from .worker import Message, Worker
 
 __all__ = ["Planner", "REPLAN_MODES", "SYNC_BLOCKS"]
 
@@ -61,77 +61,12 @@ REPLAN_MODES = ("background", "sync", "bestfit")
 #: In background mode, profiles up to this many requests are planned with
 #: best-fit at the boundary (about 10 us per request: a few milliseconds).
 SYNC_BLOCKS = 256
-#: Seconds a worker may take beyond its solve time limits (start-up, best-fit).
-WORKER_GRACE = 20.0
 
 _planners: "weakref.WeakSet[Planner]" = weakref.WeakSet()
 
-#: A worker's answer (see :mod:`.worker`); None: the worker is gone.
-Message = dict[str, Any]
 #: Work for the planner thread: a log to fold into the profile ("profile", "merge"), or a
 #: profile to solve ("solve"), and whether its best-fit plan is made already.
 Job = tuple[str, "Log | Trace", bool]
-
-
-class _Worker:
-    """One solver process and the thread that reads its answers."""
-
-    def __init__(self, on_message: Callable[[_Worker, Message | None], None]):
-        package_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH"))
-                                            if p)
-        self.proc = subprocess.Popen([sys.executable, "-m", "pgmo.engine.worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-        assert self.proc.stdin is not None and self.proc.stdout is not None  # pipes
-        self._input: IO[bytes] = self.proc.stdin
-        self._output: IO[bytes] = self.proc.stdout
-        self.job: int | None = None  # generation being solved
-        self.stages_left = 0
-        self.deadline = float("inf")
-        self.stopping = False
-        self.reader = threading.Thread(target=self._read, args=(on_message,),
-                                       name="pgmo-planner-reader", daemon=True)
-        self.reader.start()
-
-    def _read(self, on_message: Callable[[_Worker, Message | None], None]) -> None:
-        while True:
-            try:
-                message = receive(self._output)
-            except Exception:  # a torn message: the worker is broken
-                message = None
-            if message is None:
-                on_message(self, None)
-                return
-            on_message(self, message)
-
-    def submit(self, generation: int, trace: Trace, stages: list[SolverOptions]) -> None:
-        lowers, uppers, sizes = trace.columns()
-        self.job, self.stages_left = generation, len(stages)
-        budget = sum((s.time_limit or 0.0) * 1.05 for s in stages) + WORKER_GRACE
-        self.deadline = time.monotonic() + budget
-        send(self._input, {"job": generation, "lowers": lowers, "uppers": uppers,
-                               "sizes": sizes,
-                               "stages": [dataclasses.asdict(s) for s in stages]})
-
-    @property
-    def idle(self) -> bool:
-        return self.job is None
-
-    def stop(self) -> None:
-        self.stopping = True
-        try:
-            self.proc.kill()
-        except OSError:
-            pass
-        try:
-            self._input.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a kill does not hang
-            pass
 
 
 class Planner:
@@ -158,11 +93,11 @@ class Planner:
     def _init_threading(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._jobs: list[Job] = []
-        self._messages: list[tuple[_Worker, Message | None]] = []
+        self._messages: list[tuple[Worker, Message | None]] = []
         self._chores: list[Callable[[], None]] = []  # work handed over (see later())
         self._ready: Schedule | None = None
         self._thread: threading.Thread | None = None
-        self._worker: _Worker | None = None
+        self._worker: Worker | None = None
         self._stop = False
         self._active = False  # the planner thread is folding logs or solving
         self._working = False  # the planner thread is doing anything it took (see wait_idle)
@@ -357,7 +292,7 @@ class Planner:
             self._thread = threading.Thread(target=self._run, name="pgmo-planner", daemon=True)
             self._thread.start()
 
-    def _on_message(self, worker: _Worker, message: Message | None) -> None:
+    def _on_message(self, worker: Worker, message: Message | None) -> None:
         with self._cond:
             self._messages.append((worker, message))
             self._cond.notify_all()
@@ -439,7 +374,10 @@ class Planner:
         generation, profile = wanted
         try:
             if worker is None:  # only this thread starts workers: no race
-                worker = _Worker(self._on_message)  # a process start: never under the lock
+                # imported here, not at the top: ``python -m pgmo.engine.worker`` imports
+                # this package first, and must not find its own module imported already
+                from .worker import Worker
+                worker = Worker(on_message=self._on_message)  # a process start: not under the lock
                 with self._cond:
                     if self._stop:
                         worker.stop()
@@ -450,7 +388,7 @@ class Planner:
         except OSError as exc:
             self._worker_failed(worker, f"it could not be started ({exc})")
 
-    def _handle(self, worker: _Worker, message: Message | None) -> None:
+    def _handle(self, worker: Worker, message: Message | None) -> None:
         if message is None:
             if not worker.stopping:
                 with self._cond:
@@ -494,7 +432,7 @@ class Planner:
                     or schedule.plan.peak < ready.plan.peak:
                 self._ready = schedule
 
-    def _worker_failed(self, worker: _Worker | None, why: str) -> None:
+    def _worker_failed(self, worker: Worker | None, why: str) -> None:
         if worker is not None:
             with self._cond:
                 if self._worker is worker:

@@ -11,6 +11,8 @@ In an iteration served by the plan, a request that kept to its planned size
 logs size 0 ("no larger than planned"); the engine fills those in from the
 profile that iteration was planned for (:func:`filled`) before the log goes
 to the planner, whose profile may have moved on meanwhile.
+
+Tested in ``tests/test_variable_workloads.py`` and ``tests/test_planner.py``.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ nothing back at a boundary (each block's cudaFree gives it back at its free,
 and waits for the device), and is counted the same way as the
 stream-ordered pool, so that the bytes the pool reports add up whichever
 heap serves.
+
+Tested in ``tests/test_cuda_device.py`` and ``tests/test_pool.py``.
 """
 
 from __future__ import annotations

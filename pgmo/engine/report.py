@@ -3,6 +3,8 @@
 Kept out of :mod:`.core` so that the state machine holds only decisions: this
 module reads what the hot path, the device memory, the planner and the stock
 pool count, and adds nothing of its own.
+
+Tested in ``tests/test_engine_queries.py`` and ``tests/test_pool.py``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ planned free; the hot path's hand-out decision
 (:meth:`~.handout.HotPath.serve_numbered`) moves it to the arena's overdue
 list if it is still alive then, and a request meeting an overdue block by
 address gets memory of its own (a departure).
+
+Tested in ``tests/test_engine_departures.py`` (the safety rule, on both hot
+paths) and ``tests/test_pool_properties.py``.
 """
 
 from __future__ import annotations

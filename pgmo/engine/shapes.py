@@ -20,6 +20,8 @@ its first request does not name it.  Shapes whose
 first request is the main profile's use the main plan; unseen shapes start
 on the main plan and are placed in its gaps where they leave it, as before.
 At most :data:`MAX_SHAPES` shapes are kept (the least recently used goes).
+
+Tested in ``tests/test_variable_workloads.py``.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ GIVE_UP = 1
 class ShapeBook:
     """The recurring shapes' plans, keyed by the rounded size of an iteration's first request.
 
-    ``plan(profile)`` makes a schedule for a shape's profile (or None); in
-    background mode it is called on the planner thread and its result lands
-    here for a later boundary.
+    ``plan(profile)`` makes a schedule for a shape's profile (or None): the
+    engine passes ``Planner.plan_now`` (:mod:`.planner`).  In background mode it
+    is called on the planner thread and its result lands here for a later boundary.
     """
 
     def __init__(self, plan: Callable[[Trace], Schedule | None]):

@@ -3,6 +3,8 @@
 One record, from which both what the user is told (:meth:`IterationState.mode`)
 and what the hot path does with the owner's next request
 (:meth:`IterationState.hot_kind`) are derived, so that the two never disagree.
+
+Tested in ``tests/test_engine_plans.py`` and ``tests/test_collector_frees.py``.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Only pgmo's own processes are at either end (the planner and the worker it
 started), so pickle is safe here.
+
+Tested in ``tests/test_planner.py`` (through the worker).
 """
 
 from __future__ import annotations

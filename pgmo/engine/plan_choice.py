@@ -1,0 +1,202 @@
+"""Which plan the engine follows: at each boundary, at an iteration's first request, on request.
+
+At each iteration boundary :meth:`PlanChoice._at_boundary` installs a plan
+that is ready (the planner's, one the user adopted, or one whose arena the
+device refused before) or fits the arena to the plan in use; the arena grows
+or shrinks there only.  A varying workload's iteration names its shape by its
+first request: :meth:`PlanChoice._choose` then follows that shape's plan
+(:mod:`.shapes`) if the arena holds it, else the main plan, and a departed
+iteration's log may give its shape a plan (:meth:`PlanChoice._observe_shape`).
+The user's plan calls (``optimize``, ``adopt``, ``reset``, ``close``) end here too.
+
+Part of :class:`~.core.Engine` (a mixin: its methods run on the engine, under its
+lock, and read the engine's parts); it is tested through the engine, in
+``tests/test_engine_plans.py`` and ``tests/test_variable_workloads.py``.
+"""
+
+from __future__ import annotations
+
+from ..plan import Plan
+from ..trace import Trace
+from ..units import round_size
+from .parts import EngineParts
+from .profiles import Log, absorb
+from .schedule import Schedule
+
+__all__ = ["PlanChoice"]
+
+
+class PlanChoice(EngineParts):
+    """The engine's plan choice and plan calls (see the module's docstring)."""
+
+    def _at_boundary(self) -> None:
+        """Between two iterations: install a plan that is ready (or one whose arena the
+        device refused before), or take the arena back."""
+        ready = self._pending or self.planner.take_ready(self.schedule) or self._deferred
+        self._pending = self._deferred = None
+        varied, self._unplanned_varied = self._unplanned_varied, False
+        if ready is not None:
+            self._install(ready)
+        elif self.schedule is not None:
+            self.memory.fit(max(self.schedule.arena_size, self._awaited_size(),
+                                self.shapes.arena_size()), self.planner.varying > 0)
+        else:
+            self.memory.awaiting_plan(varied)  # rule 4 of memory.py decides what goes back
+
+    # ----------------------------------------------------- an iteration's shape
+    def _main_key(self) -> int:
+        """The main plan's shape: its first request's size."""
+        blocks = self.schedule.profile.blocks if self.schedule is not None else ()
+        return blocks[0].size if blocks else -1
+
+    def _choose(self, rs: int) -> None:
+        """The iteration's first request (``rs`` bytes) names its shape: follow its plan."""
+        self.state.choosing = False
+        self._first_request = rs
+        chosen = None
+        if rs != self._main_key():
+            chosen = self.shapes.schedule_for(rs)
+            arena = self.hot.arena
+            if chosen is not None and (arena is None or chosen.arena_size > arena.size):
+                chosen = None  # the arena cannot hold it yet
+        if chosen is not None:
+            self.shapes.switches += 1
+        self._follow(chosen or self.schedule)
+        self._refresh_kind()
+
+    def _follow(self, schedule: Schedule | None) -> None:
+        """Answer this iteration from ``schedule`` (None: no plan until the first request
+        names the iteration's shape, see :meth:`_choose`)."""
+        hot = self.hot
+        if schedule is None:
+            hot.install(None)
+            self.current = None
+            return
+        if self.current is schedule:
+            return
+        arena = hot.arena
+        ptr = arena.ptr if arena is not None else 0
+        cached = self._addresses.get(id(schedule))
+        if cached is None or cached[0] != ptr or cached[2] is not schedule:
+            cached = (ptr, hot.addresses_for(schedule.rows), schedule)
+            self._addresses[id(schedule)] = cached
+        hot.install(schedule.rows, cached[1])
+        self.current = schedule  # after: cut short before, the next call installs it
+
+    def _observe_shape(self, run_log: Log, current: Schedule) -> None:
+        """A departed iteration: a shape seen twice gets its plan; a shape whose own plan it
+        left is planned again from the larger of the two."""
+        if not run_log.sizes or not self._first_request:
+            return  # the shape was not looked at (a repeating workload)
+        key = self._first_request
+        if key == self._main_key():
+            return
+        newest = self.planner.profile  # a newer main profile may be this shape already
+        if newest is not None and newest.blocks and newest.blocks[0].size == key:
+            return  # its plan is on its way: no second plan for the same shape
+        later = self.planner.later if self.planner.mode == "background" else None
+        if current is not self.schedule:  # it left its shape's plan
+            if self.shapes.forget(key):
+                profile, _ = absorb(current.profile, run_log)
+                self.shapes.observe(key, Log(*profile.columns()), later, again=True)
+        else:
+            self.shapes.observe(key, run_log, later)
+
+    def _awaited_size(self) -> int:
+        """The least arena a profile still being planned needs (its lower bound): the arena
+        keeps that much rather than give back memory the next plan takes again."""
+        profile = self.planner.profile
+        if profile is None or self.schedule is None or profile is self.schedule.profile:
+            return 0
+        cached = self._awaited
+        if cached is None or cached[0] is not profile:
+            cached = self._awaited = (profile, round_size(profile.without_open().lower_bound()))
+        return cached[1]
+
+    def _install(self, schedule: Schedule) -> None:
+        """Use ``schedule`` from this boundary on; the arena grows or shrinks here only."""
+        hot = self.hot
+        hot.retire()
+        self.memory.fit(max(schedule.arena_size, self.shapes.arena_size()),
+                        self.planner.varying > 0)
+        old = self.schedule
+        arena = hot.arena
+        if old is not None and old is not schedule and arena is not None \
+                and arena.size < schedule.arena_size and arena.size >= old.arena_size:
+            # The device refused the larger arena: keep the plan the arena holds (its
+            # iterations leave it and are placed in its gaps) rather than strand it, and
+            # try the larger one again at the next boundary.
+            self._deferred = schedule
+            return
+        self.schedule = schedule
+        self._addresses.clear()
+        self._follow(schedule)
+        if self.on_install is not None:
+            self.on_install(schedule)
+
+    def _plan_ready(self) -> bool:
+        """A plan is installed and its arena holds it (the device may have refused part)."""
+        s = self.schedule
+        if s is None:
+            return False
+        arena = self.hot.arena
+        return s.arena_size == 0 or (arena is not None and arena.size >= s.arena_size)
+
+    def optimize(self) -> Plan:
+        """Solve the profile (or the last iteration's log) now; it is used from the next iteration."""
+        with self._lock:
+            self._admit()
+            self.hot.drain()
+        schedule = self.planner.optimize(self._last_log)
+        with self._lock:
+            self._admit()
+            self._pending = schedule
+            if not self.state.inside:
+                self._at_boundary()
+            self.warmup = min(self.warmup, self.completed)  # the plan is wanted now
+        return schedule.plan
+
+    def adopt(self, profile: Trace, plan: Plan) -> None:
+        """Use a plan made elsewhere (a saved file) for ``profile``; checked first.
+
+        Raises :class:`~pgmo.errors.PlanError` when it does not fit; the pool
+        then forgets any plan and profiles again.
+        """
+        try:
+            schedule = self.planner.adopt(profile, plan)
+        except Exception:
+            self.reset()
+            raise
+        with self._lock:
+            self._admit()
+            self.hot.drain()
+            self._pending = schedule
+            if not self.state.inside:
+                self._at_boundary()
+
+    def reset(self) -> None:
+        """Forget profile and plan; the next iteration after warm-up is profiled again."""
+        with self._lock:
+            self._admit()
+            self.hot.drain()
+            self._reset_plan()
+
+    def _reset_plan(self) -> None:
+        # An iteration that began planned and lost its plan half-way logged
+        # only part of its requests: it is no profile.
+        state = self.state
+        state.plan_dropped = state.inside and state.planned
+        self.planner.reset()
+        self.hot.retire()
+        self.schedule = self._pending = self.current = self._deferred = None
+        self.shapes.clear()
+        self._addresses.clear()
+        state.choosing = False
+        self.hot.install(None)
+        state.on_plan = False
+        self._refresh_kind()
+        self.memory.drop()
+
+    def close(self) -> None:
+        """Stop background work now (also done when the engine is garbage collected)."""
+        self.planner.shutdown()
