@@ -30,6 +30,7 @@ import pytest
 from pgmo import programs
 
 from .example_modules import EXAMPLES, load_example
+from .program_needs import skip_unless_installed
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -55,17 +56,6 @@ EXAMPLE_PROGRAMS = sorted(p.name for p in Path(EXAMPLES).glob("*.py") if _is_pro
 
 def _source(program: str) -> Path:
     return Path(EXAMPLES) / program if program.endswith(".py") else SCRIPTS / f"{program}.py"
-
-
-def _needs_chainer(program: str) -> None:
-    heavy = program.endswith(".py") and program != "one_liner.py" or program in {
-        "record_traces", "record_runs", "mirror_fidelity"}
-    if heavy and importlib.util.find_spec("chainer") is None:
-        pytest.skip("needs Chainer (pgmo[chainer])")
-    if importlib.util.find_spec("cupy") is None and program.endswith(".py"):
-        pytest.skip("the examples need CuPy")
-    if importlib.util.find_spec("cupy") is None and program in ("bench_malloc", "bench_overhead"):
-        pytest.skip("times the pool's CuPy memory objects: needs CuPy (pgmo[cuda13])")
 
 
 # ------------------------------------------------------------------ how each is built
@@ -159,7 +149,7 @@ def _has_default(action) -> bool:
 
 @pytest.mark.parametrize("program", SCRIPT_PROGRAMS + EXAMPLE_PROGRAMS + ["pgmo"])
 def test_every_help_shows_every_default(program, monkeypatch):
-    _needs_chainer(program)
+    skip_unless_installed(program)
     for parser in _parsers(program, monkeypatch):
         parser.format_help()  # as --help: options without help get their default as help
         for action in parser._actions:
@@ -225,7 +215,7 @@ MISTAKES = [
 
 @pytest.mark.parametrize("program, argv, said", MISTAKES)
 def test_a_mistake_is_one_line_before_anything_runs(program, argv, said, capsys):
-    _needs_chainer(program)
+    skip_unless_installed(program)
     if program == "pgmo":
         from pgmo.cli import main
     else:
@@ -326,7 +316,7 @@ def interrupted(tmp_path_factory):
 
 @pytest.mark.parametrize("program", sorted(CTRL_C))
 def test_ctrl_c_is_one_line_and_exit_status_130(program, interrupted):
-    _needs_chainer(program)
+    skip_unless_installed(program)
     if program not in interrupted:
         pytest.skip("needs mpi4py and an MPI (pip install 'pgmo[mpi]')")
     code, child = interrupted[program]

@@ -22,16 +22,12 @@ import pytest
 
 from . import import_graph
 from .import_graph import find_cycle, imports_in
+from .program_needs import skip_unless_installed
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "scripts"
 #: The one module that may touch sys.path: it makes examples/ importable.
 PATH_HELPER = "scripts.examples"
-#: Programs that import Chainer (and the examples) before parsing their arguments.
-NEEDS_CHAINER = {"record_traces", "record_runs", "mirror_fidelity"}
-#: Programs that time the pool itself, CuPy's memory objects included.
-NEEDS_CUPY = {"bench_malloc", "bench_overhead"}
-
 
 def module_name(path: Path) -> str:
     return import_graph.module_name(path, PACKAGE)
@@ -91,16 +87,9 @@ def run(program: str, *args, timeout: float = 180) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
-def _needs(program: str) -> None:
-    if program in NEEDS_CHAINER and importlib.util.find_spec("chainer") is None:
-        pytest.skip("needs Chainer (pgmo[chainer])")
-    if program in NEEDS_CUPY and importlib.util.find_spec("cupy") is None:
-        pytest.skip("times the pool's CuPy memory objects: needs CuPy (pgmo[cuda13])")
-
-
 @pytest.mark.parametrize("program", programs())
 def test_every_program_answers_help(program):
-    _needs(program)
+    skip_unless_installed(program)
     done = run(program, "--help")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("usage: ") and "--help" in done.stdout
@@ -156,7 +145,7 @@ def test_bench_import_runs_on_a_small_snapshot():
 
 
 def test_bench_malloc_runs_on_the_host():
-    _needs("bench_malloc")
+    skip_unless_installed("bench_malloc")
     out = _ok(run("bench_malloc", "-n", 200, "--iterations", 2, "--repeat", 1))
     rows = [line.split(" | ")[1] for line in out.splitlines() if line.startswith("| pairs |")]
     assert rows[:2] == ["trivial python allocator", "host fallback pool alone"]
@@ -164,7 +153,7 @@ def test_bench_malloc_runs_on_the_host():
 
 
 def test_bench_overhead_runs_a_few_iterations():
-    _needs("bench_overhead")
+    skip_unless_installed("bench_overhead")
     out = _ok(run("bench_overhead", "--iterations", 6, "--time-limit", 0.2))
     assert [line.split(" | ")[0] for line in out.splitlines()
             if line.startswith(("| sync |", "| background |"))] == ["| sync", "| background"]
@@ -186,7 +175,7 @@ def test_recompute_table_runs_on_a_trace_folder(tmp_path):
 
 @pytest.mark.chainer
 def test_record_runs_records_a_tiny_whole_run(tmp_path):
-    _needs("record_runs")
+    skip_unless_installed("record_runs")
     _ok(run("record_runs", "--workload", "seq2seq", "--iterations", 2, "--batchsize", 2,
             "--vocab", 20, "--units", 8, "--layers", 1, "--sentences", 10,
             "--out-dir", tmp_path))
