@@ -171,9 +171,12 @@ class CanonicalSearch:
         by_span: dict[tuple[int, int], list[int]] = {}
         for k in range(n):
             by_span.setdefault((self.first[k], self.last[k]), []).append(k)
-        # Blocks live in exactly the same sections, later in the order than k.
-        self.later_twins = [[j for j in by_span[(self.first[k], self.last[k])] if j > k]
-                            for k in range(n)]
+        # Blocks live in exactly the same sections (twins) share a group; -1: no twin.
+        self.group = [-1] * n
+        for g, members in enumerate(by_span.values()):
+            if len(members) > 1:
+                for k in members:
+                    self.group[k] = g
         span = np.zeros((n, n_sections), dtype=bool)
         for k in range(n):
             span[k, self.first[k]:self.last[k]] = True
@@ -224,6 +227,9 @@ class CanonicalSearch:
         self.cuts = self.cuts0.copy()
         self.offset = [0] * n
         self.solution = [0] * n
+        # Placed twins by (group, top): the blocks of a group whose top is there.  (Twins
+        # live at the same time, so at most one is there in a valid packing.)
+        self.tops: dict[tuple[int, int], list[int]] = {}
         self.pinned = np.zeros(n, dtype=bool)
         self.rank = np.arange(n, dtype=np.int64)  # tie-break among equal floors
         self.any_pinned = bool(pinned)
@@ -325,7 +331,7 @@ class CanonicalSearch:
         max_load = int(_MAX(load[s_lo:s_hi]))
         pinned, clock = self.pinned, self.clock
         sizes, first, last, reach = self.sizes, self.first, self.last, self.reach
-        offset, later_twins, neighbours = self.offset, self.later_twins, self.neighbours
+        offset, group, tops, neighbours = self.offset, self.group, self.tops, self.neighbours
         unplaced = self.unplaced
         for b, k in zip(choices.tolist(), keys.tolist()):
             o = k // n  # the floor
@@ -335,10 +341,11 @@ class CanonicalSearch:
             if self.nodes >= self.pause_at or clock() > self.deadline:
                 yield from self._pause()
             self.nodes += 1
-            twins = later_twins[b]
-            if twins and any(not (unplaced >> j) & 1 and offset[j] + sizes[j] == o
-                             for j in twins):
-                continue  # the same packing with the two swapped is searched instead
+            g = group[b]
+            if g >= 0:
+                below = tops.get((g, o))
+                if below and max(below) > b:
+                    continue  # the same packing with the two swapped is searched instead
             s = sizes[b]
             top = o + s
             f, l = first[b], last[b]
@@ -350,17 +357,18 @@ class CanonicalSearch:
             floor[b] = _BIG
             load[f:l] -= s
             floors[b, f:l] = _BIG
+            r_lo, r_hi = reach[b]  # the raised blocks live in these sections only
             if raised.size:
                 old_floor = floor[raised]
                 floor[raised] = top
-                old_rows = floors[raised]
-                floors[raised] = np.maximum(old_rows, top)  # cells outside spans stay BIG
+                old_rows = floors[raised, r_lo:r_hi]
+                floors[raised, r_lo:r_hi] = np.maximum(old_rows, top)  # outside spans: BIG
             status = INFEASIBLE
             # Only sections where a block was placed or raised can break the
             # bound; there, o + load <= capacity (checked above), so the
             # lowest floor alone decides.  A section with no unplaced block
             # has floor BIG and load 0 (need & _LOW is 0 there).
-            c_lo, c_hi = reach[b]
+            c_lo, c_hi = r_lo, r_hi
             if c_lo < s_lo:
                 c_lo = s_lo
             if c_hi > s_hi:
@@ -374,10 +382,17 @@ class CanonicalSearch:
                 fits = True
             if fits:
                 self.unplaced = unplaced ^ (1 << b)
+                if g >= 0:
+                    tops.setdefault((g, top), []).append(b)
                 status = yield from self._after_placing(part, s_lo, s_hi, b, o)
+                if g >= 0:
+                    resting = tops[(g, top)]
+                    resting.pop()
+                    if not resting:
+                        del tops[(g, top)]
                 self.unplaced = unplaced
             if raised.size:
-                floors[raised] = old_rows
+                floors[raised, r_lo:r_hi] = old_rows
                 floor[raised] = old_floor
             floors[b, f:l] = o
             load[f:l] += s
