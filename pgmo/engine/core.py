@@ -156,7 +156,7 @@ class Engine:
         self.current: Schedule | None = None  # the plan this iteration follows (main or a shape's)
         self._first_request = 0  # its size, once seen (0: not looked at)
         #: Plans of the recurring iteration shapes (buckets, batch sizes, resolutions).
-        self.shapes = ShapeBook(self.planner.plan_now)
+        self.shapes = ShapeBook(self.planner.plan_shape)
         # id(schedule) -> (arena ptr, its rows' addresses there, the schedule)
         self._addresses: dict[int, tuple[int, list[int], Schedule]] = {}
         self._pending: Schedule | None = None  # to install at the next boundary
@@ -502,13 +502,12 @@ class Engine:
         newest = self.planner.profile  # a newer main profile may be this shape already
         if newest is not None and newest.blocks and newest.blocks[0].size == key:
             return  # its plan is on its way: no second plan for the same shape
-        later = self.planner.later if self.planner.mode == "background" else None
         if current is not self.schedule:  # it left its shape's plan
             if self.shapes.forget(key):
                 profile, _ = absorb(current.profile, run_log)
-                self.shapes.observe(key, Log(*profile.columns()), later, again=True)
+                self.shapes.observe(key, Log(*profile.columns()), again=True)
         else:
-            self.shapes.observe(key, run_log, later)
+            self.shapes.observe(key, run_log)
 
     def _awaited_size(self) -> int:
         """The least arena a profile still being planned needs (its lower bound): the arena

@@ -1,4 +1,4 @@
-"""From iteration logs to schedules: the profile's owner, planning now or in the background.
+"""From iteration logs to schedules: the profile's owner, planning now or in a worker process.
 
 The engine hands the planner each log that changes the profile (the
 profiled iteration, or a planned one that departed from its plan) and, at
@@ -6,23 +6,30 @@ every iteration boundary, asks for a schedule ready to install.  The mode
 (:data:`REPLAN_MODES`, the ``replan`` option) decides where the work happens:
 
 ``background`` (default)
-    Training never waits for a solver.  A small profile (up to
-    :data:`SYNC_BLOCKS` requests) gets the paper's best-fit plan at once,
-    which takes milliseconds; a larger one is merged, solved with best-fit
-    and validated by a planner thread while the iterations go on (each
-    request in memory of its own, or placed in the arena's gaps).  The
-    full method (``best`` by default) then runs in a worker process (see
-    :mod:`.worker`; a thread would hold the GIL for seconds) and its plan is
-    validated and compiled by the planner thread, to be swapped in at a later
-    boundary if it needs less memory.  A newer profile supersedes a running
-    solve: its answer is dropped, and the newest profile is solved next.  A
-    worker that crashes or overruns its time is counted, warned about once,
-    and the pool keeps its current plan.
+    Training never waits for a plan, and no planning runs on the training
+    process's interpreter: a planning process (:mod:`.worker`, started with
+    the pool) folds each log into the profile, plans it with the paper's
+    best-fit, then with the full method (``best`` by default), and checks
+    and compiles each plan into the hot path's rows.  The training process
+    sends the log (a thread of the planner writes it to the worker's pipe)
+    and, when rows come back, a thread of the planner wraps them for the
+    engine, which installs them at its next boundary (the full method's
+    plan if it needs less memory than the best-fit one in use).  A newer
+    profile supersedes a running search: the worker stops it and plans the
+    newest profile.  Recurring shapes' plans (:mod:`.shapes`) are made there
+    too.  A worker that dies or stops answering (past its time limits plus
+    :data:`WORKER_GRACE`) costs the plans it was making, never a wait: it is
+    counted, warned about once, the pool keeps its current plan, and the
+    next profile starts a new worker.
 ``sync``
-    Everything happens at the boundary, with the full method: the behaviour
-    to use for tests and reproducible runs.
+    Everything happens at the boundary, in the training process, with the
+    full method: the behaviour to use for tests and reproducible runs.
 ``bestfit``
     Only the paper's best-fit, at the boundary.
+
+A plan made by the worker is the one the same method makes at the boundary
+(same profile, options and seed; with a step budget and no time limit, the
+same offsets).
 
 No orphan worker: :meth:`Planner.shutdown` (called when the pool goes away)
 stops it, the worker exits when its input closes or its parent dies, an idle
@@ -36,6 +43,7 @@ import atexit
 import dataclasses
 import logging
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -51,30 +59,30 @@ from .profiles import Log, absorb, to_profile
 from .schedule import Schedule, compile_schedule
 from .wire import receive, send
 
-__all__ = ["Planner", "REPLAN_MODES", "SYNC_BLOCKS"]
+__all__ = ["Planner", "REPLAN_MODES", "WORKER_GRACE"]
 
 log = logging.getLogger("pgmo.pool")
 
 #: Where plans are computed (the ``replan`` option, checked by
 #: :class:`~.options.PoolOptions`).
 REPLAN_MODES = ("background", "sync", "bestfit")
-#: In background mode, profiles up to this many requests are planned with
-#: best-fit at the boundary (about 10 us per request: a few milliseconds).
-SYNC_BLOCKS = 256
-#: Seconds a worker may take beyond its solve time limits (start-up, best-fit).
+#: Seconds a worker may take beyond a request's solve time limits (start-up, best-fit).
 WORKER_GRACE = 20.0
 
 _planners: "weakref.WeakSet[Planner]" = weakref.WeakSet()
 
 #: A worker's answer (see :mod:`.worker`); None: the worker is gone.
 Message = dict[str, Any]
-#: Work for the planner thread: a log to fold into the profile ("profile", "merge"), or a
-#: profile to solve ("solve"), and whether its best-fit plan is made already.
-Job = tuple[str, "Log | Trace", bool]
+#: What a recurring shape's plan is handed to (None: no plan).
+ShapeDone = Callable[[Schedule | None], None]
 
 
 class _Worker:
-    """One solver process and the thread that reads its answers."""
+    """One planning process, a thread that writes its requests and one that reads its answers.
+
+    The training process never writes to the pipe itself: a worker that is
+    stopped (its pipe full) would block the writer, which is this thread.
+    """
 
     def __init__(self, on_message: Callable[[_Worker, Message | None], None]):
         package_root = str(Path(__file__).resolve().parents[2])
@@ -86,13 +94,25 @@ class _Worker:
         assert self.proc.stdin is not None and self.proc.stdout is not None  # pipes
         self._input: IO[bytes] = self.proc.stdin
         self._output: IO[bytes] = self.proc.stdout
-        self.job: int | None = None  # generation being solved
-        self.stages_left = 0
-        self.deadline = float("inf")
+        self._outbox: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
+        #: Requests sent and not answered to the end, in order, with the seconds each may take.
+        self.pending: dict[int, float] = {}
+        self.deadline = float("inf")  # when the request at the head must be answered
+        self.ready = False  # it said it is ready to plan
         self.stopping = False
-        self.reader = threading.Thread(target=self._read, args=(on_message,),
-                                       name="pgmo-planner-reader", daemon=True)
-        self.reader.start()
+        for target, args, name in ((self._write, (), "pgmo-planner-writer"),
+                                   (self._read, (on_message,), "pgmo-planner-reader")):
+            threading.Thread(target=target, args=args, name=name, daemon=True).start()
+
+    def _write(self) -> None:
+        while True:
+            message = self._outbox.get()
+            if message is None:
+                return
+            try:
+                send(self._input, message)
+            except (OSError, ValueError):  # the worker is gone: its reader reports it
+                return
 
     def _read(self, on_message: Callable[[_Worker, Message | None], None]) -> None:
         while True:
@@ -100,33 +120,42 @@ class _Worker:
                 message = receive(self._output)
             except Exception:  # a torn message: the worker is broken
                 message = None
-            if message is None:
-                on_message(self, None)
-                return
             on_message(self, message)
+            if message is None:
+                try:
+                    self._output.close()
+                except OSError:  # pragma: no cover - closing a read end does not fail
+                    pass
+                return
 
-    def submit(self, generation: int, trace: Trace, stages: list[SolverOptions]) -> None:
-        lowers, uppers, sizes = trace.columns()
-        self.job, self.stages_left = generation, len(stages)
-        budget = sum((s.time_limit or 0.0) * 1.05 for s in stages) + WORKER_GRACE
-        self.deadline = time.monotonic() + budget
-        send(self._input, {"job": generation, "lowers": lowers, "uppers": uppers,
-                               "sizes": sizes,
-                               "stages": [dataclasses.asdict(s) for s in stages]})
+    def submit(self, job: int, request: Message, seconds: float) -> None:
+        """Send ``request``; the worker must answer it to the end within ``seconds`` once it
+        is at the head of the queue."""
+        if not self.pending:
+            self.deadline = time.monotonic() + seconds
+        self.pending[job] = seconds
+        self._outbox.put(request)
+
+    def finished(self, job: int) -> None:
+        """``job`` is answered: the clock starts for the next one."""
+        self.pending.pop(job, None)
+        head = next(iter(self.pending.values()), None)
+        self.deadline = float("inf") if head is None else time.monotonic() + head
 
     @property
     def idle(self) -> bool:
-        return self.job is None
+        return not self.pending
 
     def stop(self) -> None:
         self.stopping = True
+        self._outbox.put(None)
         try:
             self.proc.kill()
         except OSError:
             pass
         try:
             self._input.close()
-        except OSError:
+        except (OSError, ValueError):
             pass
         try:
             self.proc.wait(timeout=5)
@@ -137,44 +166,53 @@ class _Worker:
 class Planner:
     """Owns the pool's profile and produces the schedules the engine installs."""
 
-    def __init__(self, options: SolverOptions, mode: str = "background",
-                 sync_blocks: int = SYNC_BLOCKS):
-        """``mode``: one of :data:`REPLAN_MODES` (the pool's options checked it)."""
+    def __init__(self, options: SolverOptions, mode: str = "background"):
+        """``mode``: one of :data:`REPLAN_MODES` (the pool's options checked it).
+
+        In ``background`` mode the worker starts now, in the background, so
+        that it is ready when the first profile is.
+        """
         self.options = options
         self.mode = mode
-        self.sync_blocks = sync_blocks
         self.profile: Trace | None = None
-        self.generation = 0
+        self.generation = 0  # which profile is current (plans carry theirs)
         self.replans = 0  # departures that changed the profile
         self.varying = 0  # departures whose iteration differed in shape from the profile
         self.solve_failures = 0  # solves that raised (the plan stays as it was)
-        self.background_solves = 0  # jobs given to the worker
-        self.stale_plans = 0  # background plans discarded: a newer profile came
+        self.background_solves = 0  # plans of the full method made by the worker
+        self.stale_plans = 0  # background plans or searches dropped: a newer profile came
         self.worker_failures = 0  # worker crashed or overran its time
         self._warned = False
+        self._serial = 0  # numbers requests and generations, increasing
         self._init_threading()
         _planners.add(self)
+        if mode == "background":
+            self.later(self._start_worker)
 
     def _init_threading(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._jobs: list[Job] = []
+        self._folds: list[tuple[str, Log]] = []  # logs to send, with their kind
+        self._shape_jobs: list[tuple[Log, ShapeDone]] = []  # shapes to send
         self._messages: list[tuple[_Worker, Message | None]] = []
         self._chores: list[Callable[[], None]] = []  # work handed over (see later())
+        self._in_flight: set[int] = set()  # folds sent, not answered to the end
+        self._shapes: dict[int, tuple[Log, ShapeDone]] = {}  # shape requests sent
         self._ready: Schedule | None = None
         self._thread: threading.Thread | None = None
         self._worker: _Worker | None = None
+        self._lineage: _Worker | None = None  # the worker that holds the current profile
+        self._epoch = 0  # answers to requests numbered below it are forgotten (reset)
+        self._arena: tuple[Trace, Trace] | None = None  # (profile, its closed blocks)
         self._stop = False
-        self._active = False  # the planner thread is folding logs or solving
         self._working = False  # the planner thread is doing anything it took (see wait_idle)
-        self._wanted: tuple[int, Trace] | None = None  # the profile to solve next
         self._pid = os.getpid()
 
     # ----------------------------------------------------------------- engine
     def record(self, run_log: Log, kind: str) -> Schedule | None:
         """A log that changes the profile (``kind``: "profile" or "merge").
 
-        Returns a schedule to install at once, or None while the work goes
-        on in the background.
+        Returns a schedule to install at once (``sync``, ``bestfit``), or None
+        while the work goes on in the worker (``background``).
         """
         if self.mode != "background":
             before = self.profile
@@ -184,23 +222,10 @@ class Planner:
             method = "bestfit" if self.mode == "bestfit" else self.options.method
             return self._solve_now(profile, self.options.replace(method=method))
         with self._cond:
-            inline = not (self._jobs or self._active) and len(run_log.sizes) <= self.sync_blocks
-            if not inline:
-                self._jobs.append((kind, run_log, False))
-                self._ensure_thread()
-                self._cond.notify_all()
-                return None
-        before = self.profile
-        profile = self._apply(kind, run_log)
-        if profile is before:
-            return None
-        schedule = self._solve_now(profile, self.options.replace(method="bestfit"))
-        if self.options.method != "bestfit" and not _optimal(schedule):
-            with self._cond:
-                self._jobs.append(("solve", profile, True))
-                self._ensure_thread()
-                self._cond.notify_all()
-        return schedule
+            self._folds.append((kind, run_log))
+            self._ensure_thread()
+            self._cond.notify_all()
+        return None
 
     def later(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on the planner thread, off the training loop."""
@@ -210,11 +235,14 @@ class Planner:
             self._cond.notify_all()
 
     def optimize(self, last_log: Log | None) -> Schedule:
-        """Solve the profile (else ``last_log``) now, with the full method; errors propagate."""
+        """Solve the profile (else ``last_log``) now, with the full method; errors propagate.
+
+        The caller asked to wait for it: it runs here, in every mode.
+        """
         with self._cond:
             profile = self.profile
             if profile is not None:
-                self.generation += 1  # background work on it is superseded
+                self.generation = self._next_serial()  # background work on it is superseded
                 self._ready = None
         if profile is None:
             if last_log is None or not last_log.sizes:
@@ -226,19 +254,33 @@ class Planner:
 
     def adopt(self, profile: Trace, plan: Plan) -> Schedule:
         """Use a plan made elsewhere (a saved file) for ``profile``; it is checked first."""
-        schedule = compile_schedule(profile, plan, self.generation + 1, check=True)
         with self._cond:
-            self.generation += 1
+            generation = self._next_serial()
+        schedule = compile_schedule(profile, plan, generation, check=True)
+        with self._cond:
+            self.generation = generation
             self.profile = profile
+            self._lineage = None  # the worker does not hold this profile
             self._ready = None
         return schedule
 
     def plan_now(self, profile: Trace) -> Schedule | None:
-        """A schedule for a profile other than the pool's (a recurring shape's, see
-        :mod:`.shapes`): the full method in ``sync`` mode, best-fit otherwise (it runs on
-        the planner thread in ``background`` mode); None when the solve fails."""
+        """A schedule for a profile other than the pool's, made here: the full method in
+        ``sync`` mode, best-fit otherwise; None when the solve fails."""
         method = self.options.method if self.mode == "sync" else "bestfit"
         return self._solve_now(profile, self.options.replace(method=method), generation=-1)
+
+    def plan_shape(self, run_log: Log, done: ShapeDone) -> None:
+        """Plan a recurring shape's iteration (``run_log``, filled) and hand the schedule (or
+        None) to ``done``: at once in ``sync`` and ``bestfit`` mode (as :meth:`plan_now`),
+        later and from another thread in ``background`` mode (best-fit, in the worker)."""
+        if self.mode != "background":
+            done(self.plan_now(to_profile(run_log)))
+            return
+        with self._cond:
+            self._shape_jobs.append((run_log, done))
+            self._ensure_thread()
+            self._cond.notify_all()
 
     def take_ready(self, installed: Schedule | None) -> Schedule | None:
         """A background schedule for the current profile that beats ``installed``."""
@@ -259,21 +301,20 @@ class Planner:
         """Forget the profile (and any work on it)."""
         with self._cond:
             self.profile = None
-            self.generation += 1
-            self._jobs.clear()
+            self.generation = self._epoch = self._next_serial()
+            self._folds.clear()
+            self._in_flight.clear()
             self._ready = None
-            self._wanted = None
 
     @property
     def busy(self) -> bool:
         """Work on the current profile is still going on in the background."""
         with self._cond:
-            worker = self._worker
-            return bool(self._jobs) or self._active or self._wanted is not None or (
-                worker is not None and worker.job == self.generation)
+            return bool(self._folds or self._in_flight)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Wait until no background work is queued, running, or awaited from the worker.
+        """Wait until no background work is queued, running, or awaited from the worker
+        (its start included).
 
         For tests and benchmarks that need a background plan to arrive at a
         known boundary: what is ready then is installed at the next one.
@@ -285,17 +326,18 @@ class Planner:
     def _idle(self) -> bool:
         """Nothing left to do in the background (lock held)."""
         worker = self._worker
-        return self._stop or not (self._jobs or self._messages or self._chores or self._working
-                                  or self._wanted is not None
-                                  or (worker is not None and not worker.idle))
+        return self._stop or not (self._folds or self._shape_jobs or self._messages
+                                  or self._chores or self._working
+                                  or (worker is not None and not (worker.idle and worker.ready)))
 
     # -------------------------------------------------------------- lifecycle
     def stop_idle_worker(self) -> None:
         with self._cond:
             worker = self._worker
-            if worker is None or not worker.idle:
+            if worker is None or not worker.idle or self._folds or self._shape_jobs:
                 return
             self._worker = None
+            self._lineage = None
         worker.stop()
 
     def shutdown(self) -> None:
@@ -316,13 +358,15 @@ class Planner:
         """Threads do not survive fork and the worker is the parent's: start afresh."""
         self._init_threading()
 
-    # ---------------------------------------------------------------- helpers
-    def _apply(self, kind: str, run_log: Log) -> Trace:
-        """The profile after this log, published with a new generation if it changed.
+    # ------------------------------------------------- in this process (sync)
+    def _next_serial(self) -> int:
+        """A new request or generation number (lock held, or on one thread)."""
+        self._serial += 1
+        return self._serial
 
-        Iterations that depart the same way while their new plan is being made
-        merge into the same profile: they start no new solve.
-        """
+    def _apply(self, kind: str, run_log: Log) -> Trace:
+        """The profile after this log (``sync``, ``bestfit``, :meth:`optimize`), published
+        with a new generation if it changed."""
         base = self.profile
         if kind == "profile" or base is None:
             profile = to_profile(run_log)
@@ -334,7 +378,8 @@ class Planner:
             self.replans += 1
         with self._cond:
             self.profile = profile
-            self.generation += 1
+            self.generation = self._next_serial()
+            self._lineage = None
         return profile
 
     def _solve_now(self, profile: Trace, options: SolverOptions,
@@ -350,6 +395,7 @@ class Planner:
                         exc_info=True)
             return None
 
+    # ---------------------------------------------------- the planner thread
     def _ensure_thread(self) -> None:
         """Start the planner thread (lock held)."""
         if self._thread is None or not self._thread.is_alive():
@@ -365,7 +411,8 @@ class Planner:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not (self._jobs or self._messages or self._chores or self._stop):
+                while not (self._folds or self._shape_jobs or self._messages or self._chores
+                           or self._stop):
                     worker = self._worker
                     timeout = None if worker is None or worker.idle else \
                         max(0.0, worker.deadline - time.monotonic())
@@ -374,12 +421,16 @@ class Planner:
                     self._cond.wait(timeout)
                 if self._stop:
                     return
-                jobs, self._jobs = self._jobs, []
+                folds, self._folds = self._folds, []
+                shapes, self._shape_jobs = self._shape_jobs, []
                 messages, self._messages = self._messages, []
                 chores, self._chores = self._chores, []
                 worker = self._worker
-                self._active = bool(jobs)
                 self._working = True
+                # sent below: no moment when the fold is neither queued nor in flight
+                first = self._serial + 1
+                self._serial += len(folds)
+                self._in_flight.update(range(first, first + len(folds)))
             try:
                 for chore in chores:
                     chore()
@@ -387,82 +438,165 @@ class Planner:
                     self._worker_failed(worker, "it took longer than its time limit")
                 for worker, message in messages:
                     self._handle(worker, message)
-                if jobs:
-                    self._start(jobs)
+                for job, (kind, run_log) in enumerate(folds, first):
+                    self._send_fold(job, kind, run_log)
+                for run_log, done in shapes:
+                    self._send_shape(run_log, done)
             except Exception:  # never let the thread die silently
                 self._worker_failed(None, "the planner thread failed")
                 log.debug("planner thread error", exc_info=True)
             finally:
                 with self._cond:
-                    self._active = self._working = False
+                    self._working = False
                     self._cond.notify_all()  # for wait_idle
 
-    def _start(self, jobs: list[Job]) -> None:
-        """Fold the logs into the profile, plan it with best-fit, then solve it fully."""
-        profile: Trace | None = None
-        bestfit_done = False
-        for kind, item, done in jobs:
-            if isinstance(item, Trace):  # "solve"
-                profile, bestfit_done = item, done
-            else:
-                before = self.profile
-                folded = self._apply(kind, item)
-                if folded is not before or profile is None and kind == "profile":
-                    profile, bestfit_done = folded, False
-        if profile is None:
-            return  # the logs changed nothing: the plan in use stays
-        generation = self.generation
-        if not bestfit_done:  # milliseconds to a second, here: no worker start-up to wait for
-            schedule = self._solve_now(profile, self.options.replace(method="bestfit"))
-            if schedule is not None:
-                self._publish(schedule)
-            if _optimal(schedule):
-                return  # at the lower bound: nothing to search for
-        if self.options.method == "bestfit":
-            return
-        with self._cond:
-            self._wanted = (generation, profile)
-        self._submit_wanted()
+    def _start_worker(self) -> None:
+        self._ensure_worker()
 
-    def _submit_wanted(self) -> None:
-        """Give the newest profile to the worker once it is free (started if need be).
-
-        A worker busy with a superseded profile is let finish (its time limit
-        bounds that) and its answer dropped: stopping and starting processes
-        would cost more than it saves.
-        """
+    def _ensure_worker(self) -> _Worker | None:
+        """The worker, started if need be (only this thread starts workers: no race)."""
         with self._cond:
-            wanted, worker = self._wanted, self._worker
-            if wanted is None or self._stop or (worker is not None and not worker.idle):
-                return
-            self._wanted = None
-        generation, profile = wanted
+            worker = self._worker
+        if worker is not None:
+            return worker
         try:
-            if worker is None:  # only this thread starts workers: no race
-                worker = _Worker(self._on_message)  # a process start: never under the lock
-                with self._cond:
-                    if self._stop:
-                        worker.stop()
-                        return
-                    self._worker = worker
-            worker.submit(generation, profile.without_open(), [self.options])
-            self.background_solves += 1
+            worker = _Worker(self._on_message)  # a process start: never under the lock
         except OSError as exc:
-            self._worker_failed(worker, f"it could not be started ({exc})")
+            self._worker_failed(None, f"it could not be started ({exc})")
+            return None
+        with self._cond:
+            if self._stop:
+                stopped = True
+            else:
+                stopped = False
+                self._worker = worker
+        if stopped:
+            worker.stop()
+            return None
+        return worker
 
-    def _handle(self, worker: _Worker, message: Message | None) -> None:
-        if message is None:
-            if not worker.stopping:
-                with self._cond:
-                    if self._worker is worker:
-                        self._worker = None
-                self._worker_failed(None, f"it exited with status {worker.proc.poll()}")
+    def _stages(self, method: str) -> list[dict[str, Any]]:
+        stages = [self.options.replace(method="bestfit", progress=False)]
+        if method != "bestfit":
+            stages.append(self.options.replace(method=method, progress=False))
+        return [dataclasses.asdict(s) for s in stages]
+
+    def _seconds(self, stages: list[dict[str, Any]]) -> float:
+        return sum((s["time_limit"] or 0.0) * 1.05 for s in stages) + WORKER_GRACE
+
+    def _send_fold(self, job: int, kind: str, run_log: Log) -> None:
+        """Hand a log to the worker, with the profile to fold it into if it lacks it."""
+        worker = self._ensure_worker()
+        if worker is None:
+            with self._cond:
+                self._in_flight.discard(job)  # this log's plan is lost
             return
-        worker.stages_left -= 1
-        if worker.stages_left <= 0:
-            worker.job = None
-            self._submit_wanted()  # a newer profile waited for the worker
-        if message["job"] != self.generation:
+        base = None
+        with self._cond:
+            profile = self.profile
+            if job < self._epoch:  # a reset came after this log was handed over
+                self._in_flight.discard(job)
+                return
+        if kind == "merge" and self._lineage is not worker:
+            if profile is None:
+                kind = "profile"
+            else:
+                base = tuple(list(c) for c in zip(*((b.lower, b.upper, b.size)
+                                                    for b in profile.blocks)))
+        self._lineage = worker
+        stages = self._stages(self.options.method)
+        worker.submit(job, {"op": "fold", "job": job, "kind": kind, "log": tuple(run_log),
+                            "base": base, "stages": stages}, self._seconds(stages))
+
+    def _send_shape(self, run_log: Log, done: ShapeDone) -> None:
+        worker = self._ensure_worker()
+        if worker is None:
+            done(None)
+            return
+        with self._cond:
+            job = self._next_serial()
+            self._shapes[job] = (run_log, done)
+        stages = self._stages("bestfit")
+        worker.submit(job, {"op": "solve", "job": job, "columns": tuple(run_log),
+                            "stages": stages}, self._seconds(stages))
+
+    # ------------------------------------------------------ the worker's answers
+    def _handle(self, worker: _Worker, message: Message | None) -> None:
+        if worker is not self._worker:
+            return  # a worker stopped or replaced: what it says no longer counts
+        if message is None:
+            self._worker_failed(worker, f"it exited with status {worker.proc.poll()}")
+            return
+        op, job = message.get("op"), int(message.get("job", -1))
+        if op == "ready":
+            worker.ready = True
+        elif op == "done":
+            worker.finished(job)
+            with self._cond:
+                self._in_flight.discard(job)
+            if message.get("cancelled"):
+                self.stale_plans += 1
+            shape = self._shapes.pop(job, None)
+            if shape is not None:  # answered without a plan
+                shape[1](None)
+        elif op == "profile":
+            self._on_profile(worker, message)
+        elif op == "plan":
+            shape = self._shapes.pop(job, None)
+            if shape is not None:
+                self._on_shape_plan(shape, message)
+            else:
+                self._on_plan(message)
+        else:
+            self._worker_failed(worker, f"it sent an unknown answer {op!r}")
+
+    def _on_profile(self, worker: _Worker, message: Message) -> None:
+        """The worker folded a log: the new profile, if it changed, is the current one."""
+        job = message["job"]
+        if "error" in message:
+            self.solve_failures += 1
+            log.warning("pgmo's planner could not fold an iteration into the profile (%s); "
+                        "keeping the current plan", message["error"])
+            return
+        if job < self._epoch:
+            self._lineage = None  # the worker holds a profile forgotten here
+            return
+        self.varying += bool(message["varying"])
+        if not message["changed"]:
+            return
+        metadata: dict[str, Any] = {"recorded_by": "pgmo"}
+        if message["kind"] == "merge" and not message["varying"]:
+            metadata["merged"] = True
+        lowers, uppers, sizes = message["columns"]
+        profile = Trace.from_columns(lowers, uppers, sizes, metadata)
+        _knows_lower_bound(profile, message["lower_bound"])
+        arena = profile.without_open()
+        if arena is not profile:
+            _knows_lower_bound(arena, message["arena_lower_bound"])
+        with self._cond:
+            self.profile = profile
+            self.generation = job
+            self._arena = (profile, arena)
+            self._ready = None
+        if message["kind"] == "merge":
+            self.replans += 1
+
+    def _plan_of(self, profile: Trace, message: Message) -> Plan:
+        cached = self._arena
+        arena = cached[1] if cached is not None and cached[0] is profile else \
+            profile.without_open()
+        plan = Plan(arena, tuple(message["offsets"]), method=message["method"],
+                    seconds=message["seconds"], optimal=message["optimal"],
+                    info=message["info"])
+        _ = plan.peak  # computed here, not when the engine compares plans at a boundary
+        return plan
+
+    def _on_plan(self, message: Message) -> None:
+        job = message["job"]
+        with self._cond:
+            current = job == self.generation
+            profile = self.profile
+        if not current or profile is None:
             self.stale_plans += 1
             return
         if "error" in message:
@@ -470,19 +604,22 @@ class Planner:
             log.warning("pgmo's background solve failed (%s); keeping the current plan",
                         message["error"])
             return
-        profile = self.profile
-        if profile is None:  # forgotten meanwhile (reset): nothing to plan for
-            self.stale_plans += 1
+        plan = self._plan_of(profile, message)
+        if plan.method != "bestfit":
+            self.background_solves += 1
+        self._publish(Schedule(profile, plan, message["rows"], frozenset(message["pinned"]),
+                               job))
+
+    def _on_shape_plan(self, shape: tuple[Log, ShapeDone], message: Message) -> None:
+        run_log, done = shape
+        if "error" in message:
+            self.solve_failures += 1
+            log.warning("pgmo could not plan a recurring shape (%s)", message["error"])
+            done(None)
             return
-        try:
-            plan = Plan(profile.without_open(), tuple(message["offsets"]),
-                        method=message["method"], seconds=message["seconds"],
-                        optimal=message["optimal"], info=message["info"])
-            schedule = compile_schedule(profile, plan, message["job"], check=True)
-        except Exception as exc:  # an invalid answer is never installed
-            self._worker_failed(None, f"it returned an unusable plan ({exc})")
-            return
-        self._publish(schedule)
+        profile = to_profile(run_log)
+        done(Schedule(profile, self._plan_of(profile, message), message["rows"],
+                      frozenset(message["pinned"]), -1))
 
     def _publish(self, schedule: Schedule) -> None:
         with self._cond:
@@ -495,20 +632,29 @@ class Planner:
                 self._ready = schedule
 
     def _worker_failed(self, worker: _Worker | None, why: str) -> None:
+        """Count and warn (once); a worker is stopped, and what it was making is lost."""
         if worker is not None:
             with self._cond:
                 if self._worker is worker:
                     self._worker = None
+                self._in_flight.clear()
+            self._lineage = None
             worker.stop()
+            shapes, self._shapes = self._shapes, {}
+            for _, done in shapes.values():
+                done(None)
         self.worker_failures += 1
         if not self._warned:
             self._warned = True
-            log.warning("pgmo's background solver failed: %s. The pool keeps serving with "
+            log.warning("pgmo's background planner failed: %s. The pool keeps serving with "
                         "its current plan (counted in stats().planner_failures).", why)
 
 
-def _optimal(schedule: Schedule | None) -> bool:
-    return schedule is not None and schedule.plan.peak == schedule.plan.lower_bound
+def _knows_lower_bound(trace: Trace, value: int) -> None:
+    """Give ``trace`` its lower bound, computed by the worker (the cache
+    :meth:`~pgmo.trace.Trace.lower_bound` fills), so that nobody in the training
+    process computes it again."""
+    object.__setattr__(trace, "_lower_bound", value)
 
 
 def _after_fork_in_child() -> None:

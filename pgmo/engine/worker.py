@@ -1,29 +1,59 @@
-"""The solver process behind background re-planning: ``python -m pgmo.engine.worker``.
+"""The planning process behind background re-planning: ``python -m pgmo.engine.worker``.
 
-The solvers are pure Python: run in a thread of the training process they
-would hold the GIL for seconds.  So the planner starts this module as a
-plain child process (not ``multiprocessing``: its "spawn" start method
-re-runs the user's main script in the child) and talks to it over its
-standard input and output with length-prefixed pickles of plain data.
+Planning is pure Python: on a thread of the training process it would share
+the interpreter lock with training, and every millisecond it held the lock
+would be one the training loop could not launch work in.  So in background
+mode every step of planning happens here, in a plain child process (not
+``multiprocessing``: its "spawn" start method re-runs the user's main script
+in the child): folding each iteration's log into the profile, the paper's
+best-fit, the full method, and the plan's check and compilation into the
+hot path's rows.  The training process only sends logs and installs the
+rows it gets back, at an iteration boundary.
 
-Request: ``{"job": id, "lowers": [...], "uppers": [...], "sizes": [...],
-"stages": [options dict, ...]}``.  For each stage (say best-fit first, then
-``best``) it answers ``{"job": id, "stage": k, "offsets": [...], "optimal":
-..., "info": {...}, "seconds": s}`` or ``{"job": id, "stage": k, "error":
-"..."}``.  It exits when its input closes (the pool is gone) and, on Linux,
-when its parent dies.  It never imports CuPy.
+The two talk over the worker's standard input and output with
+length-prefixed pickles of plain data (:mod:`.wire`).  Requests, answered
+in order:
+
+``{"op": "fold", "job": j, "kind": "profile" | "merge", "log": (lowers, uppers, sizes),
+"base": None | (lowers, uppers, sizes), "stages": [options dict, ...]}``
+    Fold a log into the profile this process keeps (``"profile"``: the log
+    is the new profile; ``base``: start from this profile, one the planner
+    got elsewhere), as :func:`.profiles.absorb` does.  Answer ``{"op":
+    "profile", "job": j, "changed": bool, "varying": bool, "kind": ...,
+    "columns": ..., "lower_bound": ..., "arena_lower_bound": ...}``; if it
+    changed, plan it stage by stage (best-fit first, then the full method,
+    stopping at the lower bound) and answer each stage with a ``"plan"``.
+``{"op": "solve", "job": j, "columns": (lowers, uppers, sizes), "stages": [...]}``
+    Plan a profile of its own (a recurring shape's), stage by stage.
+
+A ``"plan"`` answer is ``{"op": "plan", "job": j, "stage": k, "offsets": [...],
+"method": ..., "seconds": s, "optimal": ..., "info": {...}, "rows": [...],
+"pinned": [...]}`` or ``{"op": "plan", "job": j, "stage": k, "error": "..."}``;
+every request ends with ``{"op": "done", "job": j, "cancelled": bool}``.  Once
+started and ready to plan, the worker says ``{"op": "ready"}``.  A
+fold that arrives while an older one is being searched stops that search
+(its remaining stages are dropped): the newer profile is the one to plan.
+
+It exits when its input closes (the pool is gone) and, on Linux, when its
+parent dies.  It never imports CuPy.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import sys
+import threading
 import time
-from typing import BinaryIO
+from typing import Any, BinaryIO, Callable
 
 from .wire import receive, send
 
-__all__ = ["main"]
+__all__ = ["main", "CANCELLED_CLOCK_JUMP"]
+
+#: Seconds a cancelled search's clock jumps ahead: every deadline it keeps has passed.
+CANCELLED_CLOCK_JUMP = 1e9
+
 
 def _die_with_parent() -> None:
     """Linux: get SIGTERM when the parent dies, so a killed trainer leaves no worker."""
@@ -40,21 +70,136 @@ def _die_with_parent() -> None:
         pass
 
 
-def _solve_stages(request: dict, out: BinaryIO) -> None:
-    from ..solver import SolverOptions, solve
-    from ..trace import Trace
+class _Planning:
+    """The profile this process keeps, and the requests it answers.
 
-    trace = Trace.from_columns(request["lowers"], request["uppers"], request["sizes"])
-    for k, fields in enumerate(request["stages"]):
-        started = time.perf_counter()
+    Logs are folded as they arrive, by the thread that reads them, so that a
+    log that changes the profile stops the search for the older one at once,
+    and a log that changes nothing (an iteration that departed the same way
+    while its plan is being made) stops nothing.  Plans are made one after
+    the other by the main thread.
+    """
+
+    def __init__(self, out: BinaryIO):
+        self.out = out
+        self._send_lock = threading.Lock()
+        self.profile: Any = None  # a Trace: the profile the planner's logs fold into
+        self.newest: int | None = None  # the job that made the profile
+        self.closed = False  # the planner is gone: whatever runs may stop
+        self.plans: queue.SimpleQueue = queue.SimpleQueue()  # work for the main thread
+
+    def send(self, message: dict) -> None:
+        with self._send_lock:
+            send(self.out, message)
+
+    def take(self, request: dict) -> None:
+        """A request, as read (on the reader thread)."""
+        op = request.get("op")
+        if op == "fold":
+            self._fold(request)
+        elif op == "solve":
+            self.plans.put(request)
+        else:
+            self.send({"op": "done", "job": request.get("job"), "cancelled": False,
+                       "error": f"unknown request {op!r}"})
+
+    def _fold(self, request: dict) -> None:
+        from ..trace import Trace
+        from .profiles import Log, absorb, to_profile
+
+        job = request["job"]
         try:
-            plan = solve(trace, SolverOptions(**fields))
-            reply = {"job": request["job"], "stage": k, "offsets": list(plan.offsets),
-                     "optimal": plan.optimal, "info": plan.info, "method": plan.method,
-                     "seconds": time.perf_counter() - started}
-        except Exception as exc:  # reported to the pool, which keeps serving
-            reply = {"job": request["job"], "stage": k, "error": f"{type(exc).__name__}: {exc}"}
-        send(out, reply)
+            base = request.get("base")
+            if base is not None:
+                lowers, uppers, sizes = base
+                self.profile = Trace.from_columns(lowers, uppers, sizes, {"recorded_by": "pgmo"})
+            log = Log(*request["log"])
+            before = self.profile
+            if request["kind"] == "profile" or before is None:
+                profile, varying = to_profile(log), False
+            else:
+                profile, varying = absorb(before, log)
+        except Exception as exc:  # a log this process cannot fold: reported, nothing planned
+            self.send({"op": "profile", "job": job, "error": f"{type(exc).__name__}: {exc}"})
+            self.send({"op": "done", "job": job, "cancelled": False})
+            return
+        changed = profile is not before
+        answer: dict = {"op": "profile", "job": job, "changed": changed, "varying": varying,
+                        "kind": request["kind"]}
+        if changed:
+            blocks = profile.blocks
+            answer["columns"] = ([b.lower for b in blocks], [b.upper for b in blocks],
+                                 [b.size for b in blocks])
+            answer["lower_bound"] = profile.lower_bound()
+            answer["arena_lower_bound"] = profile.without_open().lower_bound()
+            self.profile, self.newest = profile, job  # an older search stops now
+        self.send(answer)
+        if changed:
+            self.plans.put({"op": "plan", "job": job, "profile": profile,
+                            "stages": request["stages"]})
+        else:
+            self.send({"op": "done", "job": job, "cancelled": False})
+
+    def run(self) -> None:
+        """Make the plans asked for, in order, until the planner is gone."""
+        from ..trace import Trace
+
+        while True:
+            request = self.plans.get()
+            if request is None:
+                return
+            job = request["job"]
+            if request["op"] == "plan":
+                self._plan(job, request["profile"], request["stages"],
+                           lambda: self.closed or self.newest != job)
+                continue
+            try:
+                lowers, uppers, sizes = request["columns"]
+                profile = Trace.from_columns(lowers, uppers, sizes, {"recorded_by": "pgmo"})
+            except Exception as exc:  # reported; the pool keeps serving
+                self.send({"op": "plan", "job": job, "stage": 0,
+                           "error": f"{type(exc).__name__}: {exc}"})
+                self.send({"op": "done", "job": job, "cancelled": False})
+                continue
+            self._plan(job, profile, request["stages"], lambda: self.closed)
+
+    def _plan(self, job: int, profile: Any, stages: list[dict],
+              cancelled: Callable[[], bool]) -> None:
+        """Plan ``profile`` stage by stage; a stage at the lower bound ends the request."""
+        from ..plan import Plan
+        from ..solver import SolverOptions, solve
+        from .schedule import compile_schedule
+
+        arena = profile.without_open()
+        perf = time.perf_counter
+
+        def clock() -> float:
+            return perf() + (CANCELLED_CLOCK_JUMP if cancelled() else 0.0)
+
+        stopped = False
+        for k, fields in enumerate(stages):
+            if cancelled():
+                stopped = True
+                break
+            started = perf()
+            try:
+                plan: Plan = solve(arena, SolverOptions(**fields), clock=clock)
+                if cancelled():  # its answer is for a profile no longer wanted
+                    stopped = True
+                    break
+                schedule = compile_schedule(profile, plan, job, check=True)
+                reply = {"op": "plan", "job": job, "stage": k, "offsets": list(plan.offsets),
+                         "optimal": plan.optimal, "info": plan.info, "method": plan.method,
+                         "seconds": perf() - started, "peak": plan.peak,
+                         "rows": schedule.rows, "pinned": sorted(schedule.pinned)}
+            except Exception as exc:  # reported to the pool, which keeps serving
+                self.send({"op": "plan", "job": job, "stage": k,
+                           "error": f"{type(exc).__name__}: {exc}"})
+                continue
+            self.send(reply)
+            if plan.peak <= arena.lower_bound():
+                break  # at the lower bound: nothing left to search for
+        self.send({"op": "done", "job": job, "cancelled": stopped})
 
 
 def main() -> int:
@@ -65,11 +210,37 @@ def main() -> int:
         pass
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but messages goes to the parent's pipe
-    while True:
-        request = receive(stdin)
-        if request is None:
-            return 0
-        _solve_stages(request, stdout)
+    planning = _Planning(stdout)
+    # Import what planning needs now, so that the first plan does not wait for it, and
+    # say so: a planner waiting for its worker to be idle waits for this too.
+    from ..solver import best, bestfit  # noqa: F401
+    from . import profiles, schedule  # noqa: F401
+
+    planning.send({"op": "ready"})
+
+    def read() -> None:
+        """Read and fold requests as they come; end the planning when the input ends."""
+        try:
+            while True:
+                try:
+                    request = receive(stdin)
+                except Exception:  # a torn request: the planner is gone or broken
+                    request = None
+                if request is None:
+                    return
+                planning.take(request)
+        except OSError:  # the planner is gone
+            pass
+        finally:
+            planning.closed = True
+            planning.plans.put(None)
+
+    threading.Thread(target=read, name="pgmo-worker-reader", daemon=True).start()
+    try:
+        planning.run()
+    except OSError:  # the planner is gone
+        pass
+    return 0
 
 
 if __name__ == "__main__":
