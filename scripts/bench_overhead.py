@@ -19,15 +19,18 @@ stand-in for kernel launches, timed).  Per workload and mode it reports:
 * boundaries (``begin_iteration`` + ``end_iteration``): the worst, the
   median and the 99th percentile, and how many runs kept the worst under
   20 ms; sync and bestfit modes plan at the boundary by design, so the
-  boundaries that planned (those that installed a plan) are shown apart;
+  boundaries that planned (those that installed a plan or planned a
+  recurring shape) are shown apart;
 * plan latency: from the profiled iteration's end to its first plan and to
   its best plan installed (the one still in use when the next re-plan
   starts, or at the end), in iterations and seconds;
 * the launch loop's rate while a plan is being made (the planner busy
-  before and after the loop) as a share of its rate in the same run while
+  before or after the loop) as a share of its rate in the same run while
   nothing is planned (``planning/idle``; the goal is 0.98 or more);
-* the final planned peak over the lower bound, and garbage-collector pauses
-  inside boundaries (a long stall's usual suspect).
+* the final planned peak over the lower bound, garbage-collector pauses
+  inside boundaries (a long stall's usual suspect), and how long the
+  planner took to be ready after the pool was made (the loop starts then,
+  as a training job's first step comes after its set-up).
 
 Every run of every workload starts in a fresh process.  ``--compare DIR``
 adds another checkout of pgmo (the code in ``DIR/pgmo``, compiled in place
@@ -174,9 +177,16 @@ def replay(ops: Ops, mode: str, time_limit: float, launches: int) -> dict:
 
     from pgmo.testing import host_pool
 
+    made = time.perf_counter()
     pool = host_pool(warmup=1, replan=mode, method="best", time_limit=time_limit, seed=0)
     engine = pool.engine
     planner = engine.planner
+    # A training job sets its model up before its first step: the pool's planner (a worker
+    # process, where there is one) starts meanwhile.
+    planner.wait_idle(60)
+    ready = time.perf_counter() - made
+    shapes = getattr(engine, "shapes", None)
+    shape_plans = shapes.planned if shapes is not None else 0
     a, b, c = np.ones(8), np.ones(8), np.empty(8)
     add = np.add
     malloc, begin, end = pool.malloc, pool.begin_iteration, pool.end_iteration
@@ -190,8 +200,7 @@ def replay(ops: Ops, mode: str, time_limit: float, launches: int) -> dict:
     live: dict[int, object] = {}
     schedule = engine.schedule
     it = 0
-    stall = 0.0
-    gc0 = 0.0
+    stall = gc0 = gc_begin = 0.0
     departures = engine.departures
     iteration_mode = ""
     started = time.perf_counter()
@@ -205,18 +214,23 @@ def replay(ops: Ops, mode: str, time_limit: float, launches: int) -> dict:
             t0 = time.perf_counter()
             begin()
             stall = time.perf_counter() - t0
+            gc_begin = gct.total - gc0
             iteration_mode = pool.mode
             if engine.schedule is not schedule:
                 schedule = engine.schedule
                 installs.append((it, t0, schedule.plan.method))
         else:
+            gc0 = gct.total
             t0 = time.perf_counter()
             end()
             t1 = time.perf_counter()
             boundaries.append(stall + t1 - t0)
-            gc_in.append(gct.total - gc0)
+            gc_in.append(gc_begin + gct.total - gc0)
             new = engine.schedule is not schedule
-            installed.append(new)
+            planned_shapes = shapes.planned if shapes is not None else 0
+            # a boundary that installed a plan, or planned a recurring shape
+            installed.append(new or planned_shapes != shape_plans)
+            shape_plans = planned_shapes
             if iteration_mode == "profiling" or engine.departures != departures:
                 starts.append((it, t0))
                 departures = engine.departures
@@ -230,10 +244,10 @@ def replay(ops: Ops, mode: str, time_limit: float, launches: int) -> dict:
             for _ in range(launches):
                 add(a, b, out=c)
             spent = time.perf_counter() - t0
-            if was_busy and planner.busy:
+            if was_busy or planner.busy:  # a plan was being made (or delivered) meanwhile
                 busy_calls += launches
                 busy_time += spent
-            elif not was_busy and not planner.busy:
+            else:
                 idle_calls += launches
                 idle_time += spent
     total = time.perf_counter() - started
@@ -246,7 +260,8 @@ def replay(ops: Ops, mode: str, time_limit: float, launches: int) -> dict:
     st = pool.stats()
     pool.close()
     gct.close()
-    return {"mode": mode, "total_s": total, "boundaries": boundaries, "installed": installed,
+    return {"mode": mode, "ready_s": ready, "total_s": total, "boundaries": boundaries,
+            "installed": installed,
             "gc_in": gc_in, "starts": starts, "installs": installs,
             "busy_rate": busy_calls / busy_time if busy_time else None,
             "idle_rate": idle_calls / idle_time if idle_time else None,
@@ -336,6 +351,7 @@ def summarize(rows: list[dict]) -> dict:
             "boundaries_s": statistics.median(sum(r["boundaries"]) for r in rows),
             "first": firsts, "later": later, "rates": rates,
             "busy_s": sum(r["busy_s"] for r in rows),
+            "ready_s": max(r.get("ready_s", 0.0) for r in rows),
             "peak_lb": max(r["final_peak"] / r["lower_bound"] if r["lower_bound"] else 1.0
                            for r in rows),
             "methods": sorted({r["final_method"] for r in rows}),
@@ -354,8 +370,8 @@ def print_tables(results: dict, versions: list[str], modes: list[str], names: li
     print("| workload | replan | version | worst ms | runs <= 20 ms | worst non-planning ms "
           "| worst planning ms | median ms | p99 ms | boundaries s | worst GC in a boundary ms "
           "| first plan | best plan | later re-plans (best) | launch rate planning/idle "
-          "| final peak / LB | final method |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---|")
+          "| final peak / LB | final method | planner ready s |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---|---:|")
     for name in names:
         for mode in modes:
             for v in versions:
@@ -371,7 +387,7 @@ def print_tables(results: dict, versions: list[str], modes: list[str], names: li
                       f"| {_ms(s['p99'])} | {s['boundaries_s']:.2f} | {_ms(s['gc'])} "
                       f"| {_lat(s['first'], 'first')} | {_lat(s['first'], 'best')} "
                       f"| {_lat(s['later'], 'best')} | {rate} | {s['peak_lb']:.4f} "
-                      f"| {','.join(s['methods'])} |")
+                      f"| {','.join(s['methods'])} | {s['ready_s']:.2f} |")
 
 
 def main(argv=None) -> None:

@@ -203,11 +203,9 @@ class _Planning:
 
 
 def main() -> int:
+    """Answer the planner on standard input and output until it is gone.  (The planner
+    starts this process at the lowest CPU priority, see ``planner._LAUNCH``.)"""
     _die_with_parent()
-    try:
-        os.nice(5)  # the training process comes first
-    except OSError:
-        pass
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but messages goes to the parent's pipe
     planning = _Planning(stdout)
