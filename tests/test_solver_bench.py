@@ -63,3 +63,16 @@ def test_the_timing_options_go_only_with_bestfit_timing(bench, capsys):
         bench.main(["--n", "100"])
     assert stop.value.code == 2
     assert "--n: only with --bestfit-timing" in capsys.readouterr().err
+
+
+def test_several_time_limits_are_printed_side_by_side_and_bestfit_runs_once(bench, tmp_path,
+                                                                             capsys):
+    trace = tmp_path / "tiny.csv"
+    trace.write_text("id,lower,upper,size\n0,0,2,3\n1,1,3,2\n2,2,4,3\n")
+    bench.main([str(trace), "--methods", "bestfit,best", "--time-limit", "0.3,0.1"])
+    text = capsys.readouterr().out
+    header = next(line for line in text.splitlines() if line.startswith("| instance"))
+    assert [c.strip() for c in header.strip("|").split("|")][4:-1:5] == [
+        "bestfit peak", "best 0.1s peak", "best 0.3s peak"]
+    assert "**best 0.1s** worst overrun past the 0.1 s limit" in text
+    assert "**best 0.3s** worst overrun past the 0.3 s limit" in text
