@@ -8,11 +8,12 @@ while its budget lasts and until a packing reaches the proven lower bound
   then the canonical search under the lower bound and probes above it
   (:mod:`.tightening`), and with what is left the large neighbourhood search
   (:mod:`.neighbourhood`);
-- traces of :data:`CORE_MIN_N` blocks or more: the skyline candidates (the
-  paper's best-fit first), then the peak core (:mod:`.peak_core`: the blocks
-  around the max-load instant packed exactly, the rest fitted around them;
-  exact on pangu and BERT), then the gap-fit candidates (seconds each on
-  20 000 blocks), then the canonical search where the
+- traces of :data:`CORE_MIN_N` blocks or more: the paper's best-fit and one
+  other skyline candidate (:data:`.phases.LEADING_SKYLINES`), then the peak
+  core (:mod:`.peak_core`: the blocks around the max-load instant packed
+  exactly, the rest fitted around them; exact on pangu and BERT, most of the
+  budget), then the other skyline candidates, then the gap-fit candidates
+  (seconds each on 20 000 blocks), then the canonical search where the
   trace is small enough for it (:func:`.canonical_search.searchable`), else
   briefly the skyline backtracking search under capacity
   (:mod:`.skyline_dfs`), and with what is left the neighbourhood search or,
@@ -40,7 +41,8 @@ from .canonical_search import MAX_BLOCKS, searchable, sections_of
 from .options import SolverOptions
 from .packing import Packing
 from .phases import (Incumbent, Phase, PhaseReport, capacity_search, gap_greedies, greedy,
-                     peak_core, priority_moves, skyline_greedies, slab_moves, tightening)
+                     leading_skylines, other_skylines, peak_core, priority_moves, slab_moves,
+                     tightening)
 
 __all__ = ["solve", "best_offsets", "plan_for", "BestInfo", "Step", "CORE_MIN_N",
            "NEIGHBOURHOOD_MAX_N", "SHARES"]
@@ -55,7 +57,7 @@ CORE_MIN_N = 1000
 NEIGHBOURHOOD_MAX_N = 2000
 #: Share of the budget left when each search phase starts (the last phase
 #: gets all that is left).
-SHARES = {"peak-core": 0.5, "capacity-search": 0.06, "tightening": 0.9}
+SHARES = {"peak-core": 0.8, "capacity-search": 0.06, "tightening": 0.9}
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,9 @@ def plan_for(lowers: list[int], uppers: list[int]) -> list[Step]:
     canonical = 1 < n <= MAX_BLOCKS and searchable(n, sections_of(lowers, uppers)[2])
     steps = []
     if n >= CORE_MIN_N:
-        steps += [Step("skyline", skyline_greedies),
-                  Step("peak-core", peak_core, SHARES["peak-core"]), Step("gap", gap_greedies)]
+        steps += [Step("skyline", leading_skylines),
+                  Step("peak-core", peak_core, SHARES["peak-core"]),
+                  Step("skyline-more", other_skylines), Step("gap", gap_greedies)]
     else:
         steps.append(Step("greedy", greedy))
     if n > 1 and not canonical:
