@@ -23,7 +23,8 @@ stand-in for kernel launches, timed).  Per workload and mode it reports:
   recurring shape) are shown apart;
 * plan latency: from the profiled iteration's end to its first plan and to
   its best plan installed (the one still in use when the next re-plan
-  starts, or at the end), in iterations and seconds;
+  starts, or at the end), in iterations and seconds, the median over runs
+  and the worst ("none in the run": no run installed one before it ended);
 * the launch loop's rate while a plan is being made (the planner busy
   before or after the loop) as a share of its rate in the same run while
   nothing is planned (``planning/idle``; the goal is 0.98 or more);
@@ -362,7 +363,7 @@ def summarize(rows: list[dict]) -> dict:
 
 def _lat(values: list[dict], key: str) -> str:
     if not values:
-        return "-"
+        return "none in the run"
     its = [v[f"{key}_it"] for v in values]
     secs = [v[f"{key}_s"] for v in values]
     return f"{statistics.median(its):g} it / {statistics.median(secs):.2f} s (max {max(its)} / {max(secs):.2f})"

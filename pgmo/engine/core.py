@@ -517,7 +517,7 @@ class Engine:
             return 0
         cached = self._awaited
         if cached is None or cached[0] is not profile:
-            cached = self._awaited = (profile, round_size(profile.without_open().lower_bound()))
+            cached = self._awaited = (profile, round_size(self.planner.arena_bound(profile)))
         return cached[1]
 
     def _install(self, schedule: Schedule) -> None:

@@ -295,6 +295,14 @@ class Planner:
             self._ensure_thread()
             self._cond.notify_all()
 
+    def arena_bound(self, profile: Trace) -> int:
+        """The lower bound of ``profile``'s closed blocks (what its arena must hold): the
+        worker's answer for a profile it made, else computed."""
+        cached = self._arena
+        if cached is not None and cached[0] is profile:
+            return cached[1].lower_bound()
+        return profile.without_open().lower_bound()
+
     def take_ready(self, installed: Schedule | None) -> Schedule | None:
         """A background schedule for the current profile that beats ``installed``."""
         with self._cond:
