@@ -108,6 +108,21 @@ def test_a_plan_made_in_the_worker_is_the_boundarys_plan_installed_at_a_boundary
     sync.close()
 
 
+def test_an_adopted_plan_is_not_superseded_by_work_handed_over_before_it():
+    """Logs sent to the worker (or waiting to be) before a plan is adopted are forgotten."""
+    other = random_iteration(7)
+    engine = host_engine(warmup=0, **BACKGROUND)
+    with HeldPlanner(engine) as held:
+        replay([HARD], engine)  # profiled: its log waits for the planner
+        engine.adopt(other, pgmo.solve(other.without_open(), method="bestfit"))
+        held.settle()
+    results = [replay([other], engine) for _ in range(3)]
+    assert_clean(results)
+    assert engine.plan.trace.blocks == other.without_open().blocks
+    assert engine.stats().departures == 0
+    engine.close()
+
+
 def test_the_boundary_never_waits_for_the_worker(monkeypatch):
     """While the worker plans (held here), iterations go on, served as profiling was."""
     engine = host_engine(warmup=0, **BACKGROUND)

@@ -255,7 +255,8 @@ class Planner:
         with self._cond:
             profile = self.profile
             if profile is not None:
-                self.generation = self._next_serial()  # background work on it is superseded
+                # background work on it is superseded (what the worker answers is forgotten)
+                self.generation = self._epoch = self._next_serial()
                 self._ready = None
         if profile is None:
             if last_log is None or not last_log.sizes:
@@ -271,9 +272,11 @@ class Planner:
             generation = self._next_serial()
         schedule = compile_schedule(profile, plan, generation, check=True)
         with self._cond:
-            self.generation = generation
+            self.generation = self._epoch = generation  # the worker's answers are older
             self.profile = profile
             self._lineage = None  # the worker does not hold this profile
+            self._folds.clear()  # logs of iterations before it
+            self._in_flight.clear()
             self._ready = None
         return schedule
 
@@ -399,7 +402,7 @@ class Planner:
             self.replans += 1
         with self._cond:
             self.profile = profile
-            self.generation = self._next_serial()
+            self.generation = self._epoch = self._next_serial()
             self._lineage = None
         return profile
 
