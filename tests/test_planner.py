@@ -220,6 +220,27 @@ def test_a_stopped_worker_costs_a_plan_never_a_wait(monkeypatch, caplog):
     engine.close()
 
 
+def test_a_failure_on_the_planner_thread_costs_that_plan_only(monkeypatch, caplog):
+    """A log the planner thread failed to send is counted, and not waited for: the next
+    iteration is profiled again and planned."""
+    engine = host_engine(warmup=0, **BACKGROUND)
+    send, failed = engine.planner._send_fold, []
+
+    def fails_once(*args):
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("a failure on the planner thread")
+        return send(*args)
+
+    monkeypatch.setattr(engine.planner, "_send_fold", fails_once)
+    with caplog.at_level(logging.WARNING, logger="pgmo.pool"):
+        results = wait_for(lambda: engine.stats().plan_method == "best", engine, HARD)
+    assert_clean(results)
+    assert failed and engine.stats().planner_failures == 1
+    assert "the planner thread failed" in caplog.text
+    engine.close()
+
+
 def test_a_worker_past_its_time_is_stopped_and_counted(monkeypatch, caplog):
     monkeypatch.setattr(planner_module, "WORKER_GRACE", 0.0)
     engine = host_engine(warmup=0, **{**BACKGROUND, "time_limit": 0.01})

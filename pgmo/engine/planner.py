@@ -467,6 +467,11 @@ class Planner:
                 for run_log, done in shapes:
                     self._send_shape(run_log, done)
             except Exception:  # never let the thread die silently
+                current = self._worker
+                with self._cond:  # logs it did not send are not awaited
+                    self._in_flight.difference_update(
+                        j for j in range(first, first + len(folds))
+                        if current is None or j not in current.pending)
                 self._worker_failed(None, "the planner thread failed")
                 log.debug("planner thread error", exc_info=True)
             finally:
