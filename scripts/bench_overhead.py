@@ -28,6 +28,9 @@ stand-in for kernel launches, timed).  Per workload and mode it reports:
 * the launch loop's rate while a plan is being made (the planner busy
   before or after the loop) as a share of its rate in the same run while
   nothing is planned (``planning/idle``; the goal is 0.98 or more);
+* the CPU time the training process spent on threads other than the
+  training loop's during the loop (the planner's threads: what shares the
+  interpreter lock with training), the median over runs;
 * the final planned peak over the lower bound, garbage-collector pauses
   inside boundaries (a long stall's usual suspect), and how long the
   planner took to be ready after the pool was made (the loop starts then,
@@ -202,6 +205,7 @@ def replay(ops: Ops, mode: str, time_limit: float, launches: int) -> dict:
     installs: list[tuple[int, float, str]] = []  # (iteration, time, method)
     live: dict[int, object] = {}
     schedule = engine.schedule
+    cpu0, main0 = time.process_time(), time.thread_time()  # CPU of the process, of this thread
     it = 0
     stall = gc0 = gc_begin = 0.0
     departures = engine.departures
@@ -254,6 +258,7 @@ def replay(ops: Ops, mode: str, time_limit: float, launches: int) -> dict:
                 idle_calls += launches
                 idle_time += spent
     total = time.perf_counter() - started
+    others = (time.process_time() - cpu0) - (time.thread_time() - main0)
     live.clear()
     deadline = time.perf_counter() + time_limit * 1.05 + 30  # let a last solve land
     while planner.busy and time.perf_counter() < deadline:
@@ -268,7 +273,7 @@ def replay(ops: Ops, mode: str, time_limit: float, launches: int) -> dict:
             "gc_in": gc_in, "starts": starts, "installs": installs,
             "busy_rate": busy_calls / busy_time if busy_time else None,
             "idle_rate": idle_calls / idle_time if idle_time else None,
-            "busy_s": busy_time, "final_peak": st.planned_peak, "lower_bound": st.lower_bound,
+            "busy_s": busy_time, "others_cpu_s": others, "final_peak": st.planned_peak, "lower_bound": st.lower_bound,
             "final_method": st.plan_method, "replans": st.reoptimizations,
             "failures": st.planner_failures + st.solve_failures}
 
@@ -355,6 +360,7 @@ def summarize(rows: list[dict]) -> dict:
             "first": firsts, "later": later, "rates": rates,
             "busy_s": sum(r["busy_s"] for r in rows),
             "ready_s": max(r.get("ready_s", 0.0) for r in rows),
+            "others_ms": statistics.median(r["others_cpu_s"] * 1e3 for r in rows),
             "peak_lb": max(r["final_peak"] / r["lower_bound"] if r["lower_bound"] else 1.0
                            for r in rows),
             "methods": sorted({r["final_method"] for r in rows}),
@@ -373,8 +379,8 @@ def print_tables(results: dict, versions: list[str], modes: list[str], names: li
     print("| workload | replan | version | worst ms | runs <= 20 ms | worst non-planning ms "
           "| worst planning ms | median ms | p99 ms | boundaries s | worst GC in a boundary ms "
           "| first plan | best plan | later re-plans (best) | launch rate planning/idle "
-          "| final peak / LB | final method | planner ready s |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---|---:|")
+          "| other threads' CPU ms | final peak / LB | final method | planner ready s |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|---|---:|")
     for name in names:
         for mode in modes:
             for v in versions:
@@ -389,7 +395,8 @@ def print_tables(results: dict, versions: list[str], modes: list[str], names: li
                       f"| {_ms(s['quiet'])} | {_ms(s['planning'])} | {s['median'] * 1e3:.3f} "
                       f"| {_ms(s['p99'])} | {s['boundaries_s']:.2f} | {_ms(s['gc'])} "
                       f"| {_lat(s['first'], 'first')} | {_lat(s['first'], 'best')} "
-                      f"| {_lat(s['later'], 'best')} | {rate} | {s['peak_lb']:.4f} "
+                      f"| {_lat(s['later'], 'best')} | {rate} | {s['others_ms']:.1f} "
+                      f"| {s['peak_lb']:.4f} "
                       f"| {','.join(s['methods'])} | {s['ready_s']:.2f} |")
 
 
