@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import itertools
 import logging
 import os
 import queue
@@ -177,7 +178,14 @@ class _Worker:
 
 
 class Planner:
-    """Owns the pool's profile and produces the schedules the engine installs."""
+    """Owns the pool's profile and produces the schedules the engine installs.
+
+    The training thread never waits for a lock here, nor holds one: a
+    Ctrl-C (or any exception) that lands in the middle of a call leaves no
+    lock taken.  What it hands to the planner thread goes through a queue;
+    what the planner thread hands back (the profile, a schedule) is one
+    reference stored at once; the rest is read as it is.
+    """
 
     def __init__(self, options: SolverOptions, mode: str = "background"):
         """``mode``: one of :data:`REPLAN_MODES` (the pool's options checked it).
@@ -187,38 +195,59 @@ class Planner:
         """
         self.options = options
         self.mode = mode
-        self.profile: Trace | None = None
-        self.generation = 0  # which profile is current (plans carry theirs)
         self.replans = 0  # departures that changed the profile
         self.varying = 0  # departures whose iteration differed in shape from the profile
         self.solve_failures = 0  # solves that raised (the plan stays as it was)
         self.background_solves = 0  # plans of the full method made by the worker
-        self.stale_plans = 0  # background plans or searches dropped: a newer profile came
         self.worker_failures = 0  # worker crashed or overran its time
         self._warned = False
-        self._serial = 0  # numbers requests and generations, increasing
+        #: Numbers generations and requests, increasing (``next`` is atomic).
+        self._numbers = itertools.count(1)
         self._init_threading()
         _planners.add(self)
         if mode == "background":
             self.later(self._start_worker)
 
     def _init_threading(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._folds: list[tuple[str, Log]] = []  # logs to send, with their kind
-        self._shape_jobs: list[tuple[Log, ShapeDone]] = []  # shapes to send
-        self._messages: list[tuple[_Worker, Message | None]] = []
-        self._chores: list[Callable[[], None]] = []  # work handed over (see later())
-        self._in_flight: set[int] = set()  # folds sent, not answered to the end
+        # The current profile is the newer (by generation) of two heads: the one set here by
+        # the engine's thread (sync solves, reset, adopt, optimize) and the one the planner
+        # thread sets from the worker's answers.  Each is one tuple, stored at once.
+        self._own: tuple[int, Trace | None] = (0, None)
+        self._answered: tuple[int, Trace | None] = (0, None)
+        self._epoch = 0  # the worker's answers to requests numbered below it are forgotten
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # everything for the planner thread
+        self._recorded = 0  # logs handed over (engine's thread)
+        self._forget_below = 0  # logs handed over before this count are dropped (reset, adopt)
+        self._taken = 0  # logs the planner thread took from the inbox
+        self._in_flight: set[int] = set()  # logs sent to the worker, not answered to the end
+        self._slot: dict[str, Schedule] = {}  # "ready": a schedule for take_ready (popped)
+        self._stale_taken = 0  # stale plans found by take_ready (engine's thread)
+        self._stale_answers = 0  # stale plans and stopped searches (planner thread)
         self._shapes: dict[int, tuple[Log, ShapeDone]] = {}  # shape requests sent
-        self._ready: Schedule | None = None
         self._thread: threading.Thread | None = None
         self._worker: _Worker | None = None
-        self._lineage: _Worker | None = None  # the worker that holds the current profile
-        self._epoch = 0  # answers to requests numbered below it are forgotten (reset)
+        self._worker_gen = -1  # the generation of the profile the worker holds (-1: none)
         self._arena: tuple[Trace, Trace] | None = None  # (profile, its closed blocks)
         self._stop = False
-        self._working = False  # the planner thread is doing anything it took (see wait_idle)
+        self._starting = threading.Lock()  # one planner thread at a time
         self._pid = os.getpid()
+
+    # ------------------------------------------------------------ the profile
+    @property
+    def profile(self) -> Trace | None:
+        """The current profile (the newest: the engine's own, or the worker's answer)."""
+        own, answered = self._own, self._answered
+        return (own if own[0] >= answered[0] else answered)[1]
+
+    @property
+    def generation(self) -> int:
+        """Which profile is current: plans carry the generation they were made for."""
+        return max(self._own[0], self._answered[0])
+
+    @property
+    def stale_plans(self) -> int:
+        """Plans dropped, and searches stopped, because a newer profile came."""
+        return self._stale_taken + self._stale_answers
 
     # ----------------------------------------------------------------- engine
     def record(self, run_log: Log, kind: str) -> Schedule | None:
@@ -234,31 +263,23 @@ class Planner:
                 return None  # the profile did not change: the plan in use stays
             method = "bestfit" if self.mode == "bestfit" else self.options.method
             return self._solve_now(profile, self.options.replace(method=method))
-        with self._cond:
-            self._folds.append((kind, run_log))
-            self._ensure_thread()
-            self._cond.notify_all()
+        self._post(("fold", self._recorded, kind, run_log))
+        self._recorded += 1
         return None
 
     def later(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on the planner thread, off the training loop."""
-        with self._cond:
-            self._chores.append(fn)
-            self._ensure_thread()
-            self._cond.notify_all()
+        self._post(("chore", fn))
 
     def optimize(self, last_log: Log | None) -> Schedule:
         """Solve the profile (else ``last_log``) now, with the full method; errors propagate.
 
         The caller asked to wait for it: it runs here, in every mode.
         """
-        with self._cond:
-            profile = self.profile
-            if profile is not None:
-                # background work on it is superseded (what the worker answers is forgotten)
-                self.generation = self._epoch = self._next_serial()
-                self._ready = None
-        if profile is None:
+        profile = self.profile
+        if profile is not None:
+            self._set_own(profile)  # background work on it is superseded
+        else:
             if last_log is None or not last_log.sizes:
                 raise RuntimeError("nothing to optimize yet: run at least one iteration "
                                    "with allocations first")
@@ -268,16 +289,10 @@ class Planner:
 
     def adopt(self, profile: Trace, plan: Plan) -> Schedule:
         """Use a plan made elsewhere (a saved file) for ``profile``; it is checked first."""
-        with self._cond:
-            generation = self._next_serial()
+        generation = next(self._numbers)
         schedule = compile_schedule(profile, plan, generation, check=True)
-        with self._cond:
-            self.generation = self._epoch = generation  # the worker's answers are older
-            self.profile = profile
-            self._lineage = None  # the worker does not hold this profile
-            self._folds.clear()  # logs of iterations before it
-            self._in_flight.clear()
-            self._ready = None
+        self._forget_below = self._recorded  # logs of iterations before it
+        self._set_own(profile, generation)
         return schedule
 
     def plan_now(self, profile: Trace) -> Schedule | None:
@@ -293,10 +308,7 @@ class Planner:
         if self.mode != "background":
             done(self.plan_now(to_profile(run_log)))
             return
-        with self._cond:
-            self._shape_jobs.append((run_log, done))
-            self._ensure_thread()
-            self._cond.notify_all()
+        self._post(("shape", run_log, done))
 
     def arena_bound(self, profile: Trace) -> int:
         """The lower bound of ``profile``'s closed blocks (what its arena must hold): the
@@ -308,33 +320,28 @@ class Planner:
 
     def take_ready(self, installed: Schedule | None) -> Schedule | None:
         """A background schedule for the current profile that beats ``installed``."""
-        with self._cond:
-            ready = self._ready
-            if ready is None:
-                return None
-            self._ready = None
-            if ready.generation != self.generation:
-                self.stale_plans += 1
-                return None
-            if installed is not None and installed.generation == ready.generation \
-                    and ready.plan.peak >= installed.plan.peak:
-                return None  # no better than what is in use
-            return ready
+        ready = self._slot.pop("ready", None)  # one step: the planner thread may store anew
+        if ready is None:
+            return None
+        if ready.generation != self.generation:
+            self._stale_taken += 1
+            return None
+        if installed is not None and installed.generation == ready.generation \
+                and ready.plan.peak >= installed.plan.peak:
+            return None  # no better than what is in use
+        return ready
 
     def reset(self) -> None:
         """Forget the profile (and any work on it)."""
-        with self._cond:
-            self.profile = None
-            self.generation = self._epoch = self._next_serial()
-            self._folds.clear()
-            self._in_flight.clear()
-            self._ready = None
+        self._forget_below = self._recorded
+        self._set_own(None)
 
     @property
     def busy(self) -> bool:
         """Work on the current profile is still going on in the background."""
-        with self._cond:
-            return bool(self._folds or self._in_flight)
+        if self._recorded > max(self._taken, self._forget_below):
+            return True  # a log waits for the planner thread
+        return max(self._in_flight, default=-1) >= self._epoch
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until no background work is queued, running, or awaited from the worker
@@ -344,34 +351,43 @@ class Planner:
         known boundary: what is ready then is installed at the next one.
         Returns False when ``timeout`` seconds passed first.
         """
-        with self._cond:
-            return self._cond.wait_for(self._idle, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._stop:
+            # Everything handed over before this marker is done once the planner thread
+            # runs it (it takes its work in order); then only the worker may still be busy.
+            marker = threading.Event()
+            self.later(marker.set)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0 or not marker.wait(left):
+                return False
+            if self._worker_idle():
+                return True
+            time.sleep(0.005)
+        return True
 
-    def _idle(self) -> bool:
-        """Nothing left to do in the background (lock held)."""
+    def _worker_idle(self) -> bool:
+        """The worker (if any) is ready and has answered everything, answers handled."""
         worker = self._worker
-        return self._stop or not (self._folds or self._shape_jobs or self._messages
-                                  or self._chores or self._working
-                                  or (worker is not None and not (worker.idle and worker.ready)))
+        return not self._in_flight and not self._shapes and (
+            worker is None or (worker.idle and worker.ready))
 
     # -------------------------------------------------------------- lifecycle
     def stop_idle_worker(self) -> None:
-        with self._cond:
-            worker = self._worker
-            if worker is None or not worker.idle or self._folds or self._shape_jobs:
-                return
-            self._worker = None
-            self._lineage = None
+        """Stop the worker if it has nothing to do (a later profile starts another)."""
+        worker = self._worker
+        if worker is None or not worker.idle or self._recorded > self._taken \
+                or not self._inbox.empty():
+            return
+        self._worker = None
         worker.stop()
 
     def shutdown(self) -> None:
         """Stop the thread and the worker (the pool is going away)."""
         if self._pid != os.getpid():
             return  # a forked child: those belong to the parent
-        with self._cond:
-            self._stop = True
-            worker, self._worker = self._worker, None
-            self._cond.notify_all()
+        self._stop = True
+        worker, self._worker = self._worker, None
+        self._inbox.put(None)  # wakes the planner thread, which ends
         if worker is not None:
             worker.stop()
         thread = self._thread
@@ -382,11 +398,14 @@ class Planner:
         """Threads do not survive fork and the worker is the parent's: start afresh."""
         self._init_threading()
 
-    # ------------------------------------------------- in this process (sync)
-    def _next_serial(self) -> int:
-        """A new request or generation number (lock held, or on one thread)."""
-        self._serial += 1
-        return self._serial
+    # ------------------------------------------------ in this process (sync)
+    def _set_own(self, profile: Trace | None, generation: int | None = None) -> int:
+        """Make ``profile`` the current one, set by the engine's thread (one store): the
+        worker's answers to earlier requests no longer count."""
+        generation = next(self._numbers) if generation is None else generation
+        self._epoch = generation
+        self._own = (generation, profile)
+        return generation
 
     def _apply(self, kind: str, run_log: Log) -> Trace:
         """The profile after this log (``sync``, ``bestfit``, :meth:`optimize`), published
@@ -400,10 +419,7 @@ class Planner:
             if profile is base:
                 return base
             self.replans += 1
-        with self._cond:
-            self.profile = profile
-            self.generation = self._epoch = self._next_serial()
-            self._lineage = None
+        self._set_own(profile)
         return profile
 
     def _solve_now(self, profile: Trace, options: SolverOptions,
@@ -420,88 +436,86 @@ class Planner:
             return None
 
     # ---------------------------------------------------- the planner thread
-    def _ensure_thread(self) -> None:
-        """Start the planner thread (lock held)."""
-        if self._thread is None or not self._thread.is_alive():
-            self._stop = False
-            self._thread = threading.Thread(target=self._run, name="pgmo-planner", daemon=True)
-            self._thread.start()
+    def _post(self, item: tuple) -> None:
+        """Hand ``item`` to the planner thread (started if need be)."""
+        self._inbox.put(item)
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            with self._starting:  # only while there is no thread: never on a hot path
+                thread = self._thread
+                if thread is None or not thread.is_alive():
+                    self._stop = False
+                    thread = threading.Thread(target=self._run, name="pgmo-planner",
+                                              daemon=True)
+                    self._thread = thread
+                    thread.start()
 
     def _on_message(self, worker: _Worker, message: Message | None) -> None:
-        with self._cond:
-            self._messages.append((worker, message))
-            self._cond.notify_all()
+        self._inbox.put(("message", worker, message))
+
+    def _take(self) -> list[tuple]:
+        """Wait for work (or the worker's deadline), then take all there is."""
+        worker = self._worker
+        timeout = None if worker is None or worker.idle else \
+            max(0.0, worker.deadline - time.monotonic())
+        items = []
+        try:
+            items.append(self._inbox.get(timeout=timeout))
+        except queue.Empty:
+            return items
+        while True:
+            try:
+                items.append(self._inbox.get_nowait())
+            except queue.Empty:
+                return items
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not (self._folds or self._shape_jobs or self._messages or self._chores
-                           or self._stop):
-                    worker = self._worker
-                    timeout = None if worker is None or worker.idle else \
-                        max(0.0, worker.deadline - time.monotonic())
-                    if timeout == 0.0:
-                        break
-                    self._cond.wait(timeout)
-                if self._stop:
+        while not self._stop:
+            for item in self._take():  # in the order they were handed over
+                if item is None or self._stop:
                     return
-                folds, self._folds = self._folds, []
-                shapes, self._shape_jobs = self._shape_jobs, []
-                messages, self._messages = self._messages, []
-                chores, self._chores = self._chores, []
-                worker = self._worker
-                self._working = True
-                # sent below: no moment when the fold is neither queued nor in flight
-                first = self._serial + 1
-                self._serial += len(folds)
-                self._in_flight.update(range(first, first + len(folds)))
-            try:
-                for chore in chores:
-                    chore()
-                if worker is not None and not worker.idle and time.monotonic() > worker.deadline:
-                    self._worker_failed(worker, "it took longer than its time limit")
-                for worker, message in messages:
-                    self._handle(worker, message)
-                for job, (kind, run_log) in enumerate(folds, first):
-                    self._send_fold(job, kind, run_log)
-                for run_log, done in shapes:
-                    self._send_shape(run_log, done)
-            except Exception:  # never let the thread die silently
-                current = self._worker
-                with self._cond:  # logs it did not send are not awaited
-                    self._in_flight.difference_update(
-                        j for j in range(first, first + len(folds))
-                        if current is None or j not in current.pending)
-                self._worker_failed(None, "the planner thread failed")
-                log.debug("planner thread error", exc_info=True)
-            finally:
-                with self._cond:
-                    self._working = False
-                    self._cond.notify_all()  # for wait_idle
+                job = None
+                try:
+                    if item[0] == "fold":
+                        # in flight before it counts as taken: busy never reads false between
+                        job = next(self._numbers)
+                        self._in_flight.add(job)
+                        self._taken = max(self._taken, item[1] + 1)
+                        self._send_fold(job, *item[1:])
+                    elif item[0] == "chore":
+                        item[1]()
+                    elif item[0] == "message":
+                        self._handle(item[1], item[2])
+                    elif item[0] == "shape":
+                        self._send_shape(item[1], item[2])
+                except Exception:  # never let the thread die silently
+                    worker = self._worker
+                    if job is not None and (worker is None or job not in worker.pending):
+                        self._in_flight.discard(job)  # a log it did not send is not awaited
+                    self._worker_failed(None, "the planner thread failed")
+                    log.debug("planner thread error", exc_info=True)
+            worker = self._worker
+            if worker is not None and not worker.idle and time.monotonic() > worker.deadline:
+                self._worker_failed(worker, "it took longer than its time limit")
 
     def _start_worker(self) -> None:
         self._ensure_worker()
 
     def _ensure_worker(self) -> _Worker | None:
-        """The worker, started if need be (only this thread starts workers: no race)."""
-        with self._cond:
-            worker = self._worker
+        """The worker, started if need be (only this thread starts workers)."""
+        worker = self._worker
         if worker is not None:
             return worker
         try:
-            worker = _Worker(self._on_message)  # a process start: never under the lock
+            worker = _Worker(self._on_message)
         except OSError as exc:
             self._worker_failed(None, f"it could not be started ({exc})")
             return None
-        with self._cond:
-            if self._stop:
-                stopped = True
-            else:
-                stopped = False
-                self._worker = worker
-        if stopped:
+        if self._stop:
             worker.stop()
             return None
+        self._worker = worker
+        self._worker_gen = -1  # it holds no profile yet
         return worker
 
     def _stages(self, method: str) -> list[dict[str, Any]]:
@@ -513,26 +527,25 @@ class Planner:
     def _seconds(self, stages: list[dict[str, Any]]) -> float:
         return sum((s["time_limit"] or 0.0) * 1.05 for s in stages) + WORKER_GRACE
 
-    def _send_fold(self, job: int, kind: str, run_log: Log) -> None:
+    def _send_fold(self, job: int, index: int, kind: str, run_log: Log) -> None:
         """Hand a log to the worker, with the profile to fold it into if it lacks it."""
+        if index < self._forget_below:  # a reset or an adopted plan came after it
+            self._in_flight.discard(job)
+            return
         worker = self._ensure_worker()
         if worker is None:
-            with self._cond:
-                self._in_flight.discard(job)  # this log's plan is lost
+            self._in_flight.discard(job)  # this log's plan is lost
             return
         base = None
-        with self._cond:
-            profile = self.profile
-            if job < self._epoch:  # a reset came after this log was handed over
-                self._in_flight.discard(job)
-                return
-        if kind == "merge" and self._lineage is not worker:
+        generation, profile = self.generation, self.profile
+        if kind == "merge" and self._worker_gen != generation:
+            # the worker does not hold the current profile: it gets it with the log
             if profile is None:
                 kind = "profile"
             else:
                 base = tuple(list(c) for c in zip(*((b.lower, b.upper, b.size)
                                                     for b in profile.blocks)))
-        self._lineage = worker
+                self._worker_gen = generation
         stages = self._stages(self.options.method)
         worker.submit(job, {"op": "fold", "job": job, "kind": kind, "log": tuple(run_log),
                             "base": base, "stages": stages}, self._seconds(stages))
@@ -542,34 +555,34 @@ class Planner:
         if worker is None:
             done(None)
             return
-        with self._cond:
-            job = self._next_serial()
-            self._shapes[job] = (run_log, done)
+        job = next(self._numbers)
+        self._shapes[job] = (run_log, done)
         stages = self._stages("bestfit")
         worker.submit(job, {"op": "solve", "job": job, "columns": tuple(run_log),
                             "stages": stages}, self._seconds(stages))
 
     # ------------------------------------------------------ the worker's answers
     def _handle(self, worker: _Worker, message: Message | None) -> None:
+        if message is None:  # the worker is gone: what it was making is lost
+            self._in_flight.difference_update(worker.pending)
+            if worker is self._worker:
+                self._worker_failed(worker, f"it exited with status {worker.proc.poll()}")
+            return
         if worker is not self._worker:
             return  # a worker stopped or replaced: what it says no longer counts
-        if message is None:
-            self._worker_failed(worker, f"it exited with status {worker.proc.poll()}")
-            return
         op, job = message.get("op"), int(message.get("job", -1))
         if op == "ready":
             worker.ready = True
         elif op == "done":
             worker.finished(job)
-            with self._cond:
-                self._in_flight.discard(job)
+            self._in_flight.discard(job)
             if message.get("cancelled"):
-                self.stale_plans += 1
+                self._stale_answers += 1
             shape = self._shapes.pop(job, None)
             if shape is not None:  # answered without a plan
                 shape[1](None)
         elif op == "profile":
-            self._on_profile(worker, message)
+            self._on_profile(message)
         elif op == "plan":
             shape = self._shapes.pop(job, None)
             if shape is not None:
@@ -579,7 +592,7 @@ class Planner:
         else:
             self._worker_failed(worker, f"it sent an unknown answer {op!r}")
 
-    def _on_profile(self, worker: _Worker, message: Message) -> None:
+    def _on_profile(self, message: Message) -> None:
         """The worker folded a log: the new profile, if it changed, is the current one."""
         job = message["job"]
         if "error" in message:
@@ -587,9 +600,10 @@ class Planner:
             log.warning("pgmo's planner could not fold an iteration into the profile (%s); "
                         "keeping the current plan", message["error"])
             return
+        if message["changed"]:
+            self._worker_gen = job  # what the worker holds now, current or not
         if job < self._epoch:
-            self._lineage = None  # the worker holds a profile forgotten here
-            return
+            return  # made before a reset or an adopted plan: forgotten
         self.varying += bool(message["varying"])
         if not message["changed"]:
             return
@@ -602,11 +616,8 @@ class Planner:
         arena = profile.without_open()
         if arena is not profile:
             _knows(arena, "_lower_bound", message["arena_lower_bound"])
-        with self._cond:
-            self.profile = profile
-            self.generation = job
-            self._arena = (profile, arena)
-            self._ready = None
+        self._arena = (profile, arena)
+        self._answered = (job, profile)  # current unless the engine's thread set a newer one
         if message["kind"] == "merge":
             self.replans += 1
 
@@ -622,22 +633,23 @@ class Planner:
 
     def _on_plan(self, message: Message) -> None:
         job = message["job"]
-        with self._cond:
-            current = job == self.generation
-            profile = self.profile
-        if not current or profile is None:
-            self.stale_plans += 1
+        answered = self._answered
+        if job != answered[0] or job != self.generation or answered[1] is None:
+            self._stale_answers += 1
             return
         if "error" in message:
             self.solve_failures += 1
             log.warning("pgmo's background solve failed (%s); keeping the current plan",
                         message["error"])
             return
+        profile = answered[1]
         plan = self._plan_of(profile, message)
         if plan.method != "bestfit":
             self.background_solves += 1
-        self._publish(Schedule(profile, plan, message["rows"], frozenset(message["pinned"]),
-                               job))
+        schedule = Schedule(profile, plan, message["rows"], frozenset(message["pinned"]), job)
+        ready = self._slot.get("ready")
+        if ready is None or ready.generation != job or plan.peak < ready.plan.peak:
+            self._slot["ready"] = schedule  # one store: take_ready pops it whole
 
     def _on_shape_plan(self, shape: tuple[Log, ShapeDone], message: Message) -> None:
         run_log, done = shape
@@ -650,24 +662,12 @@ class Planner:
         done(Schedule(profile, self._plan_of(profile, message), message["rows"],
                       frozenset(message["pinned"]), -1))
 
-    def _publish(self, schedule: Schedule) -> None:
-        with self._cond:
-            if schedule.generation != self.generation:
-                self.stale_plans += 1
-                return
-            ready = self._ready
-            if ready is None or ready.generation != schedule.generation \
-                    or schedule.plan.peak < ready.plan.peak:
-                self._ready = schedule
-
     def _worker_failed(self, worker: _Worker | None, why: str) -> None:
         """Count and warn (once); a worker is stopped, and what it was making is lost."""
         if worker is not None:
-            with self._cond:
-                if self._worker is worker:
-                    self._worker = None
-                self._in_flight.clear()
-            self._lineage = None
+            if self._worker is worker:
+                self._worker = None
+            self._in_flight.difference_update(worker.pending)
             worker.stop()
             shapes, self._shapes = self._shapes, {}
             for _, done in shapes.values():
