@@ -72,11 +72,13 @@ WORKER_GRACE = 20.0
 
 _planners: "weakref.WeakSet[Planner]" = weakref.WeakSet()
 
-#: How a worker starts: at the lowest CPU priority (nice 19), set before its imports (which
-#: take a tenth of a second of CPU): on a core training also wants, it gets about 1.5 % of
-#: the time; on an idle core, all of it.
+#: How a worker starts: deaf to Ctrl-C (the training process's to handle), at the lowest CPU
+#: priority (nice 19), both set before its imports (which take a tenth of a second of CPU):
+#: on a core training also wants, it gets about 1.5 % of the time; on an idle core, all of it.
 _LAUNCH = """
 import os
+import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it closes our input
 try:
     os.nice(19)
 except (AttributeError, OSError):

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -61,7 +62,6 @@ def _die_with_parent() -> None:
         return
     try:
         import ctypes
-        import signal
 
         libc = ctypes.CDLL(None, use_errno=True)
         PR_SET_PDEATHSIG = 1
@@ -205,6 +205,7 @@ class _Planning:
 def main() -> int:
     """Answer the planner on standard input and output until it is gone.  (The planner
     starts this process at the lowest CPU priority, see ``planner._LAUNCH``.)"""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it closes our input
     _die_with_parent()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but messages goes to the parent's pipe
