@@ -23,11 +23,13 @@ one iteration of each combination as a trace, and ``python -m
 scripts.recompute_table`` compares them.
 """
 
-import argparse
 import logging
 import os
 import sys
 
+from pgmo import programs
+
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pgmo.chainer  # noqa: E402,F401  (applies the Chainer compatibility layer first)
@@ -205,8 +207,7 @@ SUMMARY_COLUMNS = ("recompute", "pool", "batch", "iters", "peak pool bytes",
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = programs.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recompute", nargs="+", choices=("off", "on"), default=["off", "on"],
                         help="recompute each bottleneck in backward (F.forget), or not, or "
                         "both one after the other")
@@ -246,9 +247,9 @@ def main(argv=None):
                   f"{args.insize}x{args.insize}", flush=True)
             rows.append(train(args, recompute == "on", pool_name, device))
             release_cached(args.device)
-    print_table("Summary (peaks: at iteration ends once pgmo uses its plan; "
+    print_table("Summary (peaks: the most at an iteration's end, every iteration counted; "
                 "ms/iter: median after the first iteration)", SUMMARY_COLUMNS, rows)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(programs.run(main))

@@ -3,7 +3,8 @@
 On the CPU (``--device -1``) Chainer and the examples compute with NumPy, which
 never calls CuPy's allocator: the pool is still installed and iterations are
 still marked (so the same code runs unchanged on a GPU), but there are no GPU
-bytes to report and the tables say ``n/a (CPU)``.
+bytes to report, and the pool, which receives no request, has no mode or
+counts to show: the lines and tables say ``n/a (CPU)``.
 """
 
 import os
@@ -63,6 +64,35 @@ def _program():
     return os.path.basename(sys.argv[0]) or "example"
 
 
+def mode_text(pool, device_id):
+    """pgmo's mode for an iteration's line: ``stock`` without pgmo, ``n/a (CPU)`` on the
+    CPU (NumPy never asks the pool for memory, so it would say ``profiling`` forever)."""
+    if pool is None:
+        return "stock"
+    return NA if device_id < 0 else pool.mode
+
+
+class _WithoutEscapes:
+    """A text stream that drops the terminal's "erase below" code Chainer's PrintReport
+    writes before each line: a file or a pipe gets the lines alone."""
+
+    ERASE = "\033[J"
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        return self._stream.write(text.replace(self.ERASE, ""))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def report_stream():
+    """Where PrintReport should write: stdout, without escape codes unless a terminal."""
+    return sys.stdout if sys.stdout.isatty() else _WithoutEscapes(sys.stdout)
+
+
 def make_pool(device_id, **options):
     """A pgmo pool: on the GPU the real one, on the CPU one backed by host memory."""
     if device_id < 0:
@@ -93,13 +123,13 @@ def use_device(device_id, cpu_note=CPU_NOTE):
 
 def add_pgmo_options(parser, warmup=1):
     """The pool's options every example takes: warm-up, solver method, time limit."""
-    from pgmo import SolverOptions
+    from pgmo import METHODS, SolverOptions
 
     parser.add_argument("--warmup", type=int, default=warmup, help="pgmo warm-up iterations")
-    parser.add_argument("--method", default=SolverOptions().method,
-                        help="pgmo solver (see pgmo.METHODS)")
+    parser.add_argument("--method", default=SolverOptions().method, choices=METHODS,
+                        help="pgmo solver")
     parser.add_argument("--time-limit", type=float, default=SolverOptions().time_limit,
-                        help="pgmo solver seconds")
+                        metavar="S", help="pgmo solver seconds")
 
 
 def pgmo_options(args):

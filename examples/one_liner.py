@@ -13,17 +13,21 @@ which never calls CuPy's allocator: the pool is installed and the iterations
 are marked all the same, but there are no GPU bytes to show.
 """
 
-import argparse
 import logging
 import os
 import sys
 
-import numpy
+from pgmo import programs
+
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
+
+import numpy  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from measure import (  # noqa: E402
-    NA, Recorder, add_device_option, make_pool, mib, pick_device, print_table, release_cached,
+    NA, Recorder, add_device_option, make_pool, mib, mode_text, pick_device, print_table,
+    release_cached,
 )
 
 
@@ -79,7 +83,7 @@ def run(args, pool_name):
             with pool.iteration() if pool is not None else _nothing():
                 loss = train_step(xp, weights, xp.asarray(x), xp.asarray(t))
             seconds, held, used = recorder.record()
-            mode = pool.mode if pool is not None else "stock"
+            mode = mode_text(pool, args.device)
             if args.verbose or i in (1, args.iterations):
                 print(f"  iter {i:4d}  loss {loss:7.4f}  {mode:10s}  pools {mib(held):>14s}  "
                       f"{1e3 * seconds:8.2f} ms", flush=True)
@@ -105,8 +109,7 @@ class _nothing:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = programs.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_device_option(parser)
     parser.add_argument("--iterations", "-i", type=int, default=20)
     parser.add_argument("--batchsize", "-b", type=int, default=512)
@@ -135,10 +138,10 @@ def main(argv=None):
     for pool_name in ("stock", "pgmo"):
         print(f"\npool {pool_name}", flush=True)
         rows.append(run(args, pool_name))
-    print_table("Summary (pool bytes: the most held at an iteration's end once pgmo uses "
-                "its plan; ms/iter: median after the first)",
+    print_table("Summary (pool bytes: the most held at an iteration's end, every iteration "
+                "counted; ms/iter: median after the first)",
                 ("pool", "iters", "pool bytes", "pgmo arena", "lower bound", "ms/iter"), rows)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(programs.run(main))

@@ -14,13 +14,15 @@ inference generates up to 100 words per sentence, as in the paper::
         --batchsize 4 --iterations 2 --translate 2          # CPU smoke run
 """
 
-import argparse
 import contextlib
 import logging
 import os
 import sys
 import tempfile
 
+from pgmo import programs
+
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pgmo.chainer  # noqa: E402  (applies the Chainer compatibility layer first)
@@ -34,7 +36,8 @@ from chainer.training import extensions  # noqa: E402
 
 from measure import (  # noqa: E402
     NA, add_pgmo_options, make_pool, mib, pgmo_options, print_table, Recorder,
-    add_device_option, pick_device, release_cached, require_positive, use_device,
+    add_device_option, pick_device, release_cached, report_stream, require_positive,
+    use_device,
 )
 
 UNK, EOS = 0, 1  # word ids 0 and 1 are reserved; real words are 2 .. vocab-1
@@ -155,7 +158,8 @@ def train(args, pool_name, device, model, pairs):
             trainer.extend(pgmo.chainer.ProfileGuidedMemory(pool))
         trainer.extend(IterationRecorder(recorder))
         trainer.extend(extensions.LogReport(trigger=(args.log_interval, "iteration")))
-        trainer.extend(extensions.PrintReport(entries), trigger=(args.log_interval, "iteration"))
+        trainer.extend(extensions.PrintReport(entries, out=report_stream()),
+                       trigger=(args.log_interval, "iteration"))
         trainer.run()
     return summary_row("train", pool_name, args.batchsize, recorder)
 
@@ -200,8 +204,7 @@ def summary_row(task, pool_name, batch, recorder):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = programs.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pool", nargs="+", choices=("stock", "pgmo"), default=["pgmo"])
     parser.add_argument("--vocab", type=int, default=40000, help="vocabulary size")
     parser.add_argument("--units", type=int, default=512)
@@ -255,9 +258,9 @@ def main(argv=None):
             rows.append(translate(args, pool_name, device, model, pairs))
         del model
         release_cached(args.device)
-    print_table("Summary (peaks: at iteration ends once pgmo uses its plan; "
+    print_table("Summary (peaks: the most at an iteration's end, every iteration counted; "
                 "ms/iter: median after the first iteration)", SUMMARY_COLUMNS, rows)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(programs.run(main))

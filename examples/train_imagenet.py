@@ -24,6 +24,9 @@ import os
 import sys
 import tempfile
 
+from pgmo import programs
+
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pgmo.chainer  # noqa: E402  (applies the Chainer compatibility layer first)
@@ -33,7 +36,7 @@ import numpy as np  # noqa: E402
 from chainer import training  # noqa: E402
 
 from measure import (  # noqa: E402
-    NA, add_pgmo_options, make_pool, mib, pgmo_options, print_table, Recorder,
+    NA, add_pgmo_options, make_pool, mib, mode_text, pgmo_options, print_table, Recorder,
     add_device_option, pick_device, release_cached, require_positive, use_device,
 )
 from models import ARCHS  # noqa: E402
@@ -69,9 +72,9 @@ class IterationMeter(training.Extension):
     def __call__(self, trainer):
         seconds, held, used = self.recorder.record()
         loss = float(trainer.observation["main/loss"].array)
-        pool = self.recorder.pool
+        mode = mode_text(self.recorder.pool, self.recorder.device_id)
         print(f"  iter {trainer.updater.iteration:4d}  loss {loss:8.4f}  "
-              f"{pool.mode if pool is not None else 'stock':10s}  pools {mib(held):>14s}  "
+              f"{mode:10s}  pools {mib(held):>14s}  "
               f"device {mib(used):>14s}  {1e3 * seconds:9.1f} ms", flush=True)
 
 
@@ -123,7 +126,7 @@ def infer(args, arch, pool_name, device):
                 label = int(chainer.backends.cuda.to_cpu(scores.array).argmax())
                 del scores  # nothing allocated in the iteration outlives it
             seconds, held, used = recorder.record()
-            mode = pool.mode if pool is not None else "stock"
+            mode = mode_text(pool, args.device)
             print(f"  iter {i:4d}  class {label:4d}  {mode:10s}  pools {mib(held):>14s}  "
                   f"device {mib(used):>14s}  {1e3 * seconds:9.1f} ms", flush=True)
     return summary_row(arch, pool_name, "inference", 1, recorder)
@@ -145,8 +148,7 @@ def summary_row(arch, pool_name, task, batch, recorder):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = programs.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", nargs="+", choices=sorted(ARCHS), default=["resnet50"])
     parser.add_argument("--pool", nargs="+", choices=("stock", "pgmo"), default=["pgmo"],
                         help="CuPy's own pool, pgmo's, or both one after the other")
@@ -186,9 +188,9 @@ def main(argv=None):
             run = infer if args.inference else train
             rows.append(run(run_args, arch, pool_name, device))
             release_cached(args.device)
-    print_table("Summary (peaks: at iteration ends once pgmo uses its plan; "
+    print_table("Summary (peaks: the most at an iteration's end, every iteration counted; "
                 "ms/iter: median after the first iteration)", SUMMARY_COLUMNS, rows)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(programs.run(main))

@@ -19,13 +19,15 @@ the validation loss over the ranks.  At the end rank 0 prints every rank's
 pool statistics and a digest of its parameters, which must be identical.
 """
 
-import argparse
 import hashlib
 import logging
 import os
 import sys
 import tempfile
 
+from pgmo import programs
+
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pgmo.chainermn  # noqa: E402  (applies the Chainer compatibility layer first)
@@ -41,7 +43,7 @@ from mpi4py import MPI  # noqa: E402
 
 from measure import (  # noqa: E402
     NA, add_device_option, add_pgmo_options, mib, pick_device, pgmo_options, print_table,
-    require_positive,
+    report_stream, require_positive,
 )
 from models import ARCHS  # noqa: E402
 from models.base import ImageNetModel  # noqa: E402
@@ -110,10 +112,13 @@ def train(args, comm, out):
     trainer.extend(chainermn.create_multi_node_evaluator(evaluator, comm),
                    trigger=(args.eval_interval or args.iterations, "iteration"))
     if comm.rank == 0:
+        # On the CPU the pools receive no request: no counts to show
+        counts = ["pgmo/planned_requests", "pgmo/departed_requests", "pgmo/pinned_requests"] \
+            if args.device >= 0 else []
         trainer.extend(extensions.LogReport(trigger=(1, "iteration")))
         trainer.extend(extensions.PrintReport(
-            ["iteration", "main/loss", "validation/main/loss", "pgmo/planned_requests",
-             "pgmo/departed_requests", "pgmo/pinned_requests", "elapsed_time"]))
+            ["iteration", "main/loss", "validation/main/loss", *counts, "elapsed_time"],
+            out=report_stream()))
     trainer.run()
     return rank, start, digest(model)
 
@@ -147,8 +152,7 @@ def report(rows, digests, comm_name):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = programs.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", choices=["mlp", *sorted(ARCHS)], default="resnet50")
     parser.add_argument("--batchsize", "-b", type=int, default=32, help="per rank")
     parser.add_argument("--iterations", "-i", type=int, default=20)
@@ -159,9 +163,9 @@ def parse_args(argv=None):
     parser.add_argument("--communicator", "-c", choices=pgmo.chainermn.COMMUNICATORS,
                         default="auto", help="auto: naive on the CPU; pure_nccl when every "
                         "rank has its own GPU and NCCL loads; else host_staged")
-    parser.add_argument("--out", "-o", default=None,
-                        help="folder for each rank's plan file and the log "
-                             "(default: plans kept in memory)")
+    parser.add_argument("--out", "-o", default=None, type=programs.output_folder,
+                        metavar="DIR", help="folder for each rank's plan file and the log, "
+                                            "made if new (default: plans kept in memory)")
     parser.add_argument("--insize", type=int, default=None,
                         help="image size (default: the model's published size)")
     parser.add_argument("--classes", type=int, default=1000)
@@ -193,5 +197,6 @@ def main(argv=None):
         sys.exit(1)
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # rank 0 reports every iteration; the others stay quiet
+    sys.exit(programs.run(main, heartbeat=None if MPI.COMM_WORLD.rank else
+                          programs.HEARTBEAT_SECONDS))

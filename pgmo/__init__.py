@@ -16,7 +16,8 @@ import importlib as _importlib
 import typing as _typing
 
 from .bundled import read_trace  # a file, or the name of a trace bundled with pgmo
-from .errors import PgmoWarning, PlanError, PlanFileError, TraceFormatError
+from .errors import (DeviceError, NoGPUError, PgmoWarning, PlanError, PlanFileError,
+                     TraceFormatError, UnknownTraceError)
 from .formats import write_trace
 from .plan import Plan, read_plan
 from .solver import METHODS, SolverOptions, solve
@@ -25,8 +26,9 @@ from .trace import Block, Trace
 __version__ = "0.2.0"
 
 __all__ = [
-    "Block", "Trace", "Plan", "PlanError", "PlanFileError", "TraceFormatError", "METHODS",
-    "SolverOptions", "read_trace", "write_trace", "read_plan", "solve",
+    "Block", "Trace", "Plan", "PlanError", "PlanFileError", "TraceFormatError", "DeviceError",
+    "NoGPUError", "UnknownTraceError", "METHODS", "SolverOptions", "read_trace",
+    "write_trace", "read_plan", "solve",
     "ProfileGuidedMemoryPool", "PoolStats", "replay", "host_pool", "__version__",
     "analyze", "Analysis", "TraceRecorder", "PgmoWarning", "bundled",
 ]

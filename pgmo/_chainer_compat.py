@@ -19,6 +19,12 @@ What is patched, and why:
   here: Python 3.5.0 (pgmo needs >= 3.10), a macOS Accelerate warning read
   from ``numpy.distutils`` (which no longer describes how NumPy is built), and
   a pin of CuPy to ``>=7.7,<8`` that would only warn about the CuPy pgmo uses.
+* CuPy's NCCL module is imported once, without its nine-line warning that
+  the NCCL library could not be loaded.  ``import chainer`` imports it for
+  its multi-process updater, which pgmo never uses; where NCCL is used
+  (ChainerMN's ``pure_nccl``), ChainerMN stops with its own error when it
+  does not load, and ``pgmo.chainermn``'s ``auto`` picks another
+  communicator.
 
 Not patched, because nothing pgmo uses needs it: ``numpy.float`` in
 ``F.resize_images`` (removed in NumPy 1.24).  NumPy behaviour is otherwise
@@ -34,6 +40,7 @@ from __future__ import annotations
 import logging
 import sys
 import types
+import warnings
 
 import numpy
 
@@ -79,9 +86,28 @@ def _quiet_environment_check() -> bool:
     return True
 
 
+_NCCL = "cupy.cuda.nccl"
+
+
+def _quiet_nccl_import() -> bool:
+    """Import CuPy's NCCL module now, without its warning when NCCL is missing; True if
+    it did.  Nothing when Chainer or that module came first, or without CuPy."""
+    if "chainer" in sys.modules or _NCCL in sys.modules:
+        return False
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"\s*nccl library could not be loaded")
+        try:
+            import cupy.cuda.nccl  # noqa: F401
+        except ImportError:  # no CuPy: Chainer runs on NumPy alone
+            return False
+    return True
+
+
 def apply() -> None:
     """Make ``import chainer`` work on NumPy 2 and Python >= 3.12 (idempotent)."""
     if _restore_sctypes():
         logger.debug("restored numpy.sctypes for Chainer")
     if _quiet_environment_check():
         logger.debug("replaced %s (needs numpy.distutils, pkg_resources)", _ENV_CHECK)
+    if _quiet_nccl_import():
+        logger.debug("imported %s without its warning that NCCL is missing", _NCCL)

@@ -3,11 +3,13 @@
 :func:`analyze` reads any trace pgmo knows (a PyTorch snapshot, an RMM log,
 a CuPy recording, pgmo's own files), and reports in one :class:`Analysis`:
 
-* the lower bound: the most bytes live at once, which no allocator can beat;
+* the lower bound: the most bytes live at once over the whole recording (every
+  iteration in it, weights included), which no allocator can beat;
 * the peak of the paper's best-fit plan and of the chosen method (``best``);
 * what the recording allocator reserved, when the file records it (PyTorch's
-  segments) or when it is given (``reserved=``: a byte count, or the log of
-  the memory under a pool, such as an RMM log of a pool's upstream);
+  segments) or, for a file that does not, when it is given (``reserved=``: a
+  byte count, or the log of the memory under a pool, such as an RMM log of a
+  pool's upstream);
 * the saving of each against that reservation, in bytes and percent.
 
 Sizes are analysed at pgmo's pool granularity by default: each request
@@ -94,7 +96,8 @@ class Analysis:
         if self.reserved is not None:
             rows.append((f"reserved by {self.reserved_by or 'the allocator'}", self.reserved,
                          False))
-        rows.append(("lower bound (most bytes live at once)", self.lower_bound, True))
+        rows.append(("lower bound (most live at once, whole recording)",
+                     self.lower_bound, True))
         for method, plan in self.plans.items():
             label = "bestfit plan (the paper's heuristic)" if method == "bestfit" \
                 else f"{method} plan"
@@ -232,8 +235,10 @@ def analyze(source: Trace | str | os.PathLike, *, format: str | None = None,
     ``source``: a trace file in any format pgmo reads, the name of a bundled trace
     (``pgmo.bundled.names()``), or a :class:`Trace`.
     ``device``/``stream``/``inclusive``: how to read it (see
-    :class:`~pgmo.formats.ReadOptions`).  ``reserved``: overrides the file's
-    reservation; bytes, or a log whose peak of live bytes it is.
+    :class:`~pgmo.formats.ReadOptions`).  ``reserved``: what the recording
+    allocator reserved, for a file that does not say (an RMM log): bytes, or a
+    log whose peak of live bytes it is; a ``ValueError`` for a file that
+    records its own (a PyTorch snapshot), which is the figure to compare with.
     ``granularity``: round sizes up to a multiple of this (default: pgmo's
     512 B).  Solver ``options``/``changes`` choose the second plan (default
     ``best`` within its time limit); the first is always ``bestfit``.
@@ -252,6 +257,12 @@ def analyze(source: Trace | str | os.PathLike, *, format: str | None = None,
 
     reserved_by = None
     nbytes: int | None
+    recorded = metadata.get("reserved_peak")
+    if reserved is not None and recorded is not None:
+        by = metadata.get("reserved_by") or "the recording allocator"
+        raise ValueError(f"{name} records what was reserved: {human_bytes(recorded)} by "
+                         f"{by}; --reserved (reserved=) is only for a file that does not say "
+                         f"(an RMM log)")
     if reserved is not None:
         nbytes, reserved_by = _reserved_from(reserved, read_options)
     else:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .errors import UnknownTraceError
 from .formats import read_trace as read_file
 from .trace import Trace
 
@@ -118,9 +119,13 @@ def names() -> list[str]:
 
 
 def path(name: str) -> Path:
+    """The file of the bundled trace ``name``; :class:`~pgmo.errors.UnknownTraceError` (a
+    ``KeyError``) when there is none, naming the closest names, else all of them."""
     candidate = TRACE_DIR / f"{name}{_SUFFIX}"
     if not candidate.is_file():
-        raise KeyError(f"no bundled trace {name!r}; available: {', '.join(names())}")
+        from .programs import unknown_name
+
+        raise UnknownTraceError(str(unknown_name("bundled trace", name, names())))
     return candidate
 
 

@@ -14,10 +14,34 @@ only speaks to the GPU, through two optional APIs:
   which CuPy's runtime module has: :class:`CudaAsyncPool` serves the
   requests no plan covers without a device sync per free.
 
-:func:`device_layer` checks what the device supports (its attributes) and
-returns the :class:`~pgmo.engine.Backend` fields; where a piece is missing it
-is None and the engine uses cudaMalloc instead, saying so in ``stats()``.
-Both classes take their driver and runtime modules as arguments, so that the
+The rules a real driver enforces, and how this module keeps them:
+
+* ``cuMemUnmap`` and ``cudaMemPoolTrimTo`` do not wait for queued work, and
+  an array from the arena may be in use by a kernel on any stream: both are
+  preceded by a **device-wide** synchronization, also when a range is closed
+  or collected.
+* Access is granted once per growth, over all its new mappings (one
+  ``cuMemSetAccess``); a handle is released right after it is mapped (the
+  mapping keeps the memory).
+* A failed call changes nothing the books do not show: a growth that fails
+  half-way gives back what it mapped, an unmap that fails keeps that mapping
+  (and those below it) listed and counted (:class:`~pgmo.mappings.MappingLedger`).
+* A pool serves one device: peer access does not cover ``cuMemMap``'d
+  memory, so the engine sends requests made under another device to CuPy's
+  pool for that device.
+* A block of the stream-ordered pool is freed on the stream it was allocated
+  on, from the thread that allocated it: ``cudaStreamPerThread`` means the
+  *calling* thread's stream, so a free from another thread (a loader, the
+  garbage collector) waits in the pool's inbox for the owner thread, or for
+  the next device sync.  The stream is held weakly; once it is destroyed
+  the block is freed on the current stream (as CuPy's ``MemoryAsync`` does).
+
+:func:`device_layer` checks what the device supports (its attributes), then
+**probes** each part with one granule (reserve, create, map, set access,
+unmap, free; a pool's create, malloc, free, trim, destroy), so that a driver
+that says no (NOT_SUPPORTED under a container or vGPU, say) costs a fallback
+to cudaMalloc with its reason, not an error in the first iteration.  Both
+classes take their driver and runtime modules as arguments, so that the
 tests run them against stand-ins (``tests/cuda_standins.py``).
 
 The host analogues, used by every CPU test and benchmark, are
@@ -26,15 +50,21 @@ The host analogues, used by every CPU test and benchmark, are
 
 from __future__ import annotations
 
-import bisect
+import collections
 import logging
-from typing import Any
+import threading
+import weakref
+from typing import Any, Callable
 
-__all__ = ["CudaRange", "CudaAsyncPool", "device_layer", "vmm_granularity"]
+from .errors import DeviceError
+from .mappings import MappingLedger
+
+__all__ = ["CudaRange", "CudaAsyncPool", "device_layer", "vmm_granularity", "DeviceError"]
 
 log = logging.getLogger("pgmo.pool")
 
 _OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY / cudaErrorMemoryAllocation
+_get_ident = threading.get_ident
 
 
 def _driver() -> Any:
@@ -43,14 +73,38 @@ def _driver() -> Any:
     return driver
 
 
-def _check(driver: Any, result: Any, what: str) -> Any:
-    """``cuda.bindings`` calls return ``(CUresult, value...)``: the value, or an error."""
+def _name(err: Any) -> str:
+    name = getattr(err, "name", "")
+    return name if isinstance(name, str) else ""
+
+
+def _check(result: Any, what: str) -> Any:
+    """``cuda.bindings`` calls return ``(CUresult, value...)``: the value, or an error
+    (MemoryError for a full device, :class:`~pgmo.errors.DeviceError` otherwise)."""
     err, *values = result if isinstance(result, tuple) else (result,)
-    if int(err) != 0:
-        if int(err) == _OUT_OF_MEMORY:
+    code = int(err)
+    if code != 0:
+        if code == _OUT_OF_MEMORY:
             raise MemoryError(f"{what}: out of device memory")
-        raise RuntimeError(f"{what} failed: {err!r}")
+        raise DeviceError(what, code, _name(err))
+    if not values:
+        return None
     return values[0] if len(values) == 1 else tuple(values)
+
+
+def _runtime(what: str, call: Callable[..., Any], *args: Any) -> Any:
+    """A ``cupy.cuda.runtime`` call: its CUDARuntimeError as MemoryError or DeviceError."""
+    try:
+        return call(*args)
+    except MemoryError:
+        raise
+    except Exception as e:
+        status = getattr(e, "status", None)
+        if status is None:
+            raise
+        if int(status) == _OUT_OF_MEMORY:
+            raise MemoryError(f"{what}: out of device memory") from e
+        raise DeviceError(what, int(status), str(e)) from e
 
 
 def _allocation_prop(driver: Any, device_id: int) -> Any:
@@ -64,36 +118,43 @@ def _allocation_prop(driver: Any, device_id: int) -> Any:
 def vmm_granularity(device_id: int, driver: Any = None) -> int:
     """The device's mapping granularity (bytes), or 0 without virtual memory management."""
     driver = driver or _driver()
-    _check(driver, driver.cuInit(0), "cuInit")
-    device = _check(driver, driver.cuDeviceGet(device_id), "cuDeviceGet")
+    _check(driver.cuInit(0), "cuInit")
+    device = _check(driver.cuDeviceGet(device_id), "cuDeviceGet")
     attribute = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-    if not _check(driver, driver.cuDeviceGetAttribute(attribute, device), "cuDeviceGetAttribute"):
+    if not _check(driver.cuDeviceGetAttribute(attribute, device), "cuDeviceGetAttribute"):
         return 0
     flag = driver.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM
-    return int(_check(driver, driver.cuMemGetAllocationGranularity(
-        _allocation_prop(driver, device_id), flag), "cuMemGetAllocationGranularity"))
+    return int(_check(driver.cuMemGetAllocationGranularity(_allocation_prop(driver, device_id),
+                                                           flag),
+                      "cuMemGetAllocationGranularity"))
 
 
 class CudaRange:
-    """Reserved device address space, mapped granule by granule as the arena grows.
+    """Reserved device address space, mapped as the arena grows, trimmed at its end.
 
-    ``map(offset, nbytes)`` is one mapping (``cuMemCreate`` + ``cuMemMap`` +
-    ``cuMemSetAccess``; the handle is released at once, so that unmapping
-    frees the memory); ``unmap(offset, nbytes)`` gives back whole mappings
-    (``cuMemUnmap`` each, as the driver requires), after :meth:`synchronize`
-    has waited for the stream.  Neither waits for the device otherwise.
+    :meth:`map` backs ``[offset, offset + nbytes)`` with new mappings
+    (``cuMemCreate`` + ``cuMemMap`` each, the handle released at once) and
+    grants access to all of them with one ``cuMemSetAccess``: all or
+    nothing.  :meth:`unmap` gives back whole mappings (one ``cuMemUnmap``
+    each, as the driver requires), the highest first, so that what stays
+    mapped after a failure is still one run from offset 0.  Neither waits
+    for the device: the caller calls :meth:`synchronize` (a device-wide
+    sync) before an unmap; :meth:`close` does it itself.
     """
 
     def __init__(self, size: int, device_id: int, granule: int, driver: Any = None,
-                 synchronize: Any = None):
-        """``synchronize()`` waits for the stream that uses the arena (CuPy's current one)."""
+                 synchronize: Callable[[], object] | None = None):
+        """``synchronize()`` waits for every queued kernel of the device
+        (``cudaDeviceSynchronize``)."""
         self.driver = driver = driver or _driver()
         self.device_id = device_id
         self.granule = granule
         self.size = -(-size // granule) * granule
-        self.ptr = int(_check(driver, driver.cuMemAddressReserve(self.size, granule, 0, 0),
+        self._books = MappingLedger()
+        self._closed = True  # until the reservation exists
+        self.ptr = int(_check(driver.cuMemAddressReserve(self.size, granule, 0, 0),
                               "cuMemAddressReserve"))
-        self.mapped = 0
+        self._closed = False
         self._prop = _allocation_prop(driver, device_id)
         access = driver.CUmemAccessDesc()
         access.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
@@ -101,195 +162,342 @@ class CudaRange:
         access.flags = driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
         self._access = access
         self._synchronize = synchronize
-        self._offsets: list[int] = []
-        self._lengths: dict[int, int] = {}
-        self._closed = False
 
-    def __del__(self):  # the arena's last block and the pool are gone
+    def __del__(self) -> None:  # the arena's last block and the pool are gone
         try:
             self.close()
-        except Exception:  # at interpreter exit the driver may be gone already
-            pass
-
-    def map(self, offset: int, nbytes: int) -> None:
-        d = self.driver
-        if offset % self.granule or nbytes % self.granule or offset + nbytes > self.size:
-            raise ValueError(f"[{offset:,}, {offset + nbytes:,}) is not whole granules of "
-                             f"{self.granule:,} bytes inside the reservation")
-        handle = _check(d, d.cuMemCreate(nbytes, self._prop, 0), "cuMemCreate")
-        try:
-            _check(d, d.cuMemMap(self.ptr + offset, nbytes, 0, handle, 0), "cuMemMap")
+        except Exception as e:  # a driver that refuses, or one gone at interpreter exit
             try:
-                _check(d, d.cuMemSetAccess(self.ptr + offset, nbytes, [self._access], 1),
-                       "cuMemSetAccess")
-            except BaseException:
-                d.cuMemUnmap(self.ptr + offset, nbytes)
-                raise
-        finally:
-            d.cuMemRelease(handle)  # the mapping keeps the memory until it is unmapped
-        bisect.insort(self._offsets, offset)
-        self._lengths[offset] = nbytes
-        self.mapped += nbytes
+                log.warning("pgmo could not give its reserved range back: %s", e)
+            except Exception:  # logging itself may be gone at interpreter exit
+                pass
+
+    @property
+    def mapped(self) -> int:
+        """Bytes the driver holds for this range now (every mapping, usable or stranded)."""
+        return self._books.mapped
+
+    def map(self, offset: int, nbytes: int, piece: int | None = None) -> None:
+        """Map ``[offset, offset + nbytes)`` in mappings of ``piece`` bytes at most, then grant
+        access over all of it at once.  All or nothing: MemoryError (full device) or
+        :class:`~pgmo.errors.DeviceError`, with what this call mapped given back."""
+        d, books = self.driver, self._books
+        g = self.granule
+        piece = piece or nbytes
+        if offset % g or nbytes % g or piece % g or nbytes <= 0 or offset < 0 \
+                or offset + nbytes > self.size:
+            raise ValueError(f"[{offset:,}, {offset + nbytes:,}) is not whole granules of "
+                             f"{g:,} bytes inside the reservation")
+        if books.overlaps(offset, nbytes):
+            raise ValueError(f"[{offset:,}, {offset + nbytes:,}) is already mapped in part")
+        made: list[int] = []
+        try:
+            pos, end = offset, offset + nbytes
+            while pos < end:
+                step = min(piece, end - pos)
+                handle = _check(d.cuMemCreate(step, self._prop, 0), "cuMemCreate")
+                try:
+                    _check(d.cuMemMap(self.ptr + pos, step, 0, handle, 0), "cuMemMap")
+                    books.add(pos, step, usable=False)  # mapped: listed, not usable yet
+                    made.append(pos)
+                finally:
+                    d.cuMemRelease(handle)  # the mapping keeps the memory until unmapped
+                pos += step
+            _check(d.cuMemSetAccess(self.ptr + offset, nbytes, [self._access], 1),
+                   "cuMemSetAccess")
+            books.make_usable(made)
+        except BaseException:
+            self._give_back_unused(made)
+            raise
+
+    def _give_back_unused(self, starts: list[int]) -> None:
+        """Unmap mappings no kernel can have used (access never granted): no sync needed.
+        One the driver refuses stays listed (counted, never usable)."""
+        for start in reversed(starts):
+            result = self.driver.cuMemUnmap(self.ptr + start, self._books.length(start))
+            if int(result[0] if isinstance(result, tuple) else result) != 0:
+                log.warning("pgmo could not unmap %d bytes it had just mapped", 
+                            self._books.length(start))
+                return
+            self._books.remove(start)
 
     def unmap(self, offset: int, nbytes: int) -> None:
-        d = self.driver
-        k = bisect.bisect_left(self._offsets, offset)
-        pos, j = offset, k
-        while pos < offset + nbytes:
-            if j == len(self._offsets) or self._offsets[j] != pos:
-                raise ValueError(f"[{offset:,}, {offset + nbytes:,}) is not a run of whole "
-                                 f"mappings")
-            pos += self._lengths[self._offsets[j]]
-            j += 1
-        if pos != offset + nbytes:
-            raise ValueError(f"[{offset:,}, {offset + nbytes:,}) ends inside a mapping")
-        for start in self._offsets[k:j]:
-            length = self._lengths.pop(start)
-            _check(d, d.cuMemUnmap(self.ptr + start, length), "cuMemUnmap")
-            self.mapped -= length
-        del self._offsets[k:j]
+        """Give back the whole mappings that make up ``[offset, offset + nbytes)``, the highest
+        first (call :meth:`synchronize` before).  On a refusal, raises with the refused
+        mapping and those below it still listed and counted."""
+        books = self._books
+        for start in reversed(books.run(offset, nbytes)):
+            _check(self.driver.cuMemUnmap(self.ptr + start, books.length(start)), "cuMemUnmap")
+            books.remove(start)
 
     def mappings(self) -> list[tuple[int, int]]:
-        return [(o, self._lengths[o]) for o in self._offsets]
+        return self._books.mappings()
+
+    def usable_end(self) -> int:
+        """The end of the usable memory from offset 0 (what an arena on this range may use)."""
+        return self._books.usable_end()
 
     def synchronize(self) -> None:
+        """Wait for the whole device (before memory a kernel may use goes back)."""
         if self._synchronize is not None:
             self._synchronize()
 
     def close(self) -> None:
+        """Wait for the device, unmap everything, give the address space back.
+
+        Raises :class:`~pgmo.errors.DeviceError` when the driver refuses part of it (what
+        it refused stays listed; a later call tries again)."""
         if self._closed:
             return
+        self.synchronize()
+        failure: DeviceError | None = None
+        for start, length in reversed(self._books.mappings()):
+            try:
+                _check(self.driver.cuMemUnmap(self.ptr + start, length), "cuMemUnmap")
+                self._books.remove(start)
+            except DeviceError as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
+        _check(self.driver.cuMemAddressFree(self.ptr, self.size), "cuMemAddressFree")
         self._closed = True
-        d = self.driver
-        for start in self._offsets:
-            d.cuMemUnmap(self.ptr + start, self._lengths[start])
-        self._offsets.clear()
-        self._lengths.clear()
-        self.mapped = 0
-        d.cuMemAddressFree(self.ptr, self.size)
+
+
+def _weak(stream: Any) -> Callable[[], Any]:
+    """A weak reference to ``stream`` (a plain value where it takes none, an int say)."""
+    try:
+        return weakref.ref(stream)
+    except TypeError:
+        return lambda: stream
 
 
 class _PoolBlock:
-    """A block of a :class:`CudaAsyncPool`; its death is its ``cudaFreeAsync`` on the stream
-    it was allocated on (whatever thread it dies in: the stream orders the reuse)."""
+    """A block of a :class:`CudaAsyncPool`; its death is its ``cudaFreeAsync`` (see there)."""
 
-    __slots__ = ("ptr", "size", "_pool", "_stream")
+    __slots__ = ("ptr", "size", "_pool", "_stream", "_thread")
     ptr: int
     size: int
     _pool: "CudaAsyncPool"
-    _stream: int
+    _stream: Callable[[], Any]
+    _thread: int
 
-    def __del__(self):
-        pool = self._pool
-        try:
-            pool.runtime.freeAsync(self.ptr, self._stream)
-        except Exception:  # at interpreter exit, or a broken context: nothing to do
-            return
-        pool.used -= self.size  # an int's update: atomic enough for a statistic
+    def __del__(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:  # None: the block was never handed out
+            pool._died(self.ptr, self.size, self._stream, self._thread)
 
 
 class CudaAsyncPool:
     """A private stream-ordered pool (the release threshold at its maximum: memory stays for
-    reuse until :meth:`trim`).  Blocks are allocated and freed on CuPy's current stream."""
+    reuse until :meth:`trim`), serving one device.
 
-    def __init__(self, device_id: int, runtime: Any = None, stream: Any = None):
-        """``runtime``: CuPy's ``cupy.cuda.runtime``; ``stream()``: the current stream's handle."""
+    A block is allocated on CuPy's current stream and freed on that stream from
+    the thread that allocated it; a block that dies on another thread waits in
+    the pool's inbox (:meth:`pending_frees`) until that thread's next
+    :meth:`malloc`, or until :meth:`trim`, which follows a device sync.
+    """
+
+    def __init__(self, device_id: int, runtime: Any = None,
+                 stream: Callable[[], Any] | None = None):
+        """``runtime``: CuPy's ``cupy.cuda.runtime``; ``stream()``: the current stream (an
+        object with ``ptr``; CuPy's ``get_current_stream``)."""
         if runtime is None:
             from cupy.cuda import runtime as cupy_runtime
 
             runtime = cupy_runtime
-        if stream is None:
-            import cupy
-
-            def stream() -> int:
-                return cupy.cuda.get_current_stream().ptr
         self.runtime = runtime
-        self.stream = stream
+        self.stream = stream or _current_stream
+        self.device_id = device_id
+        self.used = 0
+        self._held = 0  # the last ReservedMemCurrent read
+        self._held_unknown = False
+        self._inbox: collections.deque = collections.deque()  # frees from other threads
         props = runtime.MemPoolProps(runtime.cudaMemAllocationTypePinned,
                                      runtime.cudaMemHandleTypeNone,
                                      runtime.cudaMemLocationTypeDevice, device_id)
-        self.handle = runtime.memPoolCreate(props)
-        runtime.memPoolSetAttribute(self.handle, runtime.cudaMemPoolAttrReleaseThreshold,
-                                    2 ** 64 - 1)
-        self.used = 0
-
-    def __del__(self):  # blocks keep their pool: none is outstanding now
+        self.handle = _runtime("cudaMemPoolCreate", runtime.memPoolCreate, props)
         try:
-            self.runtime.memPoolDestroy(self.handle)
+            _runtime("cudaMemPoolSetAttribute", runtime.memPoolSetAttribute, self.handle,
+                     runtime.cudaMemPoolAttrReleaseThreshold, 2 ** 64 - 1)
+        except BaseException:
+            self.close()
+            raise
+
+    def __del__(self) -> None:  # blocks keep their pool: none is outstanding now
+        try:
+            self.close()
         except Exception:  # at interpreter exit the runtime may be gone already
             pass
 
+    def close(self) -> None:
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle is not None:
+            _runtime("cudaMemPoolDestroy", self.runtime.memPoolDestroy, handle)
+
     @property
     def held(self) -> int:
+        """Bytes the pool holds (ReservedMemCurrent); where the driver stops answering, the
+        last answer (a statistic must not stop the pool)."""
         rt = self.runtime
-        return int(rt.memPoolGetAttribute(self.handle, rt.cudaMemPoolAttrReservedMemCurrent))
+        try:
+            self._held = int(_runtime("cudaMemPoolGetAttribute", rt.memPoolGetAttribute,
+                                      self.handle, rt.cudaMemPoolAttrReservedMemCurrent))
+        except (DeviceError, MemoryError) as e:
+            if not self._held_unknown:
+                log.warning("pgmo cannot read what its stream-ordered pool holds (%s); "
+                            "counting what it held last", e)
+            self._held_unknown = True
+            return max(self._held, self.used)
+        self._held_unknown = False
+        return self._held
+
+    def pending_frees(self) -> int:
+        """Blocks that died on another thread and wait for their thread or a device sync."""
+        return len(self._inbox)
 
     def malloc(self, size: int) -> _PoolBlock:
+        if self._inbox:
+            self._free_waiting(synced=False)
         stream = self.stream()
-        try:
-            ptr = self.runtime.mallocFromPoolAsync(size, self.handle, stream)
-        except Exception as e:  # CUDARuntimeError: cudaErrorMemoryAllocation
-            if getattr(e, "status", None) == _OUT_OF_MEMORY:
-                raise MemoryError(str(e)) from e
-            raise
+        ptr = _runtime("cudaMallocFromPoolAsync", self.runtime.mallocFromPoolAsync, size,
+                       self.handle, stream.ptr)
         block = _PoolBlock()
-        block.ptr, block.size, block._pool, block._stream = ptr, size, self, stream
+        block.ptr, block.size, block._stream, block._thread = ptr, size, _weak(stream), \
+            _get_ident()
         self.used += size
+        block._pool = self  # last: from here on its death frees it
         return block
 
+    def free_now(self, block: _PoolBlock) -> None:
+        """Free ``block`` at once on its stream, raising what the driver answers (its death
+        then frees nothing): for a probe, which must hear a refusal."""
+        block._pool = None  # type: ignore[assignment]
+        self._free(block.ptr, block.size, block._stream())
+
+    def _died(self, ptr: int, size: int, stream: Callable[[], Any], thread: int) -> None:
+        """A block's death (any thread, the garbage collector's too)."""
+        if thread != _get_ident():
+            self._inbox.append((ptr, size, stream, thread))  # ordered by its own thread later
+            return
+        try:
+            self._free(ptr, size, stream())
+        except Exception as e:  # a free in a destructor must not raise; the memory stays held
+            log.warning("pgmo could not free a block of its stream-ordered pool: %s", e)
+
+    def _free(self, ptr: int, size: int, stream: Any) -> None:
+        handle = stream.ptr if stream is not None else self.stream().ptr
+        _runtime("cudaFreeAsync", self.runtime.freeAsync, ptr, handle)
+        self.used -= size
+
+    def _free_waiting(self, synced: bool) -> None:
+        """Free the blocks that died on other threads: those of this thread on their own
+        stream; after a device sync (``synced``) all of them, on the current stream (the
+        work that used them is done, and a dead block gets no new work)."""
+        me = _get_ident()
+        for _ in range(len(self._inbox)):
+            ptr, size, stream, thread = self._inbox.popleft()
+            if synced:
+                self._free(ptr, size, None)
+            elif thread == me:
+                self._free(ptr, size, stream())
+            else:
+                self._inbox.append((ptr, size, stream, thread))
+
     def synchronize(self) -> None:
-        self.runtime.streamSynchronize(self.stream())
+        """Wait for the whole device (before :meth:`trim`)."""
+        _runtime("cudaDeviceSynchronize", self.runtime.deviceSynchronize)
 
     def trim(self) -> None:
-        self.runtime.memPoolTrimTo(self.handle, 0)
+        """Give back every wholly free chunk (after :meth:`synchronize`): frees waiting for
+        their thread go first."""
+        self._free_waiting(synced=True)
+        _runtime("cudaMemPoolTrimTo", self.runtime.memPoolTrimTo, self.handle, 0)
 
 
-def _current_stream() -> int:
+def _current_stream() -> Any:
     import cupy
 
-    return cupy.cuda.get_current_stream().ptr
+    return cupy.cuda.get_current_stream()
+
+
+def _probe_range(device_id: int, granule: int, driver: Any,
+                 synchronize: Callable[[], object]) -> None:
+    """Every call an arena makes, once, on one granule: a driver that says no, says it here."""
+    probe = CudaRange(granule, device_id, granule, driver=driver, synchronize=synchronize)
+    try:
+        probe.map(0, granule)
+        probe.synchronize()
+        probe.unmap(0, granule)
+    finally:
+        probe.close()
+
+
+def _probe_pool(device_id: int, runtime: Any, stream: Callable[[], Any]) -> None:
+    """Every call the heap makes, once, on one small block."""
+    pool = CudaAsyncPool(device_id, runtime=runtime, stream=stream)
+    try:
+        pool.free_now(pool.malloc(512))
+        _runtime("cudaMemPoolGetAttribute", runtime.memPoolGetAttribute, pool.handle,
+                 runtime.cudaMemPoolAttrReservedMemCurrent)
+        pool.synchronize()
+        pool.trim()
+    finally:
+        pool.close()
 
 
 def device_layer(device_id: int, total_memory: int, *, driver: Any = None, runtime: Any = None,
-                 stream: Any = None) -> tuple[dict, dict[str, str]]:
+                 stream: Callable[[], Any] | None = None) -> tuple[dict, dict[str, str]]:
     """What the device supports, as :class:`~pgmo.engine.Backend` fields, and why not.
 
-    Returns ``({"reserve": ..., "heap": ..., "device_memory": ...}, reasons)``;
-    ``reserve`` / ``heap`` are None where unsupported, and ``reasons`` says why
-    (shown in ``memory_summary()``).  ``driver``, ``runtime`` and ``stream()``
-    default to ``cuda.bindings.driver``, ``cupy.cuda.runtime`` and CuPy's
-    current stream (tests pass stand-ins).
+    Returns ``({"reserve": ..., "heap": ..., "device_memory": ..., "reasons": ...},
+    reasons)``; ``reserve`` / ``heap`` are None where unsupported or refused
+    by the driver's probe, and ``reasons`` says why (``stats().device_reasons``,
+    ``memory_summary()``).  ``driver``, ``runtime`` and ``stream()`` default
+    to ``cuda.bindings.driver``, ``cupy.cuda.runtime`` and CuPy's current
+    stream (tests pass stand-ins).
     """
     reasons: dict[str, str] = {}
-    fields: dict[str, Any] = {"reserve": None, "heap": None, "device_memory": total_memory}
+    fields: dict[str, Any] = {"reserve": None, "heap": None, "device_memory": total_memory,
+                              "reasons": reasons}
     stream = stream or _current_stream
-    try:
-        if runtime is None:
+    if runtime is None:
+        try:
             from cupy.cuda import runtime as cupy_runtime
+        except ImportError as e:  # pragma: no cover - the pool imports CuPy first
+            reasons["arena"] = reasons["heap"] = f"CuPy's runtime is missing ({e})"
+            return fields, reasons
+        runtime = cupy_runtime
 
-            runtime = cupy_runtime
-    except ImportError as e:  # pragma: no cover - the pool imports CuPy first
-        reasons["arena"] = reasons["heap"] = f"CuPy's runtime is missing ({e})"
-        return fields, reasons
+    def synchronize() -> None:
+        _runtime("cudaDeviceSynchronize", runtime.deviceSynchronize)
+
     try:
         granule = vmm_granularity(device_id, driver)
         if granule:
+            _probe_range(device_id, granule, driver, synchronize)
+
             def reserve(size: int) -> CudaRange:
                 return CudaRange(size, device_id, granule, driver=driver,
-                                 synchronize=lambda: runtime.streamSynchronize(stream()))
+                                 synchronize=synchronize)
 
             fields["reserve"] = reserve
         else:
             reasons["arena"] = "the device has no virtual memory management"
     except ImportError:
         reasons["arena"] = "cuda-bindings is not installed (pip install 'pgmo[cuda13]')"
+    except (DeviceError, MemoryError) as e:
+        reasons["arena"] = f"the driver refused virtual memory management ({e})"
     except Exception as e:  # no driver, an old driver...
         reasons["arena"] = f"virtual memory management unavailable ({e})"
     try:
-        if runtime.deviceGetAttribute(runtime.cudaDevAttrMemoryPoolsSupported, device_id):
+        if _runtime("cudaDeviceGetAttribute", runtime.deviceGetAttribute,
+                    runtime.cudaDevAttrMemoryPoolsSupported, device_id):
+            _probe_pool(device_id, runtime, stream)
             fields["heap"] = lambda: CudaAsyncPool(device_id, runtime=runtime, stream=stream)
         else:
             reasons["heap"] = "the device has no stream-ordered memory pools"
+    except (DeviceError, MemoryError) as e:
+        reasons["heap"] = f"the driver refused a stream-ordered pool ({e})"
     except Exception as e:
         reasons["heap"] = f"stream-ordered pools unavailable ({e})"
     for part, why in reasons.items():

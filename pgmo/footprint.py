@@ -62,11 +62,15 @@ class Footprint:
     error: str = ""
     seconds: float = 0.0
     stats: Any = field(repr=False, default=None)
-    #: Per iteration: calls that waited for the device (cudaFree, unmapping, stream syncs,
-    #: pool trims) inside it, and at the boundary after it (its end, the next one's begin
-    #: and anything between), as the device counts them (``HostMemory.sync_calls``).
+    #: Per iteration: calls that waited for the device (cudaFree, device or stream syncs)
+    #: inside it, and at the boundary after it (its end, the next one's begin and anything
+    #: between), as the device counts them (``HostMemory.sync_calls``).
     syncs_inside: list[int] = field(repr=False, default_factory=list)
     syncs_boundary: list[int] = field(repr=False, default_factory=list)
+    #: The same for the calls that gave memory back without a wait of their own (an unmap
+    #: per mapping, a pool's trim; ``HostMemory.release_calls``).
+    releases_inside: list[int] = field(repr=False, default_factory=list)
+    releases_boundary: list[int] = field(repr=False, default_factory=list)
     #: Per iteration: requests, and those that reached the raw allocator (cudaMalloc).
     requests: list[int] = field(repr=False, default_factory=list)
     raw_allocations: list[int] = field(repr=False, default_factory=list)
@@ -77,6 +81,9 @@ class Footprint:
 
     def most_syncs_at_a_boundary(self) -> int:
         return max(self.syncs_boundary, default=0)
+
+    def most_releases_at_a_boundary(self) -> int:
+        return max(self.releases_boundary, default=0)
 
     def raw_share(self, after: int = 5) -> float:
         """The share of requests after iteration ``after`` that reached the raw allocator."""
@@ -105,9 +112,10 @@ def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float =
     held: list[int] = []
     kinds = [kind for kind, _ in run.events()]
     n = len(run.iterations)
-    counts = {"inside": [0] * n, "boundary": [0] * n, "requests": [0] * n, "raw": [0] * n}
+    counts = {"inside": [0] * n, "boundary": [0] * n, "requests": [0] * n, "raw": [0] * n,
+              "released inside": [0] * n, "released at boundary": [0] * n}
     where = {"iteration": -1, "inside": False, "syncs": device.sync_calls,
-             "mallocs": device.allocations}
+             "mallocs": device.allocations, "releases": device.release_calls}
 
     def on_event(k: int) -> None:
         if timeline:
@@ -115,24 +123,30 @@ def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float =
             device.reset_peak()
         kind = kinds[k]
         syncs, mallocs = device.sync_calls - where["syncs"], device.allocations - where["mallocs"]
+        releases = device.release_calls - where["releases"]
         where["syncs"], where["mallocs"] = device.sync_calls, device.allocations
+        where["releases"] = device.release_calls
         it = where["iteration"]
         if kind == "begin":
             where["iteration"] = it = it + 1
             where["inside"] = True
             if it > 0:
                 counts["boundary"][it - 1] += syncs
+                counts["released at boundary"][it - 1] += releases
         elif kind == "end":
             where["inside"] = False
             counts["boundary"][it] += syncs
+            counts["released at boundary"][it] += releases
             if step_seconds:
                 time.sleep(step_seconds)
         elif where["inside"]:
             counts["inside"][it] += syncs
+            counts["released inside"][it] += releases
             counts["raw"][it] += mallocs
             counts["requests"][it] += kind == "alloc"
         elif it >= 0:
             counts["boundary"][it] += syncs
+            counts["released at boundary"][it] += releases
 
     started = time.perf_counter()
     try:
@@ -144,7 +158,10 @@ def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float =
     bad = result["corrupted"] + result["overlaps"]
     return Footprint(bad == 0, max([*held, device.peak]), held, bad,
                      f"{bad} blocks corrupted" if bad else "", seconds, result["stats"],
-                     counts["inside"], counts["boundary"], counts["requests"], counts["raw"])
+                     syncs_inside=counts["inside"], syncs_boundary=counts["boundary"],
+                     releases_inside=counts["released inside"],
+                     releases_boundary=counts["released at boundary"],
+                     requests=counts["requests"], raw_allocations=counts["raw"])
 
 
 def completes(run: Run, make: PoolMaker, capacity: int, step_seconds: float = 0.0) -> bool:
@@ -243,7 +260,7 @@ def profiling_candidates(run: Run, iterations: int = 2) -> dict[str, int]:
     memory management or cudaMallocAsync's pool allow): its high-water mark.
     """
     from .engine.memory import GROWTH
-    from .engine.placement import Placer
+    from .placement import Placer
 
     end = run.iterations[iterations - 1][1] if len(run.iterations) >= iterations else None
     blocks = run.trace.blocks

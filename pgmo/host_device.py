@@ -19,11 +19,15 @@ and the driver's accounting.  What it models, and what it leaves out:
   the driver's undocumented sub-allocator.  ``in_use`` and ``peak`` count
   pages held; ``bytes_in_use`` the bytes as asked.  ``page=None`` counts
   bytes as asked (no pages), as CuPy's own counters do.
-* **Synchronizing calls.**  cudaFree waits for the whole device (every
-  queued kernel), as does unmapping physical memory; ``sync_calls`` counts
-  them (each cudaFree, each :meth:`HostRange.unmap` and
-  :meth:`HostRange.synchronize`, each trim of a stream-ordered pool).
-  Nothing here takes time: a benchmark reads the count.
+* **Synchronizing calls and release calls.**  cudaFree waits for the whole
+  device (every queued kernel), as does a device or stream sync;
+  ``sync_calls`` counts them.  Giving memory back otherwise
+  (``cuMemUnmap``, one per mapping, and ``cudaMemPoolTrimTo``) is counted
+  in ``release_calls``: pgmo makes those calls right after a device sync
+  (counted), since they do not wait for queued work by themselves (PyTorch
+  found that unmapping does not always synchronize; the GPU quick check
+  measures what they cost).  Nothing here takes time: a benchmark reads the
+  counts.
 * **Virtual memory** (:meth:`HostMemory.reserve`): the analogue of
   ``cuMemAddressReserve`` / ``cuMemCreate`` + ``cuMemMap`` / ``cuMemUnmap``
   is an ``mmap(PROT_NONE)`` reservation whose granules are committed
@@ -72,15 +76,19 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .mappings import MappingLedger
+from .placement import PagedSpace
 from .units import ALIGNMENT, round_size
 
 __all__ = ["HostMemory", "HostStockPool", "HostRange", "HostAsyncPool", "DRIVER_PAGE",
-           "SMALL_MAX"]
+           "SMALL_MAX", "DRIVER_POOL_CHUNK"]
 
 #: The driver's page: what cudaMalloc and virtual-memory mappings are backed in.
 DRIVER_PAGE = 2 << 20
 #: cudaMalloc requests up to this size share pages; larger ones take pages of their own.
 SMALL_MAX = 1 << 20
+#: The step in which the driver's stream-ordered pool grows and trims, as documented.
+DRIVER_POOL_CHUNK = 32 << 20
 
 #: From this size on a host buffer is pages of its own (``mmap``), given back to
 #: the system at its death, as cudaMalloc's memory is.  Through ``malloc`` it
@@ -126,7 +134,9 @@ class HostMemory:
     restarts it from ``in_use``); ``bytes_in_use`` counts the bytes as asked.
     ``allocations`` and ``releases`` count cudaMalloc and cudaFree calls,
     ``maps`` and ``unmaps`` the virtual-memory calls, ``sync_calls`` every
-    call that waits for the device.  Past the capacity it raises
+    call that waits for the device (cudaFree, a device or stream sync),
+    ``release_calls`` every other call that gives memory back (an unmap, a
+    pool's trim).  Past the capacity it raises
     MemoryError, as the driver fails when the GPU is full.  ``on_allocate``
     is called after each cudaMalloc.
     """
@@ -142,6 +152,7 @@ class HostMemory:
         self.maps = 0
         self.unmaps = 0
         self.sync_calls = 0
+        self.release_calls = 0
         self.on_allocate: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._starts: list[int] = []  # addresses of the buffers held, sorted
@@ -252,16 +263,21 @@ class HostMemory:
         with self._lock:
             self.in_use -= nbytes
             self.unmaps += calls
-            self.sync_calls += calls
+            self.release_calls += calls
 
     def synchronize(self) -> None:
-        """Wait for the stream's queued work (before unmapping what it may still use)."""
+        """Wait for every queued kernel (before unmapping or trimming what they may use)."""
         self.count_sync()
 
     def count_sync(self, calls: int = 1) -> None:
         """``calls`` more calls that waited for the device."""
         with self._lock:
             self.sync_calls += calls
+
+    def count_release(self, calls: int = 1) -> None:
+        """``calls`` more calls that gave memory back without a wait of their own."""
+        with self._lock:
+            self.release_calls += calls
 
     # ----------------------------------------------------------------- views
     def holds(self, ptr: int, size: int) -> bool:
@@ -314,13 +330,18 @@ class HostRange:
     """Reserved address space whose granules are mapped on demand: CUDA's virtual memory, on
     the host.
 
-    ``map(offset, nbytes)`` backs a granule-aligned range with memory (one
-    mapping: ``cuMemCreate`` + ``cuMemMap`` + ``cuMemSetAccess``);
-    ``unmap(offset, nbytes)`` gives back whole mappings (``cuMemUnmap``, as
-    the driver requires: never part of one); ``synchronize()`` waits for
-    the stream first.  Reads and writes outside mapped granules fault.
-    :meth:`commit` and :meth:`decommit` are the same without the mapping
-    rule and the call counts: what a driver's own pool does inside one call.
+    The driver's calls, with its rules (the books are a
+    :class:`~pgmo.mappings.MappingLedger`, as :class:`~pgmo.cuda_device.CudaRange`'s):
+    :meth:`map` backs ``[offset, offset + nbytes)`` with mappings of ``piece``
+    bytes at most (``cuMemCreate`` + ``cuMemMap`` each) and then grants access to
+    all of them (one ``cuMemSetAccess``), all or nothing; :meth:`unmap` gives
+    back whole mappings (one ``cuMemUnmap`` each, the highest first, never part
+    of one) after the caller's :meth:`synchronize`.  Memory that is not mapped,
+    or mapped without access, faults when touched.  :meth:`map_one`,
+    :meth:`grant` and :meth:`unmap_one` are the single calls (what the CUDA
+    stand-ins drive); :meth:`commit` and :meth:`decommit` back memory without
+    the mapping rules and the call counts: what a driver's own pool does
+    inside one call.
     """
 
     def __init__(self, memory: HostMemory, size: int):
@@ -338,10 +359,10 @@ class HostRange:
         self.granule = granule
         self.ptr = -(-raw // granule) * granule  # granule-aligned, as the driver's
         self.size = size
-        self._state = [0]  # bytes mapped, shared with the finalizer
-        self._granted = bytearray(size // granule)  # 1: the granule is backed by memory
-        self._offsets: list[int] = []  # mapping starts, sorted
-        self._lengths: dict[int, int] = {}  # start -> bytes of that mapping
+        self._state = [0]  # bytes backed by memory, shared with the finalizer
+        self._backed = bytearray(size // granule)  # 1: the granule is backed by memory
+        self._open = bytearray(size // granule)  # 1: and access to it was granted
+        self._books = MappingLedger()
         self._finalizer = weakref.finalize(self, _release_reservation, memory, self._state, raw,
                                            size + granule)
         memory._ranges.add(self)
@@ -357,81 +378,125 @@ class HostRange:
                              f"{g:,} bytes inside the {self.size:,}-byte reservation")
 
     # ------------------------------------------------- backing, without the rules
-    def commit(self, offset: int, nbytes: int) -> None:
-        """Back unmapped granules ``[offset, offset + nbytes)`` (MemoryError when full)."""
+    def commit(self, offset: int, nbytes: int, grant: bool = True) -> None:
+        """Back unmapped granules ``[offset, offset + nbytes)`` (MemoryError when full),
+        usable at once unless ``grant`` is false (see :meth:`grant`)."""
         self.memory._map(nbytes, calls=0)
+        g = self.granule
+        self._backed[offset // g:(offset + nbytes) // g] = b"\x01" * (nbytes // g)
+        self._state[0] += nbytes
+        if grant:
+            self._open_granules(offset, nbytes)
+
+    def _open_granules(self, offset: int, nbytes: int) -> None:
         if self._protect:
             _check(_LIBC.mprotect(self.ptr + offset, nbytes, _PROT_RW), "mprotect")
         g = self.granule
-        self._granted[offset // g:(offset + nbytes) // g] = b"\x01" * (nbytes // g)
-        self._state[0] += nbytes
+        self._open[offset // g:(offset + nbytes) // g] = b"\x01" * (nbytes // g)
 
     def decommit(self, offset: int, nbytes: int, calls: int = 0) -> None:
         """Give back the memory of granules ``[offset, offset + nbytes)``; they fault now."""
+        if not self._finalizer.alive:  # the whole reservation went back already
+            return
         if self._protect:
             base = self.ptr + offset
             _check(_LIBC.madvise(base, nbytes, mmap.MADV_DONTNEED), "madvise")
             _check(_LIBC.mprotect(base, nbytes, _PROT_NONE), "mprotect")
         g = self.granule
-        self._granted[offset // g:(offset + nbytes) // g] = bytes(nbytes // g)
+        self._backed[offset // g:(offset + nbytes) // g] = bytes(nbytes // g)
+        self._open[offset // g:(offset + nbytes) // g] = bytes(nbytes // g)
         self._state[0] -= nbytes
         self.memory._unmap(nbytes, calls=calls)
 
     # ------------------------------------------------------- the driver's calls
-    def map(self, offset: int, nbytes: int) -> None:
-        """Back ``[offset, offset + nbytes)`` with memory; MemoryError when the device is full."""
+    def map_one(self, offset: int, nbytes: int) -> None:
+        """One mapping (``cuMemCreate`` + ``cuMemMap``), without access yet; MemoryError when
+        the device is full, ValueError where something is mapped already."""
+        self._aligned(offset, nbytes)
+        if self._books.overlaps(offset, nbytes):
+            raise ValueError(f"range [{offset:,}, {offset + nbytes:,}) is already mapped in part")
+        self.commit(offset, nbytes, grant=False)
+        self._books.add(offset, nbytes, usable=False)
+        self.memory.maps += 1
+
+    def grant(self, offset: int, nbytes: int) -> None:
+        """Access to ``[offset, offset + nbytes)`` (``cuMemSetAccess``): it must be mapped
+        throughout."""
         self._aligned(offset, nbytes)
         g = self.granule
-        if 1 in self._granted[offset // g:(offset + nbytes) // g]:
+        if 0 in self._backed[offset // g:(offset + nbytes) // g]:
+            raise ValueError(f"access to [{offset:,}, {offset + nbytes:,}), which is not "
+                             f"mapped throughout")
+        self._open_granules(offset, nbytes)
+        self._books.make_usable([s for s, n in self._books.mappings()
+                                 if offset <= s and s + n <= offset + nbytes])
+
+    def unmap_one(self, start: int, nbytes: int) -> None:
+        """Give back exactly one mapping (``cuMemUnmap``); ValueError for anything else."""
+        self._books.run(start, nbytes)
+        if self._books.length(start) != nbytes:
+            raise ValueError(f"[{start:,}, {start + nbytes:,}) is not one whole mapping")
+        self._books.remove(start)
+        self.decommit(start, nbytes, calls=1)
+
+    def map(self, offset: int, nbytes: int, piece: int | None = None) -> None:
+        """Back ``[offset, offset + nbytes)`` with mappings of ``piece`` bytes at most, then
+        grant access over all of it; all or nothing (MemoryError when the device is full)."""
+        self._aligned(offset, nbytes)
+        piece = piece or nbytes
+        if piece % self.granule:
+            raise ValueError(f"mappings of {piece:,} bytes are not whole granules")
+        if self._books.overlaps(offset, nbytes):
             raise ValueError(f"range [{offset:,}, {offset + nbytes:,}) is already mapped in part")
-        self.commit(offset, nbytes)
-        self.memory.maps += 1
-        k = bisect.bisect_left(self._offsets, offset)
-        self._offsets.insert(k, offset)
-        self._lengths[offset] = nbytes
+        made: list[int] = []
+        try:
+            pos, end = offset, offset + nbytes
+            while pos < end:
+                step = min(piece, end - pos)
+                self.map_one(pos, step)
+                made.append(pos)
+                pos += step
+            self.grant(offset, nbytes)
+        except BaseException:  # what this call mapped goes back (never used: no sync)
+            for start in reversed(made):
+                nbytes = self._books.remove(start)
+                self.decommit(start, nbytes, calls=0)
+            raise
 
     def unmap(self, offset: int, nbytes: int) -> None:
-        """Give back the mappings that make up ``[offset, offset + nbytes)`` exactly (one call,
-        after :meth:`synchronize`); the range faults from now on."""
+        """Give back the whole mappings that make up ``[offset, offset + nbytes)``, the highest
+        first (one call each, after :meth:`synchronize`); the range faults from now on."""
         self._aligned(offset, nbytes)
-        k = bisect.bisect_left(self._offsets, offset)
-        pos, j = offset, k
-        while pos < offset + nbytes:
-            if j == len(self._offsets) or self._offsets[j] != pos:
-                raise ValueError(f"[{offset:,}, {offset + nbytes:,}) is not a run of whole "
-                                 f"mappings (nothing mapped at {pos:,}, or a mapping starts "
-                                 f"before it)")
-            pos += self._lengths[self._offsets[j]]
-            j += 1
-        if pos != offset + nbytes:
-            raise ValueError(f"[{offset:,}, {offset + nbytes:,}) ends inside a mapping")
-        for start in self._offsets[k:j]:
-            del self._lengths[start]
-        del self._offsets[k:j]
-        self.decommit(offset, nbytes, calls=1)
+        for start in reversed(self._books.run(offset, nbytes)):
+            self.unmap_one(start, self._books.length(start))
 
     def mappings(self) -> list[tuple[int, int]]:
         """``(offset, nbytes)`` of each mapping, in address order."""
-        return [(o, self._lengths[o]) for o in self._offsets]
+        return self._books.mappings()
+
+    def usable_end(self) -> int:
+        """The end of the usable memory from offset 0 (what an arena on this range may use)."""
+        return self._books.usable_end()
 
     def synchronize(self) -> None:
         self.memory.synchronize()
 
     def holds(self, ptr: int, size: int) -> bool:
-        """Whether ``[ptr, ptr + size)`` lies in mapped granules of this range."""
+        """Whether ``[ptr, ptr + size)`` lies in mapped granules of this range, access granted."""
         lo = ptr - self.ptr
         if lo < 0 or lo + size > self.size or size <= 0:
             return False
         g = self.granule
-        return 0 not in self._granted[lo // g:(lo + size - 1) // g + 1]
+        return 0 not in self._open[lo // g:(lo + size - 1) // g + 1]
 
     def close(self) -> None:
         """Unmap everything (after a sync) and give the address space back."""
         if self._state[0]:
-            self.memory._unmap(self._state[0], calls=1)
-            self._offsets.clear()
-            self._lengths.clear()
-            self._granted[:] = bytes(len(self._granted))
+            self.synchronize()
+            self.memory._unmap(self._state[0], calls=len(self._books.mappings()))
+            self._books.clear()
+            self._backed[:] = bytes(len(self._backed))
+            self._open[:] = bytes(len(self._open))
             self._state[0] = 0
         self._finalizer()
 
@@ -455,32 +520,35 @@ class HostAsyncPool:
     """A private stream-ordered pool (cudaMallocFromPoolAsync / cudaFreeAsync), on the host.
 
     Blocks are placed best fit (the smallest free range that holds them, at
-    its start) in a reserved range of their own; the granules a block
-    touches are mapped when it is made.  A freed block's memory stays in the
-    pool for the next request (no call waits for the device: the release
-    threshold is at its maximum) until :meth:`trim`, which gives back every
-    wholly free granule in one call (``cudaMemPoolTrimTo(pool, 0)``, after a
-    stream sync).  ``held`` is the memory mapped now.
+    its start) in a reserved range of their own; the chunks a block touches
+    are backed when it is made.  A freed block's memory stays in the pool for
+    the next request (no call waits for the device: the release threshold is
+    at its maximum) until :meth:`trim`, which gives back every wholly free
+    chunk in one call (``cudaMemPoolTrimTo(pool, 0)``, after a device sync);
+    a chunk that backs a live block stays.  ``held`` is the memory backed now.
+
+    ``chunk``: the step in which the pool grows and trims.  The driver's pool
+    is documented (CuPy's ``MemoryAsyncPool``) to reserve 32 MiB multiples
+    (:data:`DRIVER_POOL_CHUNK`: its first block, however small, holds 32 MiB)
+    and to trim in 32 MiB steps; a chunk of one page (2 MiB) is the
+    optimistic model, best fit with page-granular trims.  The driver's own
+    placement is not public: best fit is a model of it, not a copy.
     """
 
-    def __init__(self, memory: HostMemory, size: int | None = None, one_call_trim: bool = True):
-        """``one_call_trim=False`` models the alternative: the same best fit in a reserved
-        range of one's own, where giving back each run of free granules is an unmap call
-        of its own (each counted)."""
-        from .engine.placement import Placer
-
+    def __init__(self, memory: HostMemory, size: int | None = None, chunk: int | None = None):
+        """``chunk``: bytes, a multiple of the device's granule (None: one granule)."""
         self.memory = memory
-        self.one_call_trim = one_call_trim
         self.range = memory.reserve(size)
-        self.granule = self.range.granule
-        self._free = Placer(self.range.size, [])
-        self._mapped = bytearray(self.range.size // self.granule)  # 1: granule mapped
+        self.granule = chunk or self.range.granule
+        if self.granule % self.range.granule:
+            raise ValueError(f"a chunk of {self.granule:,} bytes is not whole granules of "
+                             f"{self.range.granule:,}")
+        self._space = PagedSpace(self.range.size, self.granule)  # free ranges; chunks backed
         self._returned: collections.deque = collections.deque()
         self._lock = threading.Lock()
         self._used = 0
         self.trims = 0
         self.maps = 0
-        self._high = 0  # granules from here on were never mapped
 
     @property
     def held(self) -> int:
@@ -495,98 +563,51 @@ class HostAsyncPool:
 
     def malloc(self, size: int) -> _AsyncBlock:
         rs = round_size(size)
+        g = self.granule
         with self._lock:
             self._collect()
-            lo = self._in_held(rs)
-            if lo < 0:
-                lo = self._free.place(rs)
+            lo = self._space.place(rs)
             if lo < 0:
                 raise MemoryError(f"stream-ordered pool: no room for {rs:,} bytes in its "
                                   f"{self.range.size:,}-byte range")
-            backed = self._mapped[lo // self.granule:(lo + rs - 1) // self.granule + 1]
+            done: list[tuple[int, int]] = []
             try:
-                self._map_for(lo, lo + rs)
+                for first, stop in self._space.unbacked(lo, lo + rs):
+                    self.range.commit(first * g, (stop - first) * g)
+                    self._space.set_backed(first, stop, True)
+                    done.append((first, stop))
+                    self.maps += 1
             except MemoryError:  # what this call backed goes back: the device is full
-                g = self.granule
-                for k, was in enumerate(backed, lo // g):
-                    if not was and self._mapped[k]:
-                        self.range.decommit(k * g, g)
-                        self._mapped[k] = 0
-                self._free.release(lo, lo + rs)
+                for first, stop in done:
+                    self.range.decommit(first * g, (stop - first) * g)
+                    self._space.set_backed(first, stop, False)
+                self._space.free.release(lo, lo + rs)
                 raise
             self._used += rs
         block = _AsyncBlock()
         block.ptr, block.size, block._lo, block._pool = self.range.ptr + lo, rs, lo, self
         return block
 
-    def _in_held(self, rs: int) -> int:
-        """Best fit among the free memory the pool holds (mapped): a pool uses what it holds
-        before it asks the device for more.  The offset taken, or -1."""
-        g, mapped, high = self.granule, self._mapped, self._high * self.granule
-        for start, length in self._free.gaps_from(rs):
-            if start >= high:
-                continue
-            end = min(start + length, high)
-            pos = start
-            while pos + rs <= end:  # the mapped runs inside the gap, in order
-                k = mapped.find(1, pos // g, -(-end // g))
-                if k < 0:
-                    break
-                pos = max(pos, k * g)
-                stop = mapped.find(0, k, -(-end // g))
-                run_end = end if stop < 0 else min(end, stop * g)
-                if run_end - pos >= rs:
-                    self._free.take(start, pos, rs)
-                    return pos
-                pos = run_end
-        return -1
-
-    def _map_for(self, lo: int, hi: int) -> None:
-        """Back the granules ``[lo, hi)`` touches that are not backed yet."""
-        g, mapped = self.granule, self._mapped
-        k, last = lo // g, (hi - 1) // g + 1
-        while k < last:
-            k = mapped.find(0, k, last)
-            if k < 0:
-                break
-            stop = mapped.find(1, k, last)
-            stop = last if stop < 0 else stop
-            self.range.commit(k * g, (stop - k) * g)
-            mapped[k:stop] = b"\x01" * (stop - k)
-            self.maps += 1
-            k = stop
-        self._high = max(self._high, last)
-
     def _collect(self) -> None:
         returned = self._returned
         while returned:
             lo, rs = returned.popleft()
-            self._free.release(lo, lo + rs)
+            self._space.free.release(lo, lo + rs)
             self._used -= rs
 
     def trim(self) -> int:
-        """Give back every wholly free granule: one call (after the caller's stream sync),
-        however many granules; returns the bytes released."""
+        """Give back every wholly free chunk: one call (after the caller's device sync),
+        however many chunks; returns the bytes released."""
         with self._lock:
             self._collect()
-            g, mapped = self.granule, self._mapped
+            g = self.granule
             released = 0
-            for length, start in list(self._free._gaps):
-                k, last = -(-start // g), min(self._high, (start + length) // g)
-                while k < last:  # runs of backed granules wholly inside the gap
-                    k = mapped.find(1, k, last)
-                    if k < 0:
-                        break
-                    stop = mapped.find(0, k, last)
-                    stop = last if stop < 0 else stop
-                    # inside the one trim call, or (one_call_trim=False) an unmap of its own
-                    self.range.decommit(k * g, (stop - k) * g,
-                                        calls=0 if self.one_call_trim else 1)
-                    mapped[k:stop] = bytes(stop - k)
-                    released += (stop - k) * g
-                    k = stop
-            if released and self.one_call_trim:
-                self.memory.count_sync()
+            for first, stop in self._space.idle_pages():
+                self.range.decommit(first * g, (stop - first) * g)  # inside the one trim call
+                self._space.set_backed(first, stop, False)
+                released += (stop - first) * g
+            if released:
+                self.memory.count_release()
             self.trims += 1
             return released
 

@@ -20,24 +20,24 @@ CuPy's conventions: memory hooks, limits, byte counters,
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 import os
 import threading
 import weakref
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import cupy
 from cupy.cuda import memory as _memory
 from cupy.cuda.memory import MemoryPointer, UnownedMemory
 
 from .engine import Backend, Engine, PoolOptions, pool_options
+from .engine.core import InterruptedScope, IterationScope
 from .engine.frees import STOCK
 from .engine.memory import RawListener
 from .engine.options import StockPool
 from .engine.schedule import Schedule
-from .errors import PlanError, PlanFileError
+from .errors import NoGPUError, PlanError, PlanFileError
 from .formats import planfile
 from .hooks import FreeReport, call_hooks, hooks_active, thread_hooks
 from .plan import Plan
@@ -98,6 +98,24 @@ def _raw_allocator(allocator: Callable[[int], Any], device_id: int) -> Callable[
     return allocate_hooked
 
 
+def _require_gpu() -> None:
+    """Raise :class:`~pgmo.errors.NoGPUError` unless CuPy sees a GPU it can use."""
+    from cupy_backends.cuda.api.runtime import CUDARuntimeError
+
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except CUDARuntimeError as exc:  # no driver, an old one, no device: CuPy says which
+        raise _no_gpu(str(exc)) from None  # one error; CuPy's is its __context__
+    if not count:
+        raise _no_gpu("no CUDA device")
+
+
+def _no_gpu(why: str) -> NoGPUError:
+    return NoGPUError(f"ProfileGuidedMemoryPool needs a GPU that CuPy can use, and CuPy sees "
+                      f"none ({why}); without a GPU, pgmo.testing.host_pool() runs the same "
+                      f"pool on host memory")
+
+
 def _counting(allocator: Callable[[int], Any],
               listener: Callable[[], None]) -> Callable[[int], Any]:
     """The stock pool's raw allocator, telling pgmo when the memory held grows."""
@@ -127,17 +145,21 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
             fields or those of its :class:`~pgmo.SolverOptions`:
             ``warmup=1``, ``replan="background"`` (or ``"sync"``,
             ``"bestfit"``), ``detect_iterations=True``, ``warn_after``,
-            ``method="best"``, ``time_limit``, ``seed``, ``budget``...
+            ``heap="own"`` (or ``"driver"``: the driver's stream-ordered
+            pool for what no plan covers), ``method="best"``,
+            ``time_limit``, ``seed``, ``budget``...
         plan_path: load a saved plan from here when the file exists (a bad
             file is logged and ignored) and save every new plan there.
         device_id, context, total_memory: for non-CUDA backends
             (:func:`pgmo.testing.host_pool`); by default the current device,
             its current stream, and its memory size.
         device_layer: the arena's reserved range and the stream-ordered heap
-            (:class:`~pgmo.engine.Backend`'s ``reserve``, ``heap`` and
-            ``device_memory``); by default what the device supports
+            (:class:`~pgmo.engine.Backend`'s ``reserve``, ``heap``,
+            ``device_memory`` and ``reasons``); by default what the device
+            supports and its driver accepts
             (:func:`pgmo.cuda_device.device_layer`) when ``allocator`` is
-            None, else cudaMalloc through ``allocator`` for both.
+            None, else cudaMalloc through ``allocator`` for both.  Why a
+            part uses cudaMalloc is in ``stats().device_reasons``.
     """
 
     def __init__(self, allocator: Callable[[int], Any] | None = None, *,
@@ -146,6 +168,8 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
                  context: Callable[[], object] | None | _Default = _AUTO,
                  total_memory: int | None = None, device_layer: dict[str, Any] | None = None,
                  **changes: Any):
+        if allocator is None or device_id is None:  # on the current CUDA device
+            _require_gpu()
         super().__init__(allocator)
         raw = allocator if allocator is not None else _memory._malloc
         # CuPy's own pools call memory hooks themselves; pgmo reports the rest.
@@ -161,22 +185,23 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         self._total_memory = total_memory
         self.host_memory = False  # True when pointers are host addresses (testing)
         self._plan_path = os.fspath(plan_path) if plan_path is not None else None
-        self.device_layer_reasons: dict[str, str] = {}  # why a part uses cudaMalloc
         if device_layer is None:
             if allocator is None:
                 from .cuda_device import device_layer as supported
 
-                device_layer, self.device_layer_reasons = supported(device_id,
-                                                                    self._device_memory())
+                device_layer, _ = supported(device_id, self._device_memory())
             else:
-                device_layer = {}
-                self.device_layer_reasons = {"arena": "a raw allocator was given",
-                                             "heap": "a raw allocator was given"}
+                device_layer = {"reasons": {"arena": "a raw allocator was given",
+                                            "heap": "a raw allocator was given"}}
+        device_layer = dict(device_layer)
+        self.device_layer_reasons = dict(device_layer.pop("reasons", {}))
         backend = Backend(allocate=_raw_allocator(raw, device_id), fallback=fallback,
                           memory_type=UnownedMemory, pointer_type=MemoryPointer,
                           device_id=device_id,
                           context=cuda_context() if context is _AUTO else context,
-                          oom_error=_memory.OutOfMemoryError, **device_layer)
+                          device=cupy.cuda.runtime.getDevice if context is _AUTO else None,
+                          oom_error=_memory.OutOfMemoryError,
+                          reasons=self.device_layer_reasons, **device_layer)
         self._engine = engine = Engine(backend, pool_options(options, **changes))
         if raw_listener is not None:
             raw_listener.connect(engine.memory)
@@ -227,16 +252,21 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         return memptr
 
     # ------------------------------------------------------------- iterations
-    @contextlib.contextmanager
-    def iteration(self) -> Iterator["ProfileGuidedMemoryPool"]:
-        """One hot iteration; an exception inside discards it as a profile."""
-        with self._engine.iteration():
-            yield self
+    def iteration(self) -> IterationScope:
+        """One hot iteration (``with pool.iteration():``): request numbering restarts at its
+        start.  An exception inside discards it as a profile; whatever is raised (a Ctrl-C
+        included), the iteration is closed on the way out."""
+        return self._engine.iteration(self)
 
     def begin_iteration(self) -> None:
+        """Start one hot iteration (what :meth:`iteration` does on entry): request
+        numbering restarts at 0.  A ``RuntimeError`` inside an iteration."""
         self._engine.begin_iteration()
 
     def end_iteration(self) -> None:
+        """Close the iteration begun by :meth:`begin_iteration`: it is profiled, served
+        by its plan or re-planned, as :attr:`mode` says.  A ``RuntimeError`` outside
+        one."""
         self._engine.end_iteration()
 
     def interrupt(self) -> None:
@@ -244,12 +274,18 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         self._engine.interrupt()
 
     def resume(self) -> None:
+        """Undo one :meth:`interrupt`: back to the plan (or to profiling) once every
+        interrupt is resumed.  A ``RuntimeError`` without an interrupt."""
         self._engine.resume()
 
-    @contextlib.contextmanager
-    def interrupted(self) -> Iterator["ProfileGuidedMemoryPool"]:
-        with self._engine.interrupted():
-            yield self
+    def interrupted(self) -> InterruptedScope:
+        """``interrupt()`` ... ``resume()`` as a ``with`` block: requests inside are served
+        by CuPy's stock pool, outside the plan (an evaluation, a checkpoint, a log step
+        inside the training loop); they are neither profiled nor counted against the
+        plan, and the plan answers again after the block, whatever is raised.  Blocks may
+        nest; inside an iteration its request numbering pauses.  Counted in
+        ``stats().interrupted_requests`` (between iterations: ``outside_requests``)."""
+        return self._engine.interrupted(self)
 
     def optimize(self) -> Plan:
         """Solve the current profile now; the plan answers from the next iteration."""
@@ -262,14 +298,18 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
 
     @property
     def profile(self) -> Trace | None:
+        """The profiled iteration (one block per request, in request order) that the
+        latest plan was made for; None before the first plan."""
         return self._engine.profile
 
     @property
     def plan(self) -> Plan | None:
+        """The latest plan (offsets per request, peak, method); None before the first."""
         return self._engine.plan
 
     @property
     def engine(self) -> Engine:
+        """The CuPy-free engine behind this pool (tests and benchmarks reach in here)."""
         return self._engine
 
     def stats(self) -> PoolStats:
@@ -278,11 +318,8 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
 
     def memory_summary(self) -> str:
         """A table for a person: modes, bytes now and at peak, the plan, the requests, and why
-        a part of the device layer uses cudaMalloc where it does."""
-        text = self._engine.stats().summary()
-        why = [f"  {part} uses cudaMalloc: {reason}"
-               for part, reason in sorted(self.device_layer_reasons.items())]
-        return "\n".join([text, "device layer", *why]) if why else text
+        a part of the device layer uses cudaMalloc where it does (``stats().device_reasons``)."""
+        return self._engine.stats().summary()
 
     def reset_peak_stats(self) -> None:
         """Peaks start again from what is in use and held now."""
@@ -294,15 +331,20 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
 
     # ------------------------------------------------------ CuPy pool methods
     def used_bytes(self) -> int:
+        """Bytes handed out and not yet freed, as CuPy's ``MemoryPool.used_bytes()``."""
         return self._engine.used_bytes()
 
     def free_bytes(self) -> int:
+        """Bytes held but idle (``total_bytes() - used_bytes()``), as CuPy's."""
         return self._engine.free_bytes()
 
     def total_bytes(self) -> int:
+        """Every byte the pool holds from the device, as CuPy's ``total_bytes()``."""
         return self._engine.total_bytes()
 
     def n_free_blocks(self) -> int:
+        """Idle blocks held (free gaps in the arena, idle buffers, the stock pool's cached
+        blocks), as CuPy's ``n_free_blocks()``."""
         return self._engine.n_free_blocks()
 
     def free_all_blocks(self, stream: Any = None) -> None:
@@ -311,6 +353,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         self._engine.free_all_blocks()
 
     def free_all_free(self) -> None:
+        """CuPy's old name of :meth:`free_all_blocks`."""
         self.free_all_blocks()
 
     def set_limit(self, size: float | None = None, fraction: float | None = None) -> None:
@@ -329,6 +372,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         self._engine.set_limit(int(size))
 
     def get_limit(self) -> int:
+        """The limit :meth:`set_limit` set, in bytes (0: none), as CuPy's."""
         return self._engine.get_limit()
 
     def _device_memory(self) -> int:
@@ -344,6 +388,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         return self
 
     def uninstall(self) -> None:
+        """Restore the allocator :meth:`install` replaced; a ``RuntimeError`` without one."""
         if not self._previous_allocators:
             raise RuntimeError("uninstall() without install()")
         cupy.cuda.set_allocator(self._previous_allocators.pop())
@@ -372,6 +417,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         return planfile.dumps(*self._saveable())
 
     def load_state_bytes(self, data: bytes) -> Plan:
+        """:meth:`load` from the bytes :meth:`state_bytes` gave (a trainer snapshot)."""
         return self._use_saved(lambda: planfile.loads(data), "<bytes>")
 
     def _saveable(self) -> tuple:

@@ -43,6 +43,21 @@ ALIASES = {"fallback_requests": "departed_requests"}
 
 @dataclass(frozen=True)
 class PoolStats:
+    """What a pool did and holds, at the moment ``pool.stats()`` was called.
+
+    A frozen snapshot: it does not change as the pool goes on.  Every request
+    (a non-empty malloc) is counted in exactly one of the seven ``*_requests``
+    kinds, which add up to ``requests``; the five sources of memory
+    (``arena_bytes``, ``old_arena_bytes``, ``exact_bytes``, ``kept_bytes``,
+    ``stock_bytes``) add up to ``total_bytes``, and ``used_bytes +
+    free_bytes == total_bytes`` as in CuPy.  ``planned_peak`` and
+    ``lower_bound`` are the plan's (0 before the first plan).  :meth:`as_dict`
+    and :meth:`numbers` give the fields to a logger (the Chainer extension
+    reports them as ``pgmo/<field>``); :meth:`summary` is the table
+    ``pool.memory_summary()`` prints.  Fields may be added in later releases,
+    never removed without a release of warning (see :data:`ALIASES`).
+    """
+
     # what the pool is doing
     mode: str  # warmup, profiling, planning, optimized or fallback
     replan: str  # where plans are computed: background, sync or bestfit
@@ -85,11 +100,14 @@ class PoolStats:
     peak_total_bytes: int  # most bytes held at once since the start or the last reset
     limit: int  # 0: no limit
     # the device layer
-    arena_kind: str  # "reserved range" (virtual memory, grown in place) or "cudaMalloc"
-    heap_kind: str  # "stream-ordered pool" or "cudaMalloc per request"
+    arena_kind: str  # what holds the arena now: "reserved range", "cudaMalloc" or "none"
+    heap_kind: str  # what serves blocks of their own: "stream-ordered pool" or "cudaMalloc per request"
     boundary_releases: int  # memory given back at boundaries: a stream sync + one call each
     shape_plans: int  # plans made for recurring iteration shapes (buckets, batch sizes...)
     shape_iterations: int  # iterations served by a shape's own plan
+    # why a part of the device layer is not what the device offers ("arena", "heap": cudaMalloc
+    # instead), or a release was skipped ("trim", "unmap", "sync"...): part -> why
+    device_reasons: dict  # empty when the pool uses all the device offers
 
     @property
     def fallback_requests(self) -> int:
@@ -143,6 +161,9 @@ class PoolStats:
             ("problems", f"arena {self.arena_failures}, solver {self.solve_failures}, "
                          f"background {self.planner_failures}, stale plans {self.stale_plans}"),
         ]
+        if self.device_reasons:
+            rows.append(("device layer", ""))
+            rows += [(f"  {part}", why) for part, why in sorted(self.device_reasons.items())]
         width = max(len(k) for k, _ in rows)
         lines = ["pgmo memory summary", "=" * (width + 30)]
         lines += [f"{k:<{width}}  {v}".rstrip() for k, v in rows]

@@ -80,32 +80,40 @@ def _cupy_out_of_memory() -> type[MemoryError]:
 
 
 def device_sources(memory: HostMemory, vmm: bool = True, stream_pool: bool = True,
-                   own_heap: bool = False) -> dict:
+                   pool_chunk: int | None = None) -> dict:
     """The host analogues of the device layer, as :class:`~pgmo.engine.Backend` fields:
     ``reserve`` (virtual memory: :class:`~pgmo.host_device.HostRange`) unless ``vmm`` is
-    false, ``heap`` (:class:`~pgmo.host_device.HostAsyncPool`) unless ``stream_pool`` is
-    false, and the device's size.  ``own_heap``: the heap is best fit in a range of pgmo's
-    own, whose every run of free granules given back is an unmap call (the alternative to
-    the driver's stream-ordered pool, measured by ``python -m scripts.bench_footprint``)."""
+    false, ``heap`` (the driver's stream-ordered pool:
+    :class:`~pgmo.host_device.HostAsyncPool`) unless ``stream_pool`` is false, and the
+    device's size.  ``pool_chunk``: the step in which the driver's pool grows and trims
+    (None: one page; :data:`~pgmo.host_device.DRIVER_POOL_CHUNK`: 32 MiB, as documented).
+    Which heap the pool uses is its ``heap`` option (pgmo's own by default)."""
+    reasons = {}
+    if not vmm:
+        reasons["arena"] = "the device has no virtual memory management"
+    if not stream_pool:
+        reasons["heap"] = "the device has no stream-ordered memory pools"
     return {"reserve": memory.reserve if vmm else None,
-            "heap": (lambda: HostAsyncPool(memory, one_call_trim=not own_heap))
+            "heap": (lambda: HostAsyncPool(memory, chunk=pool_chunk))
             if stream_pool else None,
-            "device_memory": memory.capacity or 0}
+            "device_memory": memory.capacity or 0, "reasons": reasons}
 
 
 def host_backend(capacity: int | None = None, cupy_objects: bool = False, *, vmm: bool = True,
-                 stream_pool: bool = True, page: int | None = DRIVER_PAGE) -> Backend:
+                 stream_pool: bool = True, page: int | None = DRIVER_PAGE,
+                 pool_chunk: int | None = None) -> Backend:
     """A :class:`~pgmo.engine.Backend` on host memory of ``capacity`` bytes (None: unbounded).
 
     With ``cupy_objects`` the blocks are CuPy ``UnownedMemory`` / ``MemoryPointer``
     objects, as the pool hands out; otherwise plain memory objects (no CuPy needed).
     ``vmm``/``stream_pool``: whether the device has virtual memory management and
-    stream-ordered pools (both, as an H100 does, by default); ``page``: the driver's page.
+    stream-ordered pools (both, as an H100 does, by default); ``page``: the driver's page;
+    ``pool_chunk``: the stream-ordered pool's step (see :func:`device_sources`).
     """
     from .engine import Backend
 
     memory = HostMemory(capacity, page)
-    sources = device_sources(memory, vmm, stream_pool)
+    sources = device_sources(memory, vmm, stream_pool, pool_chunk=pool_chunk)
     # (casts: the host pool's blocks declare ptr and size in __slots__ only, unseen by mypy)
     if not cupy_objects:
         return Backend(allocate=memory, fallback=cast("StockPool", HostStockPool(memory)),
@@ -119,17 +127,21 @@ def host_backend(capacity: int | None = None, cupy_objects: bool = False, *, vmm
 
 
 def host_engine(capacity: int | None = None, *, vmm: bool = True, stream_pool: bool = True,
-                page: int | None = DRIVER_PAGE, **options: Any) -> Engine:
+                page: int | None = DRIVER_PAGE, pool_chunk: int | None = None,
+                hot_path: type | None = None, **options: Any) -> Engine:
     """A pgmo :class:`~pgmo.engine.Engine` on host memory, without CuPy.
 
     Keywords are pool options (``warmup``, ``replan``, ``method``...);
-    :data:`TEST_DEFAULTS` apply unless given.  ``vmm``/``stream_pool``: see
-    :func:`host_backend`.
+    :data:`TEST_DEFAULTS` apply unless given.  ``vmm``/``stream_pool``/``pool_chunk``: see
+    :func:`host_backend`; ``hot_path``: a :class:`~pgmo.engine.handout.HotPath` class
+    (the plain-Python one is ``pgmo.engine.reference_handout().HotPath``; default: the
+    engine's own choice).
     """
     from .engine import Engine, pool_options
 
-    backend = host_backend(capacity, vmm=vmm, stream_pool=stream_pool, page=page)
-    engine = Engine(backend, pool_options(**{**TEST_DEFAULTS, **options}))
+    backend = host_backend(capacity, vmm=vmm, stream_pool=stream_pool, page=page,
+                           pool_chunk=pool_chunk)
+    engine = Engine(backend, pool_options(**{**TEST_DEFAULTS, **options}), hot_path=hot_path)
     memory = backend.allocate
     assert isinstance(memory, HostMemory)  # host_backend's
     # what replay() reads (through getattr: an engine has no such fields of its own)
@@ -148,15 +160,16 @@ def _watch_raw(memory: HostMemory, engine: Engine) -> None:
 
 
 def host_pool(capacity: int | None = None, *, vmm: bool = True, stream_pool: bool = True,
-              own_heap: bool = False, page: int | None = DRIVER_PAGE,
-              **options: Any) -> ProfileGuidedMemoryPool:
+              page: int | None = DRIVER_PAGE,
+              pool_chunk: int | None = None, **options: Any) -> ProfileGuidedMemoryPool:
     """A :class:`~pgmo.pool.ProfileGuidedMemoryPool` on host memory (needs CuPy, no GPU).
 
     ``capacity`` plays the device's memory size (None: unbounded); ``vmm`` and
     ``stream_pool`` say whether the device has virtual memory management and
     stream-ordered pools (both by default, as an H100); ``page`` is the driver's
     page and mapping granule (2 MiB; a small one, 512, makes byte counts exact
-    for tests that check them); other keywords go to the
+    for tests that check them); ``pool_chunk``: the model of the driver's pool (see
+    :func:`device_sources`); other keywords go to the
     pool (``warmup``, ``replan``, ``method``, ``plan_path``...);
     :data:`TEST_DEFAULTS` apply unless given (pass ``replan="background",
     method="best"`` for the pool's own defaults).
@@ -169,7 +182,7 @@ def host_pool(capacity: int | None = None, *, vmm: bool = True, stream_pool: boo
                                    device_id=0,
                                    context=None, total_memory=capacity or 2 ** 40,
                                    device_layer=device_sources(memory, vmm, stream_pool,
-                                                               own_heap),
+                                                               pool_chunk),
                                    **{**TEST_DEFAULTS, **options})
     pool.host_memory = True
     pool.host_device = memory
@@ -257,6 +270,16 @@ class Checker:
             del self._ends[serial]
             self.live_bytes -= round_size(size)
         return ok
+
+    def intact(self, handle: tuple[Any, int, int]) -> bool:
+        """Whether a live block (what :meth:`alloc` returned) still holds its pattern and lies in
+        memory the device lends; it stays live."""
+        memptr, size, serial = handle
+        if size <= 0:
+            return True
+        if self.device is not None and not self.device.holds(memptr.ptr, size):
+            return False
+        return not self.write or self._verify(memptr, size, serial)
 
     def _regions(self, size: int) -> tuple[tuple[int, int], ...]:
         """The (start, length) byte ranges of a block of ``size`` that carry its pattern."""

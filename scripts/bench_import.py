@@ -22,18 +22,21 @@ end to end (which adds ``best`` within ``--time-limit``) is timed once, apart.
 
 from __future__ import annotations
 
-import argparse
 import pickle
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import pgmo
-from pgmo import bundled
-from pgmo.analysis import at_granularity
-from pgmo.synth_logs import pytorch_snapshot, rmm_logs
-from pgmo.units import ALIGNMENT
+from pgmo import programs
+
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
+
+import pgmo  # noqa: E402
+from pgmo import bundled  # noqa: E402
+from pgmo.analysis import at_granularity  # noqa: E402
+from pgmo.synth_logs import pytorch_snapshot, rmm_logs  # noqa: E402
+from pgmo.units import ALIGNMENT  # noqa: E402
 
 GOAL_S = 5.0
 WEIGHTS = 256 << 20
@@ -50,16 +53,23 @@ def best_of(repeat: int, fn):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--trace", default="synthetic-resnet50-train-b32")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = programs.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=100_000,
+                        help="events in the generated snapshot")
+    parser.add_argument("--trace", default="synthetic-resnet50-train-b32", metavar="NAME",
+                        help="the bundled trace repeated in the snapshot")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each step; the best counts")
     parser.add_argument("--frames", type=int, default=16,
                         help="stack frames per event, from 64 shared tracebacks (default: 16)")
     parser.add_argument("--time-limit", type=float, default=None,
                         help="for 'best' in the end-to-end run (default: pgmo's)")
     args = parser.parse_args(argv)
+    for name in ("events", "repeat", "frames"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.trace not in bundled.names():
+        parser.error(str(programs.unknown_name("bundled trace", args.trace, bundled.names(),
+                                               "`pgmo traces`")))
 
     trace = bundled.load(args.trace)
     per_iteration = 3 * len(trace)  # alloc, free_requested, free_completed
@@ -109,4 +119,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(programs.run(main))

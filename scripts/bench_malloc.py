@@ -26,11 +26,11 @@ fallback < 2x optimized.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import time
 
 import numpy as np
+from pgmo import programs
 
 
 def workloads(n: int) -> dict[str, tuple[list[int], list[tuple[int, int]]]]:
@@ -183,7 +183,7 @@ def report(table, baseline: str, pool_alone: str) -> str:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = programs.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", action="store_true", help="benchmark on the CUDA device")
     ap.add_argument("-n", type=int, default=2000, help="requests per iteration")
     ap.add_argument("--iterations", type=int, default=20)
@@ -195,4 +195,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(programs.run(main))

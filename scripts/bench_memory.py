@@ -55,10 +55,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from pgmo.runs import write_run
+from pgmo import programs
 
-from . import children, examples, nvml_probe
-from .bench_memory_report import (  # the report's tables, tested apart
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
+
+from pgmo.runs import write_run  # noqa: E402
+
+from . import children, examples, nvml_probe  # noqa: E402
+from .bench_memory_report import (  # noqa: E402  (the report's tables, tested apart)
     ARCHS, POOLS, combine, gpu_cell, mib, report, run_order, seq2seq_row)
 
 SIZE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3,
@@ -609,8 +613,7 @@ def parse_size(text: str) -> int:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = programs.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", "-d", type=int, default=0,
                         help="GPU id, or -1 for a CPU dry run at tiny sizes")
     parser.add_argument("--arch", nargs="*", choices=ARCHS, default=list(ARCHS))
@@ -640,9 +643,9 @@ def parse_args(argv=None):
     parser.add_argument("--sentences", type=int, default=4000)
     parser.add_argument("--densenet-batchsize", type=int, default=64,
                         help="DenseNet-BC batch of the recomputation table (0: no table)")
-    parser.add_argument("--trace-dir", type=Path,
+    parser.add_argument("--trace-dir", type=programs.output_folder,
                         help="keep the DenseNet-BC traces here (default: a temporary folder)")
-    parser.add_argument("--run-dir", type=Path,
+    parser.add_argument("--run-dir", type=programs.output_folder,
                         help="also record whole runs (every malloc and free from process "
                              "start, iterations marked) of --run-arch and seq2seq training "
                              "under each pool, as run files in this folder")
@@ -652,12 +655,14 @@ def parse_args(argv=None):
                         help="iterations of each whole run recorded")
     parser.add_argument("--insize", type=int, help="image size (default: the model's)")
     parser.add_argument("--classes", type=int, default=1000)
-    parser.add_argument("--method", default="best")
+    parser.add_argument("--method", default="best", choices=("bestfit", "best", "exact"),
+                        help="pgmo's solver")
     parser.add_argument("--time-limit", type=float, default=2.0, help="pgmo solver seconds")
     parser.add_argument("--budget", type=float, default=480.0,
                         help="seconds for the whole run; later configurations are skipped")
     parser.add_argument("--child-timeout", type=float, default=150.0)
-    parser.add_argument("--output", "-o", type=Path, help="also write the report here")
+    parser.add_argument("--output", "-o", type=programs.output_file,
+                        help="also write the report here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is None:
@@ -737,11 +742,10 @@ def main(argv=None) -> int:
     for part, seconds in timings.items():
         log.info("%s: %.1f s", part, seconds)
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(text + "\n")
         log.info("wrote %s", args.output)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(programs.run(main))

@@ -48,7 +48,6 @@ this one run by run, so that both see the same machine load.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
@@ -59,6 +58,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from pgmo import programs
 
 #: This repository's root (its ``pgmo`` is the one measured unless ``--compare`` adds others).
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,9 +143,9 @@ def workload_names(spec: str) -> list[str]:
         elif part in bundled.names() or part in workloads.names():
             names.append(part)
         elif part:
-            raise SystemExit(f"bench_overhead: unknown workload {part!r}; use 'real', "
-                             f"'family', a bundled trace ({', '.join(bundled.names())}) or a "
-                             f"family member ({', '.join(workloads.names())})")
+            raise programs.unknown_name("workload (real, family, a bundled trace or a family "
+                                        "member)", part,
+                                        ["real", "family", *bundled.names(), *workloads.names()])
     return list(dict.fromkeys(names))
 
 
@@ -325,10 +326,18 @@ def run_child(root: Path, ops_file: str, modes: list[str], args, workdir: str) -
     code = ("import runpy, sys; mod = runpy.run_path(sys.argv[1], run_name='bench_child'); "
             "mod['child'](sys.argv[2])")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, "-c", code, __file__, spec], cwd=root, env=env,
-                          capture_output=True, text=True)
+    with programs.children_leave_ctrl_c_to_me():  # a Ctrl-C is this process's to answer
+        proc = subprocess.Popen([sys.executable, "-c", code, __file__, spec], cwd=root,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    try:
+        _, stderr = proc.communicate()
+    except BaseException:  # Ctrl-C: the run stops with this program
+        proc.kill()
+        proc.wait()
+        raise
     if proc.returncode != 0 or not os.path.exists(out):
-        raise SystemExit(f"bench_overhead: the run with {root} failed:\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"bench_overhead: the run with {root} failed:\n{stderr[-3000:]}")
     results = json.loads(Path(out).read_text())
     os.remove(out)
     return results
@@ -401,7 +410,7 @@ def print_tables(results: dict, versions: list[str], modes: list[str], names: li
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = programs.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="real,family",
                     help="comma-separated: 'real' (the bundled real traces), 'family' (the "
                          "variable workloads), or names of either (default: real,family)")
@@ -456,7 +465,10 @@ def main(argv=None) -> None:
                 print(f"run {run + 1} of {args.runs} done; load average "
                       f"{os.getloadavg()[0]:.2f}", flush=True)
         except KeyboardInterrupt:
-            print("bench_overhead: interrupted; the runs so far:", file=sys.stderr)
+            if results:  # the runs so far, then the one line Ctrl-C gets
+                print("\nthe runs finished before Ctrl-C:")
+                print_tables(results, versions, modes, names)
+            raise
     print()
     print_tables(results, versions, modes, names)
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
@@ -465,7 +477,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        sys.exit("bench_overhead: interrupted")
+    raise SystemExit(programs.run(main))

@@ -56,6 +56,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pgmo
+from pgmo import programs
 
 from . import bestfit_timing
 from .dsa_instances import (BUNDLED_BEST_KNOWN, DISTRIBUTIONS, PUBLIC_INSTANCES, best_known_for,
@@ -72,7 +73,8 @@ def load_average() -> str:
 
 def busy_core() -> subprocess.Popen:
     """Another process that keeps one core busy until it is killed."""
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    with programs.children_leave_ctrl_c_to_me():
+        return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
 def run_method(trace, method: str, time_limit: float, exact_max_n: int, budget=None):
@@ -121,7 +123,7 @@ def fmt_ratio(peak, ref):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = programs.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("inputs", nargs="*", help="instance CSV files or folders of them "
                     "(default, without --bundled or --random: the public instances in "
                     "tests/data/dsa-benchmarks; with --bestfit-timing: none)")
@@ -348,4 +350,4 @@ def _bench(args, methods, known, instances, busy: bool) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(programs.run(main))

@@ -25,18 +25,20 @@ bound of pgmo's plan in ``bench_memory-results.md``, in MiB to 0.1)
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 import time
-from pathlib import Path
 
-import pgmo
-from pgmo import bundled
-from pgmo.runs import Run
+from pgmo import programs
 
-from . import record_runs  # Chainer and the examples
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
+
+import pgmo  # noqa: E402
+from pgmo import bundled  # noqa: E402
+from pgmo.runs import Run  # noqa: E402
+
+from . import record_runs  # noqa: E402  (Chainer and the examples)
 
 log = logging.getLogger("mirror_fidelity")
 
@@ -126,20 +128,19 @@ def table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = programs.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", nargs="+", choices=list(WORKLOADS),
                         default=list(WORKLOADS))
     parser.add_argument("--capture", nargs="+", choices=sorted(record_runs.CAPTURES),
                         default=["mirror"])
-    parser.add_argument("--out", type=Path, help="write the rows as JSON here")
+    parser.add_argument("--out", type=programs.output_file, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     rows = [compare(name, capture) for name in args.workload for capture in args.capture]
     print(table(rows))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"rows": rows, "table": table(rows)}, indent=1) + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(programs.run(main))

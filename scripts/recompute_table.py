@@ -22,15 +22,18 @@ Traces of a CPU dry run (``"dry_run": true``) are stand-ins: their rows say
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
 
-import pgmo
-from pgmo import SolverOptions
+from pgmo import programs
 
-from .markdown import NA, mib, table
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
+
+import pgmo  # noqa: E402
+from pgmo import SolverOptions  # noqa: E402
+
+from .markdown import NA, mib, table  # noqa: E402
 
 log = logging.getLogger("recompute_table")
 
@@ -198,15 +201,15 @@ def section(entries, method: str = "best", time_limit: float | None = None,
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("traces", nargs="+", type=Path,
+    parser = programs.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("traces", nargs="+", type=programs.existing_path(),
                         help="trace files, or folders holding them (other traces are skipped)")
     parser.add_argument("--method", default="best", choices=pgmo.METHODS,
                         help="the plan compared with best-fit")
     parser.add_argument("--time-limit", type=float, default=SolverOptions().time_limit,
                         help="seconds per plan")
-    parser.add_argument("--output", "-o", type=Path, help="also write the section here")
+    parser.add_argument("--output", "-o", type=programs.output_file,
+                        help="also write the section here")
     return parser.parse_args(argv)
 
 
@@ -227,4 +230,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(programs.run(main))

@@ -34,7 +34,6 @@ before recording starts (on a GPU they live in host memory).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 import gc
@@ -47,15 +46,19 @@ import sys
 import time
 from pathlib import Path
 
-import pgmo
-import pgmo.chainer  # noqa: F401  (the Chainer compatibility layer first)
+from pgmo import programs
 
-import chainer
-import numpy as np
-from pgmo.runs import Run, RunRecorder, write_run
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
 
-from .examples import load
-from .numpy_mirror import NumpyMirror
+import pgmo  # noqa: E402
+import pgmo.chainer  # noqa: E402,F401  (the Chainer compatibility layer first)
+
+import chainer  # noqa: E402
+import numpy as np  # noqa: E402
+from pgmo.runs import Run, RunRecorder, write_run  # noqa: E402
+
+from .examples import load  # noqa: E402
+from .numpy_mirror import NumpyMirror  # noqa: E402
 
 #: The checkout whose commit the run files name.
 ROOT = Path(__file__).resolve().parent.parent
@@ -331,8 +334,7 @@ def provenance(facts: dict, capture: str, fidelity: dict | None, code: str | Non
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = programs.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", nargs="+", required=True,
                         choices=("resnet50", "alexnet", "googlenet", "densenet", "seq2seq"))
     parser.add_argument("--capture", choices=sorted(CAPTURES), default="mirror")
@@ -352,9 +354,10 @@ def parse_args(argv=None):
     parser.add_argument("--sentences", type=int, default=10000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", help="file name stem (default: from the workload)")
-    parser.add_argument("--fidelity", type=Path,
+    parser.add_argument("--fidelity", type=programs.existing_path("file"),
                         help="JSON table from scripts.mirror_fidelity, kept in the metadata")
-    parser.add_argument("--out-dir", type=Path, default=Path("."))
+    parser.add_argument("--out-dir", type=programs.output_folder, default=Path("."),
+                        help="folder for the run files, made if new")
     args = parser.parse_args(argv)
     for name in ("iterations", "batchsize", "insize", "classes", "depth", "growth_rate",
                  "vocab", "units", "layers", "sentences"):
@@ -414,4 +417,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(programs.run(main))

@@ -47,15 +47,19 @@ import sys
 import time
 from pathlib import Path
 
-import pgmo
-import pgmo.chainer  # noqa: F401  (applies the Chainer compatibility layer first)
+from pgmo import programs
 
-import chainer
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
 
-from . import children
-from .chainer_workloads import (ARCHS, DENSENET, DRY_RUN_NOTE, TINY_INSIZE, Workload,
-                                cnn_inference, cnn_training, densenet_training, environment,
-                                mirror_for, new_pool, seq2seq_inference, seq2seq_training)
+import pgmo  # noqa: E402
+import pgmo.chainer  # noqa: E402,F401  (applies the Chainer compatibility layer first)
+
+import chainer  # noqa: E402
+
+from . import children  # noqa: E402
+from .chainer_workloads import (  # noqa: E402
+    ARCHS, DENSENET, DRY_RUN_NOTE, TINY_INSIZE, Workload, cnn_inference, cnn_training,
+    densenet_training, environment, mirror_for, new_pool, seq2seq_inference, seq2seq_training)
 
 log = logging.getLogger("record_traces")
 
@@ -248,11 +252,11 @@ def workloads(args, device):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = programs.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", "-d", type=int, default=0,
                         help="GPU id, or -1 for a CPU dry run at tiny sizes")
-    parser.add_argument("--out-dir", "-o", type=Path, default=Path("traces-recorded"))
+    parser.add_argument("--out-dir", "-o", type=programs.output_folder,
+                        default=Path("traces-recorded"), help="folder for the traces, made if new")
     parser.add_argument("--arch", nargs="*", choices=sorted(ARCHS), default=sorted(ARCHS))
     parser.add_argument("--batchsize", "-b", nargs="*", type=int, default=[32, 64, 128],
                         help="training batch sizes (none: no CNN training traces)")
@@ -279,7 +283,7 @@ def parse_args(argv=None):
                         help="DenseNet-BC depth, 6 n + 4 (default: 100; CPU dry run: 28)")
     parser.add_argument("--growth-rate", type=int,
                         help="DenseNet-BC growth rate (default: 12; CPU dry run: 4)")
-    parser.add_argument("--method", default="bestfit",
+    parser.add_argument("--method", default="bestfit", choices=pgmo.METHODS,
                         help="solver the pool runs after profiling (the trace does not "
                         "depend on it)")
     parser.add_argument("--time-limit", type=float, default=5.0)
@@ -373,4 +377,4 @@ def summary(args, written: list[Path], failed: int, start: float) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(programs.run(main))

@@ -14,14 +14,16 @@ page with what the folder gives and fails when they differ.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
-from pathlib import Path
 
-from . import markdown, quick_check_report
-from .evidence import Session, find
-from .markdown import number, rows_under
+from pgmo import programs
+
+programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
+
+from . import markdown, quick_check_report  # noqa: E402
+from .evidence import Session, find  # noqa: E402
+from .markdown import number, rows_under  # noqa: E402
 
 MISSING = "not measured"
 TASKS = {"train": "train", "inference": "inference"}
@@ -518,9 +520,11 @@ def tests_section(session: Session, steps: dict) -> list[str]:
 
 # ------------------------------------------------------------------ command line
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", type=Path, help="a GPU session's output folder ($OUT)")
-    parser.add_argument("-o", "--output", type=Path, help="write here (default: stdout)")
+    parser = programs.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=programs.existing_path("folder"),
+                        help="a GPU session's output folder ($OUT)")
+    parser.add_argument("-o", "--output", type=programs.output_file,
+                        help="write here (default: stdout)")
     parser.add_argument("--check", action="store_true",
                         help="fail if --output differs from what the folder gives")
     args = parser.parse_args(argv)
@@ -544,4 +548,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(programs.run(main))

@@ -75,6 +75,20 @@ def test_a_segment_only_snapshot_has_nothing_to_optimize(tmp_path):
     assert "nothing to optimize" in text and "_record_memory_history" in text
 
 
+def test_reserved_is_refused_for_a_file_that_records_its_own(snapshot, capsys):
+    """A PyTorch snapshot says what PyTorch reserved: a number typed in would silently
+    replace the one to compare with."""
+    with pytest.raises(ValueError, match=r"records what was reserved: .+ by PyTorch .+; "
+                                         r"--reserved \(reserved=\) is only for a file that "
+                                         r"does not say"):
+        pgmo.analyze(snapshot, reserved="12GB", method="bestfit")
+    from pgmo.cli import main
+
+    assert main(["analyze", str(snapshot), "--reserved", "12GB", "--method", "bestfit"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("pgmo: error: ") and err.count("\n") == 1
+
+
 def test_reserved_can_be_given_as_bytes_or_as_the_log_under_a_pool(tmp_path):
     trace = pgmo.bundled.load("synthetic-alexnet-train-b32")
     requests, upstream = rmm_logs(trace, iterations=2)

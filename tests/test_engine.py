@@ -466,7 +466,7 @@ def test_a_query_waits_while_another_thread_holds_the_engine(hot_path, query):
         getattr(e, query)()
         answered.set()
 
-    with e:  # as a malloc or a free on another thread holds it
+    with e._lock:  # as a malloc or a free on another thread holds it
         thread = CheckedThread(target=ask, name=f"{query}-asker")
         thread.start()
         assert asked.wait(30)

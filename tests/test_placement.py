@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgmo.engine.placement import Placer
+from pgmo.placement import Placer
 
 
 def test_the_smallest_gap_that_holds_a_request_is_taken_at_its_start():

@@ -74,6 +74,38 @@ def test_every_stat_is_documented_for_users():
         assert name in pgmo.stats.__doc__, name
 
 
+def test_every_public_method_and_the_stats_say_what_a_user_may_rely_on():
+    """The docstrings are the API reference: none of the pool's public methods without one."""
+    for name, member in vars(pgmo.ProfileGuidedMemoryPool).items():
+        if not name.startswith("_") and callable(getattr(member, "fget", member)):
+            assert (getattr(member, "__doc__", None) or "").strip(), name
+    assert "stock pool" in pgmo.ProfileGuidedMemoryPool.interrupted.__doc__
+    assert "exactly one" in PoolStats.__doc__ and "frozen" in PoolStats.__doc__
+
+
+def test_without_a_gpu_the_pool_names_the_cause_and_the_host_pool():
+    """One pgmo error, not CuPy's driver traceback: on any machine, with no GPU visible."""
+    import subprocess
+    import sys
+
+    code = ("import pgmo\n"
+            "try:\n"
+            "    pgmo.ProfileGuidedMemoryPool()\n"
+            "except pgmo.NoGPUError as e:\n"
+            "    print(type(e.__cause__).__name__, e.__suppress_context__)\n"
+            "    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**__import__("os").environ,
+                                            "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    suppressed, message = done.stdout.splitlines()
+    assert suppressed == "NoneType True"  # one error in the traceback: CuPy's is its context
+    assert message.startswith("ProfileGuidedMemoryPool needs a GPU that CuPy can use, and "
+                              "CuPy sees none (")
+    assert message.endswith("without a GPU, pgmo.testing.host_pool() runs the same pool on "
+                            "host memory")
+
+
 def test_each_request_gets_its_own_memory_object_rounded_like_cupy():
     pool = host_pool(warmup=0)
     run(pool, n=1)

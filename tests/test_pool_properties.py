@@ -14,6 +14,9 @@ an example never has more than :data:`LIVE_CAP` bytes live.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
@@ -24,6 +27,7 @@ from pgmo.testing import Checker, host_device_of, host_engine, replay
 from pgmo.units import round_size
 
 from .held_planner import HeldPlanner
+from .interrupts import Injector, Interrupt
 from .strategies import MIB, event_traces, request_sizes, workloads
 
 #: Most bytes an example has live at once (host memory is real).
@@ -94,19 +98,44 @@ def note_coverage(st) -> None:
     event("searched in the worker" if st.background_solves else "no worker search")
 
 
-def drive(pool, workload, planner: HeldPlanner, config: str) -> tuple[Checker, int]:
+class Cycle:
+    """Something that keeps a block alive in a reference cycle (a graph node, say)."""
+
+    def __init__(self, handle):
+        self.handle, self.me = handle, self
+
+
+def drive(pool, workload, planner: HeldPlanner, config: str, collector: bool = False,
+          blocks: dict | None = None, checker: Checker | None = None) -> tuple[Checker, int]:
     """Run a workload (see ``strategies.workloads``), checking the pool after every op.
 
     Returns the checker, after everything was freed, and the requests made
     (size 0 is no request).  An allocation that would take the live bytes
-    past :data:`LIVE_CAP` is skipped.
+    past :data:`LIVE_CAP` is skipped.  ``collector``: each block dies in a
+    reference cycle, freed by the garbage collector at the iteration's end
+    (the caller turns automatic collection off).  ``blocks``: where the
+    handles are kept (``"live"``, ``"kept"``), so that a caller an exception
+    interrupted can still check and free them (with its ``checker``).
     """
-    checker = Checker(host=True, device=host_device_of(pool), write="ends")
-    held: list = []  # blocks kept into the next iteration
-    kept: list = []  # blocks never freed until the end
+    checker = checker or Checker(host=True, device=host_device_of(pool), write="ends")
+    blocks = blocks if blocks is not None else {}
+    live = blocks.setdefault("live", [])  # blocks of this iteration (and held from the last)
+    kept = blocks.setdefault("kept", [])  # blocks never freed until the end
+    uncollected = [0]  # bytes of blocks dropped in cycles, not collected yet
     requests = 0
+
+    def let_go(handle) -> None:
+        checker.free(handle)
+        if collector:
+            Cycle(handle)
+            uncollected[0] += round_size(handle[1])
+
+    def collect() -> None:
+        if collector:
+            gc.collect()
+            uncollected[0] = 0
+
     for ops, hold in workload:
-        live = held
         interrupted = False
         before = pool.stats()
         with pool.iteration():
@@ -118,26 +147,23 @@ def drive(pool, workload, planner: HeldPlanner, config: str) -> tuple[Checker, i
                     (live if kind == "a" else kept).append(checker.alloc(pool, x))
                     requests += x > 0
                 elif kind == "f" and live:
-                    handle = live.pop(x % len(live))
-                    checker.free(handle)
-                    del handle
+                    let_go(live.pop(x % len(live)))
                 elif kind == "i":
                     (pool.resume if interrupted else pool.interrupt)()
                     interrupted = not interrupted
                 elif kind == "s":
                     planner.settle()
-                assert pool.stats().used_bytes == checker.live_bytes
+                assert pool.stats().used_bytes == checker.live_bytes + uncollected[0]
             if interrupted:
                 pool.resume()
             if not hold:
                 while live:
-                    handle = live.pop()
-                    checker.free(handle)
-                    del handle
-        held = live
+                    let_go(live.pop())
+        collect()
         st = pool.stats()
         assert st.used_bytes == checker.live_bytes
-        assert st.peak_used_bytes == checker.peak_bytes  # the pool served nothing else
+        if not collector:  # (blocks waiting for the collector still count in the pool's)
+            assert st.peak_used_bytes == checker.peak_bytes  # the pool served nothing else
         assert st.used_bytes <= st.total_bytes
         # The mode said what the iteration did: only optimized ones use the arena,
         # and only the others profile.
@@ -146,12 +172,23 @@ def drive(pool, workload, planner: HeldPlanner, config: str) -> tuple[Checker, i
             assert st.profiled_requests == before.profiled_requests
         else:
             assert st.planned_requests == before.planned_requests
-    for blocks in (held, kept):
-        while blocks:
-            handle = blocks.pop()
-            checker.free(handle)
-            del handle
+    for held in (live, kept):
+        while held:
+            let_go(held.pop())
+    collect()
     return checker, requests
+
+
+@contextlib.contextmanager
+def collector_off():
+    """Collections happen only where the test calls gc.collect()."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @pytest.mark.parametrize("kind, config", CASES)
@@ -230,5 +267,63 @@ def test_every_mode_reaches_its_plan(kind, config):
         assert st.plan_method == ("best" if searched else "bestfit")
         assert st.planned_peak == (trace.lower_bound() if searched
                                    else pgmo.solve(trace, method="bestfit").peak)
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(w=workloads())
+def test_blocks_freed_by_the_collector_never_corrupt(config, w):
+    """The same random workloads with every block dying in a reference cycle, freed by the
+    garbage collector (survivors' buffers included): never a block lent twice, the books
+    the checker's after every collection."""
+    pool = make_pool("engine", config)
+    try:
+        with collector_off(), HeldPlanner(pool) as planner:
+            checker, requests = drive(pool, w, planner, config, collector=True)
+            planner.settle()
+        assert checker.corrupted == 0 and checker.overlaps == 0
+        st = pool.stats()
+        assert st.used_bytes == st.live_bytes == 0 and st.requests == requests
+        assert st.planner_failures == st.solve_failures == 0
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(w=workloads(), at=st.integers(1, 4000))
+def test_an_interrupt_anywhere_never_corrupts(config, w, at):
+    """The same random workloads with a Ctrl-C at a drawn line of the engine: what the
+    interrupted run held is intact, the engine is free and out of its iteration, the books
+    add up, and the next iterations are checked byte by byte."""
+    pool = make_pool("engine", config)
+    blocks: dict = {}
+    checker = Checker(host=True, device=host_device_of(pool), write="ends")
+    try:
+        with HeldPlanner(pool) as planner:
+            try:
+                with Injector(at):
+                    drive(pool, w, planner, config, blocks=blocks, checker=checker)
+            except Interrupt:
+                pass
+            planner.settle()
+        assert pool._lock.acquire(blocking=False)
+        pool._lock.release()
+        assert not pool.in_iteration
+        for held in blocks.values():
+            while held:
+                assert checker.free(held.pop())  # what the interrupted run held is intact
+        gc.collect()
+        assert pool.stats().used_bytes == checker.live_bytes == 0
+        assert checker.corrupted == checker.overlaps == 0
+        st = pool.stats()
+        assert st.arena_bytes + st.old_arena_bytes + st.exact_bytes + st.kept_bytes + \
+            st.stock_bytes == st.total_bytes
+        after = replay([random_iteration(3, n=20)] * 3, pool, write="ends")
+        assert after["corrupted"] == after["overlaps"] == 0
     finally:
         pool.close()

@@ -6,6 +6,8 @@ import configparser
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -32,3 +34,71 @@ def test_the_readmes_say_which_device_the_examples_use():
     for text in ((ROOT / "README.rst").read_text(), (ROOT / "examples" / "README.rst").read_text()):
         said = " ".join(text.split())
         assert "GPU 0 when CuPy sees a GPU" in said and "--device -1" in said
+
+
+def _readme() -> str:
+    return (ROOT / "README.rst").read_text()
+
+
+def _section(text: str, title: str) -> str:
+    """A section's text, from its title to the next title of the same level."""
+    start = text.index(f"\n{title}\n{'-' * len(title)}\n")
+    rest = text[start + 2 * len(title) + 3:]
+    nxt = re.search(r"\n[^\n]+\n-{3,}\n", rest)
+    return rest[:nxt.start()] if nxt else rest
+
+
+def _code_blocks(text: str, language: str) -> list[str]:
+    """The ``.. code-block:: <language>`` blocks of ``text``, dedented."""
+    blocks = []
+    for match in re.finditer(rf"\.\. code-block:: {language}\n\n((?: {{3}}.*\n|\n)+)", text):
+        blocks.append("\n".join(line[3:] for line in match.group(1).rstrip().splitlines()))
+    return blocks
+
+
+def test_the_readme_opens_with_one_honest_headline():
+    """What was measured on a GPU (when, which engine), what is only the CPU model, what a
+    user can expect, and what ``pgmo analyze`` reports: one paragraph before the commands."""
+    text = _readme()
+    first = text[:text.index("\nQuick start without a GPU\n")]
+    [headline] = [p for p in first.split("\n\n") if p.startswith("**Where it stands.**")]
+    said = " ".join(headline.split())
+    assert "2026-11-25" in said and "commit 0cd52e9" in said  # the GPU run and its engine
+    assert "not a GPU measurement" in said and "no GPU has measured it yet" in said
+    assert "So today:" in said and "``pgmo analyze`` says what a plan" in said
+    assert first.count("**") == 2  # the one headline; the details live in docs/
+    assert len(re.findall(r"\d\.\d+x", first)) <= 4, "a headline, not a table of ratios"
+
+
+def test_the_cpu_quick_start_runs_as_pasted(monkeypatch, capsys):
+    """Each snippet of the quick start, as a user pastes it (the bench_footprint command is
+    run by tests/test_scripts_package.py), says what it prints and what it costs."""
+    pytest.importorskip("cupy")
+    quick = _section(_readme(), "Quick start without a GPU")
+    said = " ".join(quick.split())
+    assert 'replan="sync", method="bestfit"' in said and "pgmo.NoGPUError" in said
+    [python] = _code_blocks(quick, "python")
+    exec(compile(python, "README.rst", "exec"), {})
+    printed = capsys.readouterr().out.strip()
+    assert f"# {printed}" == python.splitlines()[-1]  # the output the README shows
+    analyze, footprint = _code_blocks(quick, "bash")
+    assert analyze.startswith(".venv/bin/pgmo analyze ")
+    from pgmo.cli import main
+
+    monkeypatch.chdir(ROOT)
+    assert main(analyze.split()[1:]) == 0
+    table = capsys.readouterr().out
+    for figure in re.findall(r"\((\d+\.\d\d MiB)\)", quick):  # the figures the prose quotes
+        assert figure in table
+    assert footprint.startswith(".venv/bin/python -m scripts.bench_footprint ")
+    # what each costs: the snippet, the analysis, one bench_footprint run and all of them
+    costs = re.findall(r"(under a second|about \d+ s|about \d+ minutes)", said)
+    assert len(costs) >= 4, costs
+
+
+def test_the_readme_states_what_the_set_up_commands_cost():
+    said = " ".join(_readme()[:_readme().index("\nQuick start without a GPU\n")].split())
+    assert re.search(r"``pgmo demo`` about \d+ s and [\d.]+ GB of memory", said)
+    assert re.search(r"main job's install about .+ \(\d+ s\)", said)
+    assert re.search(r"tests' install and run \d+ to \d+ minutes", said)
+    assert "two CPU cores" in said

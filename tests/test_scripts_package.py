@@ -118,13 +118,30 @@ def test_bench_solver_runs_on_a_tiny_instance(tmp_path):
         "Y_1: not given")
 
 
-def test_bench_footprint_runs_one_workload_in_one_mode():
-    out = _ok(run("bench_footprint", "--only", "alexnet-infer", "--modes", "sync/bestfit",
-                  "--no-limits", timeout=300))
+def readme_command(program: str) -> list[str]:
+    """The arguments the README's CPU quick start gives ``python -m scripts.<program>``."""
+    [line] = re.findall(rf"^ +\.venv/bin/python -m scripts\.{program} (.+)$",
+                        (ROOT / "README.rst").read_text(), re.M)
+    return line.split()
+
+
+def test_bench_footprint_runs_one_workload_in_one_mode_as_the_readme_says():
+    from scripts import bench_footprint
+
+    argv = readme_command("bench_footprint")
+    assert argv == ["--only", "alexnet-infer", "--modes", "sync/best", "--no-limits"]
+    done = run("bench_footprint", *argv, timeout=300)
+    out = _ok(done)
     assert out.startswith("# Device footprint and syncs over whole runs (CPU model)")
     assert "- command: `python -m scripts.bench_footprint --only alexnet-infer --modes " \
-           "sync/bestfit --no-limits`" in out
+           "sync/best --no-limits`" in out
     assert "h100-alexnet-infer-b1" in out and "## Against the targets" in out
+    # the strict bound is labelled by what it covers: not one iteration's
+    assert "the most bytes live at once over the whole run, weights and optimizer state " \
+           "included" in out
+    # progress on stderr, a line per step, also when no one watches a terminal
+    assert re.findall(r"^  h100-alexnet-infer-b1: (.+) done, \d+ s$", done.stderr, re.M) == \
+        ["CuPy's pool", *(f"sync/best [{heap}]" for heap in bench_footprint.HEAP_MODELS)]
 
 
 def test_bench_import_runs_on_a_small_snapshot():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import pgmo
 from pgmo import bundled, synth
 from pgmo.synth import Recorder
 
@@ -119,8 +120,11 @@ def test_provenance_of_something_not_metadata_is_a_type_error():
 
 
 def test_unknown_bundled_trace_names_the_choices():
-    with pytest.raises(KeyError, match="available: .*synthetic-"):
+    with pytest.raises(KeyError, match="no bundled trace 'no-such-trace'; choose from "
+                                       ".*synthetic-"):
         bundled.load("no-such-trace")
+    with pytest.raises(pgmo.UnknownTraceError, match="did you mean 'synthetic-seq2seq-train-b64'"):
+        bundled.load("seq2seq")  # the closest, where one is close
 
 
 def test_recorder_rejects_double_free():

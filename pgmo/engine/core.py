@@ -39,13 +39,12 @@ take no request index.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import operator
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from ..plan import Plan
 from ..stats import PoolStats
@@ -64,13 +63,14 @@ from .shapes import ShapeBook
 from .state import IterationState
 from .loop_watch import LoopWatch
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "IterationScope", "InterruptedScope"]
 
 log = logging.getLogger("pgmo.pool")
 
 _get_ident = threading.get_ident
 _MAX_SIZE = 1 << 64  # CuPy takes sizes as size_t
 _NO_LIMIT = 1 << 62  # requests per iteration, when no detected length applies
+_CLOSE_TRIES = 5  # Ctrl-Cs an iteration's closing survives (each interrupts it anew)
 
 
 def _weak(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -130,13 +130,16 @@ class Engine:
         self.planner = Planner(options.solver, options.replan)
         self.memory = memory = DeviceMemory(hot, backend.allocate, backend.fallback,
                                             backend.oom_error, backend.reserve, backend.heap,
-                                            backend.device_memory)
+                                            backend.device_memory, dict(backend.reasons),
+                                            own_heap=options.heap == "own",
+                                            stream=backend.context)
         self._context = backend.context
+        self._device = backend.device
         between, self._between_source = memory.between_iterations()
         self._between = _weak(between) if hasattr(between, "__self__") else between
-        hot.connect(backend.fallback, _weak(memory.exact), _weak(memory.kept),
+        hot.connect(backend.fallback, _weak(memory.exact), _weak(memory.lend_kept),
                     _weak(memory.reuse), backend.context, _weak(memory.released),
-                    self._between, self._between_source)
+                    self._between, self._between_source, backend.device)
         weakref.finalize(self, _shut_down, hot.inbox, self.planner)
         #: The allocation entry point (what ``set_allocator`` gets).
         self.malloc: Callable[[Any], Any] = hot.malloc
@@ -165,23 +168,26 @@ class Engine:
         self.departures = 0
         self._awaited: tuple[Trace, int] | None = None  # (profile, its arena's least size)
         self._deferred: Schedule | None = None  # a plan whose arena the device refused
+        self._opener: Callable[[], object] | None = None  # the open iteration's scope, weakly
 
     # ------------------------------------------------------------ exclusivity
-    def __enter__(self) -> None:
-        """Exclusive access for every entry but the owner's inline malloc.
-
-        When another thread first comes in, the owner loses its lock-free path;
-        the newcomer waits until the owner has left it (see ``HotPath.malloc``).
-        """
-        self._lock.acquire()
+    # Every entry but the owner's inline malloc runs as ``with self._lock: self._admit()``:
+    # a ``with`` over the lock itself releases it whatever is raised after it was taken
+    # (a Ctrl-C included), where a Python ``__enter__`` could be interrupted after taking it.
+    def _admit(self) -> None:
+        """Exclusive access, the lock held: when another thread first comes in, the owner loses
+        its lock-free path; the newcomer waits until the owner has left it (see
+        ``HotPath.malloc``)."""
         hot = self.hot
         if hot.solo and _get_ident() != hot.owner:
             hot.share()
             while hot.busy:
                 time.sleep(0)
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
+        opener = self._opener
+        if opener is not None and opener() is None and self.state.inside:
+            # the ``with engine.iteration()`` that opened it is gone without closing it (a
+            # Ctrl-C landed in its exit's first line): it ends here, unused
+            self._end(aborted=True)
 
     def report_to_hooks(self, thread_hooks: Callable[[], Mapping[Any, Any]],
                         hooked: Callable[[Any], Any]) -> None:
@@ -212,7 +218,8 @@ class Engine:
             raise OverflowError("can't convert negative value to size_t")
         if size >= _MAX_SIZE:
             raise OverflowError("Python int too large to convert to C unsigned long")
-        with self:
+        with self._lock:
+            self._admit()
             if size >= INLINE_MAX:  # no device has it; the hot path's C integers cannot hold it
                 memory = self.memory
                 raise memory.oom_error(size, memory.total_bytes(), memory.limit)
@@ -257,11 +264,17 @@ class Engine:
         between iterations from the heap (where there is a stream-ordered pool), the rest
         (interrupted, another thread or stream) from CuPy's stock pool."""
         hot = self.hot
-        if not self.state.inside and self._between_source != STOCK and _get_ident() == hot.owner:
+        if not self.state.inside and self._between_source != STOCK and \
+                _get_ident() == hot.owner and self._on_own_device():
             block, source = self._between(rs), self._between_source
         else:
             block, source = self.memory.from_stock(size, rs), STOCK
         return hot.serve_outside(block, rs, source, foreign, index, iteration)
+
+    def _on_own_device(self) -> bool:
+        """The current device is the pool's: its arena and heap are that device's memory
+        only (peer access does not cover virtual-memory mappings)."""
+        return self._device is None or self._device() == self.backend.device_id
 
     def _is_owner(self) -> bool:
         """The request comes from the thread, device and stream the iteration's plan serves."""
@@ -295,8 +308,11 @@ class Engine:
             self.state.departed = True
 
     # -------------------------------------------------------------- iterations
-    def begin_iteration(self) -> None:
-        with self:
+    def begin_iteration(self, opener: object = None) -> None:
+        """Start an iteration; ``opener``: the :class:`IterationScope` that will end it (an
+        iteration whose opener is gone unended is ended at the engine's next call)."""
+        with self._lock:
+            self._admit()
             watch = self.watch
             if self.state.inside and watch.period is None:
                 raise RuntimeError("begin_iteration() inside an iteration: call "
@@ -307,7 +323,7 @@ class Engine:
                     self._end(aborted=True)
                 if had_period:
                     self._reset_plan()
-            self._begin(auto=False)
+            self._begin(auto=False, opener=opener)
 
     def _detected_boundary(self) -> None:
         """End a detected iteration and start the next one, or drop the period and its plan."""
@@ -317,18 +333,21 @@ class Engine:
         else:
             self._reset_plan()
 
-    def _begin(self, auto: bool) -> None:
+    def _begin(self, auto: bool, opener: object = None) -> None:
         hot, state = self.hot, self.state
         hot.drain()
         hot.retire()  # blocks of the last iteration, still alive
         self.memory.release_cached()  # what is idle goes back before an arena is taken
         self._at_boundary()
-        on_plan = self._plan_ready() and self.completed >= self.warmup
+        elsewhere = not self._on_own_device()  # its requests go to CuPy's pool for its device
+        on_plan = self._plan_ready() and self.completed >= self.warmup and not elsewhere
         # A varying workload's first request names the iteration's shape (it goes to the
         # slow path, once per iteration): its plan, if the shape recurs.
         choosing = on_plan and self.options.shape_plans and (
             len(self.shapes) > 0 or self.planner.varying > 0)
-        state.begin(self._next_mode(), on_plan, choosing)
+        self._opener = weakref.ref(opener) if opener is not None else None
+        state.begin("fallback" if elsewhere else self._next_mode(), on_plan, choosing,
+                    elsewhere)
         self._first_request = 0
         if on_plan:
             self._follow(None if choosing else self.schedule)
@@ -348,20 +367,26 @@ class Engine:
         ``aborted`` (an exception escaped the iteration) closes it without
         using its log: half an iteration is no profile.
         """
-        with self:
+        with self._lock:
+            self._admit()
             if not self.state.inside:
                 raise RuntimeError("end_iteration() without begin_iteration()")
             self._end(aborted)
 
     def _end(self, aborted: bool) -> bool:
-        """Close the iteration; True when it departed from its plan (merged into the profile)."""
+        """Close the iteration; True when it departed from its plan (merged into the profile).
+
+        The iteration is closed first, whatever is raised in between (a
+        Ctrl-C): profiling and planning come after, and an exception there
+        costs a profile or a plan, never an open iteration."""
         hot, state = self.hot, self.state
-        hot.drain()
-        state.end()
-        hot.end()
+        try:
+            hot.drain()
+        finally:
+            # one line (see "Commits" in frees.py): no longer inside, no longer numbered
+            state.end(); hot.end(); self.completed += 1  # noqa: E702
         self.memory.stop_placing()
         self._refresh_kind()
-        self.completed += 1
         n = hot.n
         if aborted or not n or state.plan_dropped:
             self._at_boundary()
@@ -401,37 +426,49 @@ class Engine:
         return departed
 
     def interrupt(self) -> None:
-        with self:
+        with self._lock:
+            self._admit()
             self.hot.drain()
             self.state.interrupts += 1
             self._refresh_kind()
 
     def resume(self) -> None:
-        with self:
+        with self._lock:
+            self._admit()
             self.hot.drain()
             if not self.state.interrupts:
                 raise RuntimeError("resume() without interrupt()")
             self.state.interrupts -= 1
             self._refresh_kind()
 
-    @contextlib.contextmanager
-    def iteration(self) -> Iterator["Engine"]:
-        """One hot iteration; an exception inside discards it as a profile."""
-        self.begin_iteration()
-        try:
-            yield self
-        except BaseException:
-            self.end_iteration(aborted=True)
-            raise
-        self.end_iteration()
+    def iteration(self, result: Any = None) -> "IterationScope":
+        """One hot iteration (``with engine.iteration():``); an exception inside discards it
+        as a profile.  ``as`` gives ``result`` (the engine by default).
 
-    @contextlib.contextmanager
-    def interrupted(self) -> Iterator["Engine"]:
-        self.interrupt()
-        try:
-            yield self
-        finally:
-            self.resume()
+        Whatever is raised (a Ctrl-C included: inside, while it begins or
+        while it ends), the iteration it opened is closed on the way out."""
+        return IterationScope(self, self if result is None else result)
+
+    def _abandon(self) -> None:
+        """Close an iteration an exception left open, without using its log; a second Ctrl-C
+        while it closes does not leave it open (it is raised once it is closed)."""
+        second: KeyboardInterrupt | None = None
+        for _ in range(_CLOSE_TRIES):
+            try:
+                with self._lock:
+                    self._admit()
+                    if self.state.inside:
+                        self._end(aborted=True)
+                break
+            except KeyboardInterrupt as e:  # closed first, raised after
+                second = e
+        if second is not None:
+            raise second
+
+    def interrupted(self, result: Any = None) -> "InterruptedScope":
+        """``interrupt()`` ... ``resume()`` (``with engine.interrupted():``), resumed whatever
+        is raised; ``as`` gives ``result`` (the engine by default)."""
+        return InterruptedScope(self, self if result is None else result)
 
     # ------------------------------------------------------------------- plans
     def _at_boundary(self) -> None:
@@ -477,12 +514,11 @@ class Engine:
         names the iteration's shape, see :meth:`_choose`)."""
         hot = self.hot
         if schedule is None:
-            self.current = None
             hot.install(None)
+            self.current = None
             return
         if self.current is schedule:
             return
-        self.current = schedule
         arena = hot.arena
         ptr = arena.ptr if arena is not None else 0
         cached = self._addresses.get(id(schedule))
@@ -490,6 +526,7 @@ class Engine:
             cached = (ptr, hot.addresses_for(schedule.rows), schedule)
             self._addresses[id(schedule)] = cached
         hot.install(schedule.rows, cached[1])
+        self.current = schedule  # after: cut short before, the next call installs it
 
     def _observe_shape(self, run_log: Log, current: Schedule) -> None:
         """A departed iteration: a shape seen twice gets its plan; a shape whose own plan it
@@ -551,10 +588,12 @@ class Engine:
 
     def optimize(self) -> Plan:
         """Solve the profile (or the last iteration's log) now; it is used from the next iteration."""
-        with self:
+        with self._lock:
+            self._admit()
             self.hot.drain()
         schedule = self.planner.optimize(self._last_log)
-        with self:
+        with self._lock:
+            self._admit()
             self._pending = schedule
             if not self.state.inside:
                 self._at_boundary()
@@ -572,7 +611,8 @@ class Engine:
         except Exception:
             self.reset()
             raise
-        with self:
+        with self._lock:
+            self._admit()
             self.hot.drain()
             self._pending = schedule
             if not self.state.inside:
@@ -580,7 +620,8 @@ class Engine:
 
     def reset(self) -> None:
         """Forget profile and plan; the next iteration after warm-up is profiled again."""
-        with self:
+        with self._lock:
+            self._admit()
             self.hot.drain()
             self._reset_plan()
 
@@ -608,7 +649,8 @@ class Engine:
     # Each takes the lock and applies pending frees first, so that what it reports is
     # current; the numbers come from the device memory and the hot path's counters.
     def set_limit(self, size: int) -> None:
-        with self:
+        with self._lock:
+            self._admit()
             self.hot.drain()
             self.memory.set_limit(size)
 
@@ -616,24 +658,28 @@ class Engine:
         return self.memory.limit
 
     def used_bytes(self) -> int:
-        with self:
+        with self._lock:
+            self._admit()
             hot = self.hot
             hot.drain()
             return hot.used
 
     def free_bytes(self) -> int:
-        with self:
+        with self._lock:
+            self._admit()
             self.hot.drain()
             return self.memory.own_free_bytes() + self.memory.stock.free_bytes()
 
     def total_bytes(self) -> int:
-        with self:
+        with self._lock:
+            self._admit()
             self.hot.drain()
             return self.memory.total_bytes()
 
     def n_free_blocks(self) -> int:
         """Free gaps in the arenas, idle kept buffers, and the stock pool's cached blocks."""
-        with self:
+        with self._lock:
+            self._admit()
             self.hot.drain()
             return self.memory.free_gaps() + self.memory.stock.n_free_blocks()
 
@@ -643,27 +689,32 @@ class Engine:
 
         The plan stays: its arena is taken again at the next iteration.
         """
-        with self:
+        with self._lock:
+            self._admit()
             self.memory.release_idle(arena_too=not self.state.inside)
         self.planner.stop_idle_worker()
 
     def reset_peak_stats(self) -> None:
         """Peaks start again from what is in use and held now (PyTorch's reset_peak_memory_stats)."""
-        with self:
+        with self._lock:
+            self._admit()
             self.hot.drain()
             self.hot.reset_peak()
             self.memory.peak_total = self.memory.total_bytes()
 
     def stats(self) -> PoolStats:
         """Every counter at once (frees applied first, so they are current)."""
-        with self:
+        with self._lock:
+            self._admit()
             self.hot.drain()
             return pool_stats(self)
 
     # ------------------------------------------------------------------- views
     @property
     def in_iteration(self) -> bool:
-        return self.state.inside
+        with self._lock:
+            self._admit()
+            return self.state.inside
 
     @property
     def latest_schedule(self) -> Schedule | None:
@@ -703,3 +754,60 @@ class Engine:
         if self.planner.busy:
             return "planning"
         return "profiling"
+
+
+class IterationScope:
+    """``with engine.iteration():`` (a class, not a generator: one that is garbage collected
+    unfinished closes nothing, where a generator's finalizer would take the engine's lock
+    wherever the collector runs, the engine's own code included)."""
+
+    __slots__ = ("_engine", "_result", "_nested", "__weakref__")
+
+    def __init__(self, engine: Engine, result: Any):
+        self._engine, self._result, self._nested = engine, result, False
+
+    def __enter__(self) -> Any:
+        engine = self._engine
+        self._nested = engine.state.inside and engine.watch.period is None  # refused below
+        try:
+            engine.begin_iteration(self)
+            return self._result
+        except BaseException:
+            if not self._nested:
+                engine._abandon()
+            raise
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
+        engine = self._engine
+        if kind is not None:
+            engine._abandon()
+            return
+        try:
+            engine.end_iteration()
+        except BaseException:
+            engine._abandon()
+            raise
+
+
+class InterruptedScope:
+    """``with engine.interrupted():`` (a class, see :class:`IterationScope`)."""
+
+    __slots__ = ("_engine", "_result", "_before")
+
+    def __init__(self, engine: Engine, result: Any):
+        self._engine, self._result, self._before = engine, result, 0
+
+    def __enter__(self) -> Any:
+        engine = self._engine
+        self._before = engine.state.interrupts
+        try:
+            engine.interrupt()
+            return self._result
+        except BaseException:
+            if engine.state.interrupts > self._before:
+                engine.resume()
+            raise
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
+        if self._engine.state.interrupts > self._before:
+            self._engine.resume()

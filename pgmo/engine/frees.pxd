@@ -57,3 +57,4 @@ cdef class Release:
     cdef readonly object keep
     cdef readonly long long source
     cdef public object on_free
+    cdef readonly bint armed

@@ -11,12 +11,27 @@ applies queued frees in order at its next call.
 :class:`Release`, :class:`Inbox` and :class:`Counts` are the hot path's own
 (:mod:`.handout` makes and changes them; others read them); :class:`Arena` is
 the record :mod:`.memory` makes of each arena.
+
+**Commits.**  An exception can be raised at any line of plain Python (a
+Ctrl-C, ``KeyboardInterrupt``, arrives between two lines), so every change
+of the books that must happen together with another is made in **one
+line**: a hand-out first builds its :class:`Release` (unarmed) and the
+user's memory object, which may fail, then counts, numbers, logs the block
+and arms its Release in one line; an exception lands before that line
+(the unarmed Release dies and records nothing) or after it (the armed
+Release's death is the block's free).  A free clears its inbox entry in
+the same line as its books, so that a drain cut short never applies a free
+twice.  Compiled, these lines are C, which no signal interrupts.  (Python
+drops an exception raised inside a destructor: the plain-Python free is
+queued in the destructor's first line.)
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any, Callable
+
+from pgmo.placement import APART
 
 __all__ = ["Arena", "APART", "ARENA", "STOCK", "EXACT", "KEPT", "SOURCE_BITS", "KEY_BIAS",
            "KEY_LOW"]
@@ -27,7 +42,9 @@ try:
     import cython
 
     _COMPILED = cython.compiled
-except ImportError:  # Cython is a build dependency only
+except ImportError:  # Cython is a build dependency only: its decorators do nothing here
+    from pgmo import _cython_shim as cython
+
     _COMPILED = False
 
 #: Where a block's memory comes from (``Release.source``; see :mod:`.memory`).
@@ -35,9 +52,8 @@ ARENA = 0  # carved from the plan's arena
 STOCK = 1  # CuPy's stock pool: interrupted, outside iterations, other threads or streams
 EXACT = 2  # a device allocation of its own, given back at its free
 KEPT = 3  # a survivor's buffer, kept for the same request of the next iteration
-#: What a placer (:mod:`.placement`) answers for a request of a survivor's size:
-#: a kept buffer, not the arena.
-APART = -2
+# APART (pgmo.placement): what a placer answers for a request of a survivor's size: a kept
+# buffer, not the arena.
 #: A rounded size is a multiple of 512: in the inbox its low bits carry the source.
 SOURCE_BITS = 3
 
@@ -48,6 +64,8 @@ _KEY_BIAS = KEY_BIAS  # a C integer when compiled (see frees.pxd)
 _INBOX_KEEP = 4096  # pending-free slots kept between drains
 
 
+@cython.no_gc_clear  # see frees.pxd
+@cython.cclass
 class Arena:
     """One raw allocation that planned blocks are carved from.
 
@@ -89,6 +107,8 @@ class Counts:
                 + self.outside + self.foreign)
 
 
+@cython.no_gc_clear  # see frees.pxd
+@cython.cclass
 class Inbox:
     """Frees not yet applied, in the order they happened; closed when the engine is gone.
 
@@ -143,13 +163,16 @@ class Inbox:
         del self.items[:], self.keys[:], self.sizes[:], self.arenas[:]
 
 
+@cython.no_gc_clear  # see frees.pxd
+@cython.cclass
 class Release:
     """The owner of one handed-out memory object: its death is the block's free.
 
     ``arena`` (an arena block) or ``keep`` (the block's own memory, let go at
     once) keep the memory alive; ``source`` says where it came from;
     ``on_free`` (memory hooks) runs in the freeing thread.  Made by the hot
-    path without ``__init__`` (``handout._release``).
+    path without ``__init__`` (``handout._release``), unarmed: its death
+    records a free only once ``armed`` is set, in the hand-out's commit.
     """
 
     inbox: Inbox
@@ -160,8 +183,11 @@ class Release:
     keep: Any
     source: int
     on_free: Callable[[], None] | None
+    armed: bool
 
     def __dealloc__(self) -> None:  # compiled only; plain Python gets __del__ below
+        if not self.armed:  # never handed out: nothing was counted
+            return
         if self.on_free is not None:
             self.report_free()
         inbox = self.inbox
@@ -180,18 +206,22 @@ class Release:
 
 
 def _queue_free(self: Release) -> None:
-    """``Release.__del__`` as plain Python: queue the Release (resurrected until drained)."""
+    """``Release.__del__`` as plain Python: queue the Release (resurrected until drained).
+
+    The free is queued in the first line, before anything that could be cut
+    short; an unarmed Release was never handed out (nothing to queue)."""
+    if self.armed and not self.inbox.closed: self.inbox.items.append(self)  # noqa: E701
+    if not self.armed:
+        return
+    if self.inbox.closed:
+        self.arena = None  # the engine is gone
     if self.on_free is not None:
         self.report_free()
     self.keep = None  # the block's own memory goes back at once
-    inbox = self.inbox
-    if inbox.closed:
-        self.arena = None
-    else:
-        inbox.items.append(self)
 
 
 if not _COMPILED:
     Release.__del__ = _queue_free  # type: ignore[attr-defined]
+    Release.armed = False  # until the hand-out's commit
 
 

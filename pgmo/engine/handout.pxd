@@ -47,6 +47,7 @@ cdef class HotPath:
     cdef object _reuse
     cdef object _between
     cdef long long _between_source
+    cdef object _device
     cdef object _placer
     cdef bint _limited
     cdef object _context
@@ -79,7 +80,8 @@ cdef class HotPath:
     cdef readonly Counts counts
 
     cpdef connect(self, object stock, object exact, object kept, object reuse, object context,
-                  object on_arena_idle, object between, long long between_source)
+                  object on_arena_idle, object between, long long between_source,
+                  object device=*)
 
     cpdef share(self)
 
@@ -91,11 +93,13 @@ cdef class HotPath:
 
     cpdef set_kind(self, int kind, bint in_iter)
 
+    @cython.locals(lowers=object, uppers=object, sizes=object)
     cpdef begin(self, unsigned long owner, object owner_hooks, object ctx, bint planned,
                 Py_ssize_t max_n, Py_ssize_t log_size)
 
     cpdef end(self)
 
+    @cython.locals(slots=object)
     cpdef install(self, list rows, object addresses=*)
 
     @cython.locals(base=cython.longlong, row=tuple)
@@ -104,7 +108,7 @@ cdef class HotPath:
     cpdef set_arena(self, Arena arena)
 
     @cython.locals(arena=Arena, rows=list, overdue=dict, j=Py_ssize_t,
-                   it=cython.longlong, o=cython.longlong)
+                   it=cython.longlong, o=cython.longlong, span=tuple)
     cpdef retire(self)
 
     cpdef reset_peak(self)
@@ -130,50 +134,47 @@ cdef class HotPath:
                    arena=Arena, row=tuple, late=tuple, block=object)
     cpdef object serve_numbered(self, long long rs)
 
-    @cython.locals(pointer=object)
+    @cython.locals(pointer=object, owner=Release)
     cpdef object serve_outside(self, object block, long long rs, long long source,
                                bint foreign, long long index, long long iteration)
 
     cdef _open_log(self, Py_ssize_t n)
 
     @cython.locals(k=Py_ssize_t)
-    cdef _record(self, Py_ssize_t i, long long tick, long long rs)
+    cdef _room_in_log(self, Py_ssize_t i)
 
     cdef _aim(self)
 
     @cython.locals(span=tuple)
     cdef tuple _overdue_in(self, Arena arena, long long lo, long long hi)
 
-    @cython.locals(i=Py_ssize_t, it=cython.longlong, owner=Release, used=cython.longlong,
-                   t=cython.longlong, pointer=object)
+    @cython.locals(i=Py_ssize_t, it=cython.longlong, owner=Release, t=cython.longlong,
+                   pointer=object)
     cdef object _serve_planned(self, Arena arena, object size, long long rs)
 
     @cython.locals(placer=object, lo=cython.longlong, block=object, arena=Arena)
     cdef object _serve_unplanned(self, long long rs)
 
-    @cython.locals(i=Py_ssize_t, it=cython.longlong, owner=Release, used=cython.longlong,
-                   t=cython.longlong, pointer=object)
+    @cython.locals(i=Py_ssize_t, it=cython.longlong, owner=Release, t=cython.longlong,
+                   pointer=object, span=tuple)
     cdef object _serve_placed(self, Arena arena, long long lo, long long rs)
 
-    @cython.locals(i=Py_ssize_t, t=cython.longlong, pointer=object)
+    @cython.locals(i=Py_ssize_t, t=cython.longlong, pointer=object, owner=Release)
     cdef object _serve_off_plan(self, object block, long long rs, bint pinned, long long source)
 
-    @cython.locals(i=Py_ssize_t, t=cython.longlong, pointer=object)
+    @cython.locals(i=Py_ssize_t, t=cython.longlong, pointer=object, owner=Release)
     cdef object _serve_recorded(self, object block, long long rs, long long source)
 
-    @cython.locals(owner=Release, used=cython.longlong)
-    cdef object _hand_out(self, object block, long long rs, long long index,
-                          long long iteration, long long source)
-
     @cython.locals(rows=list, arena=Arena, overdue=dict, j=Py_ssize_t, it=cython.longlong,
-                   o=cython.longlong, row=tuple)
+                   o=cython.longlong, row=tuple, span=tuple)
     cdef _check_due(self, tuple due)
 
     @cython.locals(inbox=Inbox, items=list, k=Py_ssize_t, m=Py_ssize_t, owner=Release,
                    arenas=list, keys=list, sizes=list, key=cython.longlong,
-                   arena=Arena, packed=cython.longlong)
+                   packed=cython.longlong)
     cpdef drain(self)
 
-    @cython.locals(overdue=dict, row=tuple, span=tuple)
+    @cython.locals(overdue=dict, row=tuple, span=tuple, logged=bint, t=cython.longlong,
+                   key=cython.longlong, placer=object)
     cdef _apply_free(self, long long index, long long it, long long rs, Arena arena,
-                     long long source)
+                     long long source, list entries, Py_ssize_t k, object cleared)

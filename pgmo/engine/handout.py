@@ -41,7 +41,7 @@ from .frees import (APART, ARENA, EXACT, KEPT, KEY_BIAS, KEY_LOW, SOURCE_BITS, S
                     Counts, Inbox, Release)
 
 if TYPE_CHECKING:
-    from .placement import Placer
+    from pgmo.placement import Placer
     from .schedule import Row
 
 __all__ = ["HotPath", "COMPILED", "NO_SLOT", "NOT_FREED", "OUTSIDE", "WATCHED", "SLOW",
@@ -117,6 +117,7 @@ def _release(inbox: Inbox, index: int, iteration: int, size: int, arena: Arena |
     owner.keep = keep
     owner.source = source
     owner.on_free = None
+    owner.armed = False  # armed by the hand-out's commit (see "Commits" in frees.py)
     return owner
 
 
@@ -159,6 +160,7 @@ class HotPath:
         self._reuse: Callable[[int], Any] = _unconnected
         self._between: Callable[[int], Any] = _unconnected  # the owner's, between iterations
         self._between_source = _STOCK
+        self._device: Callable[[], int] | None = None  # the current device, or None: unchecked
         self._placer: Placer | None = None  # off-plan requests in the arena's gaps
         self._limited = False  # stock requests take the slow path, which keeps the limit
         self._context: Callable[[], Any] | None = None  # names the device/stream, or None
@@ -196,10 +198,12 @@ class HotPath:
     def connect(self, stock: Any, exact: Callable[[int], Any], kept: Callable[[int], Any],
                 reuse: Callable[[int], Any], context: Callable[[], Any] | None,
                 on_arena_idle: Callable[[Arena], None], between: Callable[[int], Any],
-                between_source: int) -> None:
+                between_source: int, device: Callable[[], int] | None = None) -> None:
         """The memory sources, the request's device/stream, who hears an old arena go idle;
         ``between(rs)`` serves the owner's requests between iterations, from
-        ``between_source``."""
+        ``between_source``, when ``device()`` is the pool's (else the stock pool, which
+        serves the current device: the pool's own memory is its device's only)."""
+        self._device = device
         self._stock = stock
         self._exact = exact
         self._kept = kept
@@ -229,23 +233,16 @@ class HotPath:
 
     def begin(self, owner: int, owner_hooks: Any, ctx: Any, planned: bool, max_n: int,
               log_size: int) -> None:
-        """Start the next iteration: numbering and the clock restart, a fresh log."""
-        self.iteration += 1
-        self.owner = owner
-        self._owner_hooks = owner_hooks
-        self.ctx = ctx
-        self.n = 0
-        self._tick = 0
-        self._logging_frees = True
-        self._planned_iter = planned
-        self._max_n = max_n
-        self._placer = None
-        self._open_log(log_size)
+        """Start the next iteration: numbering and the clock restart, a fresh log (its requests
+        are unnumbered until the engine's :meth:`set_kind`)."""
+        lowers, uppers, sizes = _new_log(log_size)
+        # one line (see "Commits" in frees.py)
+        self.iteration += 1; self.owner = owner; self._owner_hooks = owner_hooks; self.ctx = ctx; self.n = 0; self._tick = 0; self._logging_frees = True; self._planned_iter = planned; self._max_n = max_n; self._placer = None; self._obs_lowers = lowers; self._obs_uppers = uppers; self._obs_sizes = sizes; self.log_arrays = (lowers, uppers, sizes)  # noqa: E501,E702
 
     def end(self) -> None:
-        """The iteration is over: frees no longer tick its clock; no more placing."""
-        self._logging_frees = False
-        self._placer = None
+        """The iteration is over: frees no longer tick its clock, no more placing, and the
+        owner's requests are not numbered (unnumbered until the engine's :meth:`set_kind`)."""
+        self._logging_frees = False; self._placer = None; self.kind = FALLBACK; self._in_iter = False  # noqa: E501,E702
 
     def install(self, rows: list[Row] | None, addresses: list[int] | None = None) -> None:
         """Answer from these rows from now on (a new plan; no slot is live); None: no plan.
@@ -254,13 +251,11 @@ class HotPath:
         has them already (:meth:`addresses_for`)."""
         if rows is None:
             rows = [SENTINEL]
-        self._rows = rows
-        self._slot = _new_slots(len(rows) - 1)
-        self._live_slots = 0
+        slots = _new_slots(len(rows) - 1)
         if addresses is None:
-            self._aim()
-        else:
-            self._addresses = addresses
+            addresses = self.addresses_for(rows)
+        # one line (see "Commits" in frees.py): rows, slots and addresses always agree
+        self._rows = rows; self._slot = slots; self._live_slots = 0; self._addresses = addresses  # noqa: E501,E702
 
     def addresses_for(self, rows: list[Row]) -> list[int]:
         """Each row's address in the current arena (0 for a survivor's)."""
@@ -282,10 +277,10 @@ class HotPath:
         for j in range(len(self._slot)):
             it = self._slot[j]
             if it != NO_SLOT:
-                self._slot[j] = NO_SLOT
                 o = rows[j][_OFFSET]
-                overdue[(it << 32) | j] = (o, o + rows[j][_CAP], it)
-        self._live_slots = 0
+                span = (o, o + rows[j][_CAP], it)
+                # one line (see "Commits" in frees.py): listed overdue before the slot is let go
+                overdue[(it << 32) | j] = span; self._slot[j] = NO_SLOT; self._live_slots -= 1  # noqa: E702
 
     def reset_peak(self) -> None:
         self.peak_used = self.used
@@ -360,7 +355,7 @@ class HotPath:
         it)."""
         if self._limited:
             return None
-        if self._in_iter:
+        if self._in_iter or (self._device is not None and self._device() != self._device_id):
             return self.serve_outside(self._stock.malloc(size), rs, _STOCK, False, -1, OUTSIDE)
         return self.serve_outside(self._between(rs), rs, self._between_source, False, -1,
                                   OUTSIDE)
@@ -416,7 +411,12 @@ class HotPath:
         iterations).  ``index``/``iteration``: the block's number in its free
         (a request watched for a repeating loop), else -1 and :data:`OUTSIDE`.
         """
-        pointer = self._hand_out(block, rs, index, iteration, source)
+        owner = _release(self.inbox, index, iteration, rs, None, block, source)
+        pointer = self._pointer_type(self._memory_type(block.ptr, rs, owner, self._device_id), 0)
+        # the commit, one line (see "Commits" in frees.py)
+        self._source_used[source] += rs; self.used += rs; owner.armed = True  # noqa: E702
+        if self.used > self.peak_used:
+            self.peak_used = self.used
         if foreign:
             self.counts.foreign += 1
         elif self._in_iter:
@@ -432,25 +432,19 @@ class HotPath:
     def _open_log(self, n: int) -> None:
         """A fresh log with room for ``n`` requests (it grows when needed)."""
         lowers, uppers, sizes = _new_log(n)
-        self._obs_lowers = lowers
-        self._obs_uppers = uppers
-        self._obs_sizes = sizes
-        self.log_arrays = (lowers, uppers, sizes)  # the same arrays, for Python readers
+        # one line: the arrays are swapped together (the same arrays, for Python readers too)
+        self._obs_lowers = lowers; self._obs_uppers = uppers; self._obs_sizes = sizes; self.log_arrays = (lowers, uppers, sizes)  # noqa: E501,E702
 
-    def _record(self, i: int, tick: int, rs: int) -> None:
-        """Log request ``i`` (not served by the plan) on the event clock."""
-        if i >= len(self._obs_sizes):  # double the room, copying what is there
+    def _room_in_log(self, i: int) -> None:
+        """Make room for request ``i`` in the log (doubling it, copying what is there)."""
+        if i >= len(self._obs_sizes):
             lowers, uppers, sizes = _new_log(2 * i + 16)
             for k in range(i):
                 lowers[k] = self._obs_lowers[k]
                 uppers[k] = self._obs_uppers[k]
                 sizes[k] = self._obs_sizes[k]
-            self._obs_lowers = lowers
-            self._obs_uppers = uppers
-            self._obs_sizes = sizes
-            self.log_arrays = (lowers, uppers, sizes)
-        self._obs_sizes[i] = rs
-        self._obs_lowers[i] = tick
+            # one line: the arrays are swapped together
+            self._obs_lowers = lowers; self._obs_uppers = uppers; self._obs_sizes = sizes; self.log_arrays = (lowers, uppers, sizes)  # noqa: E501,E702
 
     def _overdue_in(self, arena: Arena, lo: int, hi: int) -> tuple[int, int, int] | None:
         """An overdue block in ``[lo, hi)`` of ``arena`` (``(start, end, iteration)``), or None."""
@@ -468,27 +462,25 @@ class HotPath:
         """
         i = self.n
         it = self.iteration
+        t = self._tick
         owner = _release(self.inbox, i, it, rs, arena, None, _ARENA)
-        self._slot[i] = it
-        self._live_slots += 1
-        used = self.used + rs
-        self.used = used
-        if used > self.peak_used:
-            self.peak_used = used
-        self.counts.planned += 1
         pointer = self._pointer_type(self._memory_type(self._addresses[i], size, owner,
                                                        self._device_id), 0)
-        t = self._tick
-        self.n = i + 1
-        self._tick = t + 1
-        self._obs_lowers[i] = t
+        # the commit, one line (see "Commits" in frees.py): live in its slot, counted,
+        # numbered, logged, and its owner's death is its free from now on
+        self._slot[i] = it; self._live_slots += 1; self.used += rs; self.n = i + 1; self._tick = t + 1; self._obs_lowers[i] = t; owner.armed = True  # noqa: E501,E702
+        if self.used > self.peak_used:
+            self.peak_used = self.used
+        self.counts.planned += 1
         return pointer
 
     def _serve_unplanned(self, rs: int) -> Any:
         """Off plan: in an arena gap while a placer is on, else memory of its own; logged."""
         placer = self._placer
         if placer is not None:
+            self._placer = None  # taken while it works: one cut short is not used again
             lo = placer.place(rs)
+            self._placer = placer
             if lo >= 0:
                 arena = self.arena
                 assert arena is not None  # the placer places in it
@@ -504,18 +496,16 @@ class HotPath:
         """The next request in the gap at ``lo``; checked by address, as overdue blocks are."""
         i = self.n
         it = self.iteration
+        t = self._tick
+        self._room_in_log(i)
+        span = (lo, lo + rs, it)
         owner = _release(self.inbox, i, it, rs, arena, None, _ARENA)
-        arena.overdue[(it << 32) | i] = (lo, lo + rs, it)
-        used = self.used + rs
-        self.used = used
-        if used > self.peak_used:
-            self.peak_used = used
         pointer = self._pointer_type(self._memory_type(arena.ptr + lo, rs, owner,
                                                        self._device_id), 0)
-        t = self._tick
-        self.n = i + 1
-        self._tick = t + 1
-        self._record(i, t, rs)
+        # the commit, one line (see "Commits" in frees.py)
+        arena.overdue[(it << 32) | i] = span; self.used += rs; self.n = i + 1; self._tick = t + 1; self._obs_sizes[i] = rs; self._obs_lowers[i] = t; owner.armed = True  # noqa: E501,E702
+        if self.used > self.peak_used:
+            self.peak_used = self.used
         self.counts.departed += 1
         return pointer
 
@@ -525,12 +515,13 @@ class HotPath:
         ``pinned``: the plan keeps it apart (a survivor); else it departs.
         """
         i = self.n
-        pointer = self._hand_out(block, rs, i, self.iteration, source)
         t = self._tick
-        self.n = i + 1
-        self._tick = t + 1
-        self._obs_lowers[i] = t
-        self._obs_sizes[i] = rs
+        owner = _release(self.inbox, i, self.iteration, rs, None, block, source)
+        pointer = self._pointer_type(self._memory_type(block.ptr, rs, owner, self._device_id), 0)
+        # the commit, one line (see "Commits" in frees.py)
+        self._source_used[source] += rs; self.used += rs; self.n = i + 1; self._tick = t + 1; self._obs_lowers[i] = t; self._obs_sizes[i] = rs; owner.armed = True  # noqa: E501,E702
+        if self.used > self.peak_used:
+            self.peak_used = self.used
         if pinned:
             self.counts.pinned += 1
         else:
@@ -544,26 +535,19 @@ class HotPath:
         (after a departure).
         """
         i = self.n
-        pointer = self._hand_out(block, rs, i, self.iteration, source)
         t = self._tick
-        self.n = i + 1
-        self._tick = t + 1
-        self._record(i, t, rs)
+        self._room_in_log(i)
+        owner = _release(self.inbox, i, self.iteration, rs, None, block, source)
+        pointer = self._pointer_type(self._memory_type(block.ptr, rs, owner, self._device_id), 0)
+        # the commit, one line (see "Commits" in frees.py)
+        self._source_used[source] += rs; self.used += rs; self.n = i + 1; self._tick = t + 1; self._obs_sizes[i] = rs; self._obs_lowers[i] = t; owner.armed = True  # noqa: E501,E702
+        if self.used > self.peak_used:
+            self.peak_used = self.used
         if self._planned_iter:
             self.counts.departed += 1
         else:
             self.counts.profiled += 1
         return pointer
-
-    def _hand_out(self, block: Any, rs: int, index: int, iteration: int, source: int) -> Any:
-        """Hand out ``block`` (not the arena's); its memory goes back where it came from."""
-        owner = _release(self.inbox, index, iteration, rs, None, block, source)
-        self._source_used[source] += rs
-        used = self.used + rs
-        self.used = used
-        if used > self.peak_used:
-            self.peak_used = used
-        return self._pointer_type(self._memory_type(block.ptr, rs, owner, self._device_id), 0)
 
     def _check_due(self, due: tuple[int, ...]) -> None:
         """Blocks planned to be freed by now that are still alive become overdue."""
@@ -574,61 +558,83 @@ class HotPath:
         for j in due:
             it = self._slot[j]
             if it != NO_SLOT:
-                self._slot[j] = NO_SLOT
-                self._live_slots -= 1
                 row = rows[j]
                 o = row[_OFFSET]
-                overdue[(it << 32) | j] = (o, o + row[_CAP], it)
+                span = (o, o + row[_CAP], it)
+                # one line (see "Commits" in frees.py): listed overdue before the slot is let go
+                overdue[(it << 32) | j] = span; self._slot[j] = NO_SLOT; self._live_slots -= 1  # noqa: E702
 
     # ------------------------------------------------------------------- frees
     def drain(self) -> None:
-        """Apply queued frees in the order they happened (the engine is held)."""
+        """Apply queued frees in the order they happened (the engine is held).
+
+        Each free is applied exactly once, also when an exception (a Ctrl-C)
+        cuts a drain short: its entry is cleared in the same line as its
+        books (see "Commits" in frees.py), and a later drain skips cleared
+        entries."""
         inbox = self.inbox
         m = inbox.count
         if m:
             keys, sizes, arenas = inbox.keys, inbox.sizes, inbox.arenas
             for k in range(m):  # frees recorded meanwhile land after m, for the next drain
-                key = keys[k]
-                arena = arenas[k]
-                arenas[k] = None  # an old arena may go here: its frees land after m
                 packed = sizes[k]
-                self._apply_free((key & _KEY_LOW) - 1, (key >> 32) - _KEY_BIAS,
-                                 packed & _ROUND_MASK, arena, packed & _SOURCE_BITS)
+                if packed:  # 0: applied by a drain cut short
+                    key = keys[k]
+                    self._apply_free((key & _KEY_LOW) - 1, (key >> 32) - _KEY_BIAS,
+                                     packed & _ROUND_MASK, arenas[k], packed & _SOURCE_BITS,
+                                     sizes, k, 0)
+                arenas[k] = None  # an old arena may go here: its frees land after m
             inbox.consumed(m)
         items = inbox.items
         m = len(items)
         if m:
             for k in range(m):  # frees queued meanwhile land after m, for the next drain
                 owner = items[k]
-                self._apply_free(owner.index, owner.iteration, owner.size, owner.arena,
-                                 owner.source)
+                if owner is not None:  # None: applied by a drain cut short
+                    self._apply_free(owner.index, owner.iteration, owner.size, owner.arena,
+                                     owner.source, items, k, None)
             if len(items) == m:
                 items.clear()
             else:
                 del items[:m]
 
-    def _apply_free(self, index: int, it: int, rs: int, arena: Arena | None,
-                    source: int) -> None:
-        """One free, in its turn: the bytes, the slot or overdue entry, the clock."""
-        self.used -= rs
+    def _apply_free(self, index: int, it: int, rs: int, arena: Arena | None, source: int,
+                    entries: list, k: int, cleared: Any) -> None:
+        """One free, in its turn: the bytes, the slot or overdue entry, the clock; its inbox
+        entry (``entries[k]``) becomes ``cleared`` in the same line as its books."""
+        logged = it == self.iteration and self._logging_frees
+        t = self._tick
         if arena is not None:
             if arena is self.arena and index < len(self._slot) and self._slot[index] == it:
-                self._slot[index] = NO_SLOT
-                self._live_slots -= 1
-                if self._placer is not None:
+                # one line (see "Commits" in frees.py)
+                self._slot[index] = NO_SLOT; self._live_slots -= 1; self.used -= rs; entries[k] = cleared; self._tick = t + logged  # noqa: E501,E702
+                if logged:
+                    self._obs_uppers[index] = t
+                placer = self._placer
+                if placer is not None:
                     row = self._rows[index]
-                    self._placer.release(row[_OFFSET], row[_OFFSET] + row[_CAP])
-            else:
-                overdue = arena.overdue
-                span = overdue.pop((it << 32) | index)
-                if self._placer is not None and arena is self.arena:
-                    self._placer.release(span[0], span[1])
-                if not overdue and arena is not self.arena:
-                    self._on_arena_idle(arena)
-        else:  # arena bytes are the rest: used - the other sources (see arena_used)
-            self._source_used[source] -= rs
-        if it == self.iteration and self._logging_frees:
-            self._obs_uppers[index] = self._tick
-            self._tick += 1
+                    self._placer = None  # taken while it works (see _serve_unplanned)
+                    placer.release(row[_OFFSET], row[_OFFSET] + row[_CAP])
+                    self._placer = placer
+                return
+            overdue = arena.overdue
+            key = (it << 32) | index
+            span = overdue[key]
+            # one line (see "Commits" in frees.py)
+            del overdue[key]; self.used -= rs; entries[k] = cleared; self._tick = t + logged  # noqa: E702
+            if logged:
+                self._obs_uppers[index] = t
+            placer = self._placer
+            if placer is not None and arena is self.arena:
+                self._placer = None  # taken while it works (see _serve_unplanned)
+                placer.release(span[0], span[1])
+                self._placer = placer
+            if not overdue and arena is not self.arena:
+                self._on_arena_idle(arena)
+            return
+        # arena bytes are the rest: used - the other sources (see arena_used); one line
+        self._source_used[source] -= rs; self.used -= rs; entries[k] = cleared; self._tick = t + logged  # noqa: E501,E702
+        if logged:
+            self._obs_uppers[index] = t
         elif it == WATCHED:
             self.watched_frees += 1

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from ..solver.options import SolverOptions, solver_options
 from .planner import REPLAN_MODES
 
-__all__ = ["Backend", "PoolOptions", "PlainMemory", "pool_options", "Buffer", "StockPool",
+#: The heaps a pool may use for memory of a block's own (the ``heap`` option).
+HEAPS = ("own", "driver")
+
+__all__ = ["HEAPS", "Backend", "PoolOptions", "PlainMemory", "pool_options", "Buffer", "StockPool",
            "ReservedRange", "StreamHeap"]
 
 
@@ -66,11 +69,13 @@ class ReservedRange(Protocol):
     @property
     def mapped(self) -> int: ...
 
-    def map(self, offset: int, nbytes: int) -> None: ...
+    def map(self, offset: int, nbytes: int, piece: int | None = None) -> None: ...
 
     def unmap(self, offset: int, nbytes: int) -> None: ...
 
     def mappings(self) -> list[tuple[int, int]]: ...
+
+    def usable_end(self) -> int: ...
 
     def synchronize(self) -> None: ...
 
@@ -129,6 +134,9 @@ class Backend:
     object (CuPy's ``UnownedMemory``) and ``pointer_type(memory, 0)`` what the
     user gets (CuPy's ``MemoryPointer``).  ``context()`` names the
     device/stream of a request (None: not checked): the plan covers one.
+    ``device()`` is the current device (None: not checked): the pool's own
+    memory is device ``device_id``'s only, so a request made under another
+    device goes to ``fallback`` (CuPy's pool serves the current device).
 
     ``reserve(nbytes)`` reserves a virtual address range (CUDA's virtual
     memory management; an object with ``ptr``, ``size``, ``granule``,
@@ -139,7 +147,8 @@ class Backend:
     block's death frees it without a device sync, ``trim()``,
     ``synchronize()``, ``held``, ``used``), or is None: a cudaMalloc per
     request.  ``device_memory`` is the device's size (what a reservation
-    spans).
+    spans); ``reasons``: why ``reserve`` or ``heap`` is None (``"arena"`` /
+    ``"heap"`` -> why), reported in ``stats().device_reasons``.
     """
 
     allocate: Callable[[int], Buffer]
@@ -148,10 +157,12 @@ class Backend:
     pointer_type: Callable[[Any, int], Any] = bare_pointer
     device_id: int = 0
     context: Callable[[], object] | None = None
+    device: Callable[[], int] | None = None
     oom_error: Callable[[int, int, int], BaseException] = default_oom
     reserve: Callable[[int | None], ReservedRange] | None = None
     heap: Callable[[], StreamHeap] | None = None
     device_memory: int = 0
+    reasons: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -165,6 +176,10 @@ class PoolOptions:
     detect_iterations: bool = True  # find iterations when the user marks none
     warn_after: int = 10_000  # requests without iterations before one warning
     shape_plans: bool = True  # a recurring iteration shape gets its own plan (see .shapes)
+    # where memory of a block's own comes from: "own" (a heap of pgmo's own in reserved
+    # address space, page by page) or "driver" (the driver's stream-ordered pool, which
+    # grows and trims in 32 MiB steps); see engine/memory.py and engine/own_heap.py
+    heap: str = "own"
     solver: SolverOptions = field(default_factory=SolverOptions)
 
     def __post_init__(self) -> None:
@@ -173,6 +188,8 @@ class PoolOptions:
         if self.replan not in REPLAN_MODES:  # the one check (the planner trusts it)
             raise ValueError(f"unknown replan mode {self.replan!r}; choose one of "
                              f"{', '.join(REPLAN_MODES)}")
+        if self.heap not in HEAPS:
+            raise ValueError(f"unknown heap {self.heap!r}; choose one of {', '.join(HEAPS)}")
         if self.warn_after < 1:
             raise ValueError(f"warn_after must be >= 1, got {self.warn_after!r}")
 

@@ -95,4 +95,5 @@ def pool_stats(engine: Counted) -> PoolStats:
         boundary_releases=memory.releases,
         shape_plans=engine.shapes.planned,
         shape_iterations=engine.shapes.switches,
+        device_reasons=memory.troubles(),
     )

@@ -26,11 +26,12 @@ class IterationState:
     plan; ``choosing``: its first request is still to name its shape, which
     picks the plan it follows (:mod:`.shapes`); ``departed``: it left its
     plan, so its log goes to the planner; ``plan_dropped``: the plan went
-    away while it ran (its log is no profile).
+    away while it ran (its log is no profile); ``elsewhere``: it began under another
+    device than the pool's, so all its requests go to CuPy's pool for that device.
     """
 
     __slots__ = ("inside", "interrupts", "iteration_mode", "on_plan", "planned", "choosing",
-                 "departed", "plan_dropped")
+                 "departed", "plan_dropped", "elsewhere")
 
     def __init__(self) -> None:
         self.inside = False
@@ -41,13 +42,17 @@ class IterationState:
         self.choosing = False
         self.departed = False
         self.plan_dropped = False
+        self.elsewhere = False
 
     @property
     def recording(self) -> bool:
-        """The owner's requests are numbered and logged (in an iteration, not interrupted)."""
-        return self.inside and not self.interrupts
+        """The owner's requests are numbered and logged (in an iteration of the pool's device,
+        not interrupted)."""
+        return self.inside and not self.interrupts and not self.elsewhere
 
-    def begin(self, mode: str, on_plan: bool, choosing: bool = False) -> None:
+    def begin(self, mode: str, on_plan: bool, choosing: bool = False,
+              elsewhere: bool = False) -> None:
+        self.elsewhere = elsewhere
         self.inside = True
         self.iteration_mode = mode
         self.on_plan = self.planned = on_plan
@@ -69,6 +74,8 @@ class IterationState:
         if self.interrupts:
             return FALLBACK
         if self.inside:
+            if self.elsewhere:
+                return FALLBACK
             if self.choosing:  # the engine picks the plan first
                 return SLOW
             return PLANNED if self.on_plan else RECORDED

@@ -16,15 +16,20 @@ import gzip
 import io
 import os
 import tempfile
+import zlib
 from pathlib import Path
 
 from ..errors import TraceFormatError
 
 __all__ = ["check_readable", "is_gzip", "read_head", "open_text", "read_bytes",
-           "write_bytes_atomically", "write_text_atomically", "expansion_cap",
+           "write_bytes_atomically", "write_text_atomically", "expansion_cap", "GZIP_ERRORS",
            "EXPANSION_FLOOR", "EXPANSION_RATIO", "NESTED_TOO_DEEPLY"]
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+#: What reading a damaged or truncated gzip stream raises: a bad header (OSError), an
+#: early end (EOFError), corrupted deflate data (zlib.error, which is neither).
+GZIP_ERRORS = (OSError, EOFError, zlib.error)
 
 #: A compressed file may always expand to this many bytes...
 EXPANSION_FLOOR = 16 << 20
@@ -65,7 +70,10 @@ class _CappedGzip(io.RawIOBase):
         return True
 
     def readinto(self, buffer) -> int:
-        n = self._gz.readinto(buffer)
+        try:
+            n = self._gz.readinto(buffer)
+        except zlib.error as exc:  # neither OSError nor EOFError: every reader's catch misses it
+            raise TraceFormatError(f"damaged gzip data ({exc})", path=str(self.path)) from None
         self.expanded += n
         if self.expanded > self.cap:
             raise _too_expanded(self.path, self.compressed, self.cap)
@@ -101,7 +109,7 @@ def read_head(path: Path, n: int = 4096) -> bytes:
                 return fh.read(n)
         with open(path, "rb") as fh:
             return fh.read(n)
-    except (OSError, EOFError) as exc:
+    except GZIP_ERRORS as exc:
         raise TraceFormatError(f"cannot be read: {exc}", path=str(path)) from None
 
 
@@ -124,7 +132,7 @@ def read_bytes(path: Path) -> bytes:
     try:
         with _CappedGzip(path) as stream:
             return stream.readall()
-    except (OSError, EOFError) as exc:
+    except GZIP_ERRORS as exc:
         raise TraceFormatError(f"damaged gzip data ({exc})", path=str(path)) from None
 
 

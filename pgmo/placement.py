@@ -1,4 +1,9 @@
-"""Best-fit placement in the arena's free space, for requests the plan does not cover.
+"""Best-fit placement in a range's free space: the arena's off-plan requests, and paged heaps.
+
+Neutral (it depends on nothing of the engine): the engine places a departed
+iteration's requests in the arena's gaps, and pgmo's own heap and the host
+model of the driver's stream-ordered pool place blocks in pages
+(:class:`PagedSpace`).
 
 When an iteration leaves its plan (a request larger than planned, or more
 requests: a variable-length batch), the rest of it still fits in the arena
@@ -22,9 +27,10 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from typing import Callable, Iterable, Iterator
 
-from .frees import APART
+__all__ = ["Placer", "PagedSpace", "APART"]
 
-__all__ = ["Placer", "APART"]
+#: What :meth:`Placer.place` answers for a size kept apart (a survivor's, in the arena).
+APART = -2
 
 
 class Placer:
@@ -143,3 +149,82 @@ class Placer:
         insort(self._gaps, (hi - lo, lo))
         self._ends[lo] = hi
         self._starts[hi] = lo
+
+
+class PagedSpace:
+    """Free space in a range of ``size`` bytes backed by memory in ``page``-byte pages.
+
+    Best fit among the free memory already backed first (a heap uses what it
+    holds before it asks for more), else the smallest gap; which pages a
+    block needs backed (:meth:`unbacked`), and which backed pages lie wholly
+    in free space (:meth:`idle_pages`) for a trim.  Used by pgmo's own heap
+    and by the host model of the driver's stream-ordered pool: the two place
+    alike and differ in how pages are backed and given back.
+    """
+
+    def __init__(self, size: int, page: int):
+        self.page = page
+        self.free = Placer(size - size % page, [])
+        self.backed = bytearray(size // page)  # 1: the page is backed
+        self.high = 0  # pages from here on were never backed
+
+    def place(self, nbytes: int) -> int:
+        """The offset of ``nbytes`` now taken (backed memory first); -1 when none."""
+        lo = self._in_backed(nbytes)
+        return lo if lo >= 0 else self.free.place(nbytes)
+
+    def _in_backed(self, nbytes: int) -> int:
+        g, backed, high = self.page, self.backed, self.high * self.page
+        for start, length in self.free.gaps_from(nbytes):
+            if start >= high:
+                continue
+            end = min(start + length, high)
+            pos = start
+            while pos + nbytes <= end:  # the backed runs inside the gap, in order
+                k = backed.find(1, pos // g, -(-end // g))
+                if k < 0:
+                    break
+                pos = max(pos, k * g)
+                stop = backed.find(0, k, -(-end // g))
+                run_end = end if stop < 0 else min(end, stop * g)
+                if run_end - pos >= nbytes:
+                    self.free.take(start, pos, nbytes)
+                    return pos
+                pos = run_end
+        return -1
+
+    def unbacked(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The runs of pages ``[first, stop)`` that ``[lo, hi)`` touches and are not backed."""
+        runs = []
+        backed = self.backed
+        k, last = lo // self.page, (hi - 1) // self.page + 1
+        while k < last:
+            k = backed.find(0, k, last)
+            if k < 0:
+                break
+            stop = backed.find(1, k, last)
+            stop = last if stop < 0 else stop
+            runs.append((k, stop))
+            k = stop
+        return runs
+
+    def set_backed(self, first: int, stop: int, backed: bool) -> None:
+        self.backed[first:stop] = (b"\x01" if backed else b"\x00") * (stop - first)
+        if backed:
+            self.high = max(self.high, stop)
+
+    def idle_pages(self) -> list[tuple[int, int]]:
+        """The runs of backed pages ``[first, stop)`` that lie wholly in free space."""
+        g, backed = self.page, self.backed
+        runs = []
+        for length, start in list(self.free._gaps):
+            k, last = -(-start // g), min(self.high, (start + length) // g)
+            while k < last:
+                k = backed.find(1, k, last)
+                if k < 0:
+                    break
+                stop = backed.find(0, k, last)
+                stop = last if stop < 0 else stop
+                runs.append((k, stop))
+                k = stop
+        return runs

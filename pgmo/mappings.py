@@ -1,0 +1,118 @@
+"""The mappings of a reserved address range, as the driver sees them: one ledger for both ranges.
+
+CUDA's virtual memory gives memory back only by whole mappings
+(``cuMemUnmap`` over exactly what one ``cuMemMap`` mapped), and memory is
+usable only once access to it was granted (``cuMemSetAccess``).  A range
+that grows and trims at its end must therefore know where each mapping
+starts, how long it is and whether it is usable.
+:class:`pgmo.cuda_device.CudaRange` (the GPU) and
+:class:`pgmo.host_device.HostRange` (its host model) keep the same books
+here, so that the engine sees one behaviour.
+
+What the books promise after any call, failed or not: a mapping is listed
+exactly when the driver holds it (``mapped`` counts its bytes), and
+:meth:`MappingLedger.usable_end` is the end of the run of usable mappings
+from offset 0, the only memory an arena may hand out.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+__all__ = ["MappingLedger"]
+
+
+class MappingLedger:
+    """Whole mappings ``(offset, nbytes)`` in address order, each usable or not yet."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []  # sorted
+        self._lengths: dict[int, int] = {}  # start -> bytes
+        self._unusable: set[int] = set()  # starts of mappings without access (yet)
+        self.mapped = 0  # bytes of every listed mapping
+
+    def add(self, start: int, nbytes: int, usable: bool = True) -> None:
+        """A new mapping ``[start, start + nbytes)``; it must not overlap any listed one."""
+        if nbytes <= 0 or self.overlaps(start, nbytes):
+            raise ValueError(f"[{start:,}, {start + nbytes:,}) overlaps a mapping, or is empty")
+        self._lengths[start] = nbytes
+        bisect.insort(self._starts, start)
+        if not usable:
+            self._unusable.add(start)
+        self.mapped += nbytes
+
+    def make_usable(self, starts: list[int]) -> None:
+        """Access was granted to these mappings."""
+        self._unusable.difference_update(starts)
+
+    def remove(self, start: int) -> int:
+        """The mapping at ``start`` went back to the driver; its length."""
+        nbytes = self._lengths.pop(start)
+        del self._starts[bisect.bisect_left(self._starts, start)]
+        self._unusable.discard(start)
+        self.mapped -= nbytes
+        return nbytes
+
+    def length(self, start: int) -> int:
+        return self._lengths[start]
+
+    def run(self, offset: int, nbytes: int) -> list[int]:
+        """The starts of the mappings that make up ``[offset, offset + nbytes)`` exactly.
+
+        Raises ValueError when the range is not a run of whole mappings (the
+        driver unmaps nothing less)."""
+        k = bisect.bisect_left(self._starts, offset)
+        starts = []
+        pos, end = offset, offset + nbytes
+        while pos < end:
+            if k == len(self._starts) or self._starts[k] != pos:
+                raise ValueError(f"[{offset:,}, {end:,}) is not a run of whole mappings "
+                                 f"(nothing is mapped at {pos:,}, or a mapping starts before "
+                                 f"it)")
+            starts.append(pos)
+            pos += self._lengths[pos]
+            k += 1
+        if pos != end:
+            raise ValueError(f"[{offset:,}, {end:,}) ends inside a mapping")
+        return starts
+
+    def overlaps(self, offset: int, nbytes: int) -> bool:
+        """Whether any mapping shares a byte with ``[offset, offset + nbytes)``."""
+        k = bisect.bisect_right(self._starts, offset)
+        if k and self._starts[k - 1] + self._lengths[self._starts[k - 1]] > offset:
+            return True
+        return k < len(self._starts) and self._starts[k] < offset + nbytes
+
+    def mappings(self) -> list[tuple[int, int]]:
+        """``(offset, nbytes)`` of each mapping, in address order."""
+        return [(s, self._lengths[s]) for s in self._starts]
+
+    def usable_end(self) -> int:
+        """The end of the unbroken run of usable mappings that starts at offset 0."""
+        end = 0
+        for start in self._starts:
+            if start != end or start in self._unusable:
+                break
+            end += self._lengths[start]
+        return end
+
+    def usable(self, offset: int, nbytes: int) -> bool:
+        """Whether ``[offset, offset + nbytes)`` lies in usable mappings only."""
+        pos, end = offset, offset + nbytes
+        k = bisect.bisect_right(self._starts, pos) - 1
+        while pos < end:
+            if k < 0 or k >= len(self._starts):
+                return False
+            start = self._starts[k]
+            stop = start + self._lengths[start]
+            if not start <= pos < stop or start in self._unusable:
+                return False
+            pos = stop
+            k += 1
+        return True
+
+    def clear(self) -> None:
+        self._starts.clear()
+        self._lengths.clear()
+        self._unusable.clear()
+        self.mapped = 0

@@ -1,0 +1,144 @@
+"""A Ctrl-C at a chosen line of the engine: ``KeyboardInterrupt`` raised through ``sys.settrace``.
+
+:class:`Injector` counts the line events of the engine's code (``pgmo/engine``)
+and raises :class:`Interrupt` at the ``at``-th one (or, with ``every``, at
+every ``every``-th one: a storm).  Destructors are left alone (Python drops
+an exception raised in one), as is engine code that the host model of the
+device calls on its own behalf (it plays the driver, whose calls are C).
+
+One kind of line event is skipped: the one CPython (3.11 and later) sends
+again for a ``with`` statement's line as its body ends, *before* ``__exit__``
+is called (:func:`with_exits`).  That point is outside the statement's
+clean-up, so raising there leaves a lock taken; but no signal can land there.
+CPython runs a signal's handler only where it checks for one (a function's
+entry, a backward jump, right after a call returns), and the first such check
+after a body ends is after ``__exit__`` has returned (the lock released).  A
+Ctrl-C there would be an artefact of the tracer, not one a user can send.
+The real signals of :class:`SignalStorm` keep every point they can reach.
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pgmo.engine
+
+__all__ = ["Interrupt", "Injector", "DESTRUCTORS"]
+
+ENGINE = str(Path(pgmo.engine.__file__).resolve().parent)
+PACKAGE = Path(pgmo.engine.__file__).resolve().parents[1]
+#: The engine's code, and the neutral placement it calls (its arena's gaps, its own heap).
+TRACED = (ENGINE, str(PACKAGE / "placement.py"))
+DEVICE_MODEL = str(PACKAGE / "host_device.py")
+#: Python drops an exception raised in a destructor ("Exception ignored in..."): an
+#: interrupt there is not the engine's to handle (the frees queue themselves in their first
+#: line, see "Commits" in pgmo/engine/frees.py).
+DESTRUCTORS = {"__del__", "_queue_free"}
+
+
+class Interrupt(KeyboardInterrupt):
+    """The injected Ctrl-C (a KeyboardInterrupt, told apart from a real one)."""
+
+
+@lru_cache(maxsize=None)
+def with_exits(code) -> frozenset[int]:
+    """Offsets in ``code`` where a ``with`` body's normal exit starts: three ``None`` loaded
+    for ``__exit__(None, None, None)``, then the call (``PRECALL``/``CALL`` with 2 arguments,
+    how CPython 3.11-3.13 compile it)."""
+    ins = list(dis.get_instructions(code))
+    found = set()
+    for k in range(len(ins) - 3):
+        nones = ins[k:k + 3]
+        call = ins[k + 3]
+        if all(i.opname == "LOAD_CONST" and i.argval is None for i in nones) \
+                and call.opname in ("PRECALL", "CALL") and call.arg == 2:
+            found.add(ins[k].offset)
+    return frozenset(found)
+
+
+def _in_device_model(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename == DEVICE_MODEL:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class Injector:
+    """Counts the engine's line events; raises :class:`Interrupt` at the ``at``-th one, or at
+    every ``every``-th one (``at=None, every=None``: only counts, listing the lines)."""
+
+    def __init__(self, at: int | None = None, every: int | None = None,
+                 traced: tuple[str, ...] = TRACED):
+        self.traced = traced
+        self.at = at
+        self.every = every
+        self.seen = 0
+        self.fired = 0
+        self.lines: list[tuple[str, int]] = []
+
+    def _due(self) -> bool:
+        if self.every is not None:
+            return self.seen % self.every == 0
+        return self.at is not None and self.seen == self.at
+
+    def _local(self, frame, event, arg):
+        if event == "line" and frame.f_lasti not in with_exits(frame.f_code):
+            self.seen += 1
+            if self.at is None and self.every is None:
+                self.lines.append((frame.f_code.co_filename, frame.f_lineno))
+            elif self._due():
+                self.fired += 1
+                raise Interrupt(f"injected at {frame.f_code.co_filename}:{frame.f_lineno}")
+        return self._local
+
+    def _global(self, frame, event, arg):
+        if frame.f_code.co_filename.startswith(self.traced) \
+                and (self.every is not None or not self.fired) \
+                and frame.f_code.co_name not in DESTRUCTORS and not _in_device_model(frame):
+            return self._local
+        return None
+
+    def __enter__(self):
+        sys.settrace(self._global)
+        return self
+
+    def __exit__(self, *exc):
+        sys.settrace(None)
+
+
+def _engine_frame(frame) -> bool:
+    return frame is not None and frame.f_code.co_filename.startswith(TRACED) \
+        and frame.f_code.co_name not in DESTRUCTORS and not _in_device_model(frame)
+
+
+class SignalStorm:
+    """Real signals, every ``interval`` seconds: each one that lands in the engine's code
+    raises :class:`Interrupt` there, as a Ctrl-C does (Python runs a signal's handler between
+    two bytecodes of whatever runs then; compiled code takes it at its next Python call)."""
+
+    def __init__(self, interval: float = 0.0003):
+        self.interval = interval
+        self.fired = 0
+        self._old = None
+
+    def _handler(self, signum, frame):
+        if _engine_frame(frame):
+            self.fired += 1
+            raise Interrupt(f"signal at {frame.f_code.co_filename}:{frame.f_lineno}")
+
+    def __enter__(self):
+        import signal
+
+        self._old = signal.signal(signal.SIGALRM, self._handler)
+        signal.setitimer(signal.ITIMER_REAL, self.interval, self.interval)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._old)

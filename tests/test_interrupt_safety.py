@@ -1,0 +1,213 @@
+"""A Ctrl-C (any BaseException) at any line of the engine leaves it usable, with honest books.
+
+Users interrupt training all the time, and a notebook keeps the process (and
+the pool) for the next cell.  These tests run a short workload once to list
+every line of the engine it executes, then run it again once per line,
+raising ``KeyboardInterrupt`` there (through ``sys.settrace``), and check
+what a user relies on afterwards: no lock left held, no iteration left
+open, ``used_bytes`` equal to the bytes of the blocks still held, the parts
+of ``total_bytes`` adding up, every later block checked byte by byte, and
+the device's memory back to zero once the pool and its blocks are gone.
+
+The plain-Python hot path is traced line by line; the compiled one has no
+lines to trace (it is C), so there the interrupts land in the engine's
+Python code around it, which is where a real signal is delivered too.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from pgmo.engine import handout as compiled_handout
+from pgmo.engine import reference_handout
+from pgmo.testing import Checker, host_device_of, host_engine
+
+from .interrupts import Injector, Interrupt, SignalStorm
+
+MiB = 1 << 20
+HOT_PATHS = ["plain"] + (["compiled"] if compiled_handout.COMPILED else [])
+
+
+SIZES = [3 * MiB, 5 * MiB + 512, MiB, 7 * MiB, 2 * MiB, 600_000]
+
+
+def workload(engine, checker, live: list, iterations: int = 5) -> None:
+    """Iterations that warm up, profile, follow a plan, depart from it (larger requests),
+    keep a survivor, run an interruption, and make requests between iterations; the pool's
+    queries in between.  Handles are kept in ``live`` (the caller's), so that whatever an
+    interrupt leaves there is still checked and freed."""
+    for it in range(iterations):
+        scale = 2 if it == 4 else 1
+        with engine.iteration():
+            for k, size in enumerate(SIZES):
+                live.append(checker.alloc(engine, size * scale))
+                if k % 2:
+                    checker.free(live.pop(0))
+            with engine.interrupted():
+                live.append(checker.alloc(engine, 700_000))
+                checker.free(live.pop())
+            survivor = checker.alloc(engine, MiB + 4096)
+            while live:
+                checker.free(live.pop())
+            live.append(survivor)
+            del survivor
+        live.append(checker.alloc(engine, 300_000))  # between iterations
+        if it == 3:
+            engine.free_all_blocks()
+        engine.stats()
+        while len(live) > 1:
+            checker.free(live.pop())
+        if it == 2:
+            engine.set_limit(1 << 40)
+    while live:
+        checker.free(live.pop())
+
+
+def make(hot_path: str, replan: str):
+    cls = reference_handout().HotPath if hot_path == "plain" else compiled_handout.HotPath
+    engine = host_engine(hot_path=cls, replan=replan)
+    checker = Checker(host=True, device=host_device_of(engine), write="ends")
+    return engine, checker
+
+
+def check_books(engine, checker) -> None:
+    stats = engine.stats()
+    parts = stats.arena_bytes + stats.old_arena_bytes + stats.exact_bytes + \
+        stats.kept_bytes + stats.stock_bytes
+    assert parts == stats.total_bytes == engine.total_bytes()
+    assert stats.used_bytes == checker.live_bytes, "used_bytes counts blocks nobody holds"
+    assert stats.free_bytes >= 0
+
+
+def lines_of(hot_path: str, replan: str) -> list[tuple[str, int]]:
+    engine, checker = make(hot_path, replan)
+    with Injector() as probe:
+        workload(engine, checker, [])
+    return probe.lines
+
+
+def interrupted_run(hot_path: str, replan: str, at: int) -> str:
+    """The workload, interrupted at the ``at``-th line; then the checks, and four more
+    iterations.  Returns where the interrupt landed ("" when the run ended before)."""
+    engine, checker = make(hot_path, replan)
+    device = host_device_of(engine)
+    live: list = []
+    where = ""
+    with Injector(at) as injector:
+        try:
+            workload(engine, checker, live)
+        except Interrupt as e:
+            where = str(e)
+    assert bool(injector.fired) == bool(where)
+    # what the user's frames held went with them: still checked, then let go
+    while live:
+        assert checker.free(live.pop()), f"a block held across the interrupt changed ({where})"
+    gc.collect()
+    assert engine._lock.acquire(blocking=False), f"the engine's lock is held ({where})"
+    engine._lock.release()
+    assert not engine.in_iteration, f"an iteration is left open ({where})"
+    check_books(engine, checker)
+    workload(engine, checker, live, iterations=2)  # the pool goes on
+    assert checker.corrupted == 0 and checker.overlaps == 0, where
+    check_books(engine, checker)
+    assert engine.used_bytes() == 0
+    engine.close()
+    del engine
+    gc.collect()
+    assert device.in_use == 0, f"the device still holds {device.in_use:,} bytes ({where})"
+    return where
+
+
+#: Both hot paths, plans made at the boundary (every line of the plain hot path is traced;
+#: the compiled one is C, its callbacks are traced).  The background planner (a worker
+#: process per engine) is interrupted by the storms below instead: a sweep would start a
+#: thousand workers.
+SWEEPS = [(hot_path, "sync") for hot_path in HOT_PATHS]
+
+
+@pytest.mark.parametrize("hot_path, replan", SWEEPS)
+def test_an_interrupt_at_any_line_of_the_engine_leaves_it_usable(hot_path, replan):
+    lines = lines_of(hot_path, replan)
+    first = {}
+    for k, line in enumerate(lines, 1):
+        first.setdefault(line, k)  # each distinct line, where it first runs
+    landed = [interrupted_run(hot_path, replan, at) for at in sorted(first.values())]
+    assert all(landed) and len(landed) > 100
+
+
+def recover(engine) -> None:
+    """What the error of an iteration left open tells the user: end it (under the storm too)."""
+    while engine.in_iteration:
+        try:
+            engine.end_iteration(aborted=True)
+        except Interrupt:
+            pass
+
+
+@pytest.mark.parametrize("replan", ["sync", "background"])
+@pytest.mark.parametrize("interval", [0.0005, 0.003])
+@pytest.mark.parametrize("hot_path", HOT_PATHS)
+def test_a_storm_of_interrupts_never_lends_a_block_twice(hot_path, interval, replan):
+    """Real signals every ``interval`` seconds for a whole session, each raising a
+    KeyboardInterrupt wherever it lands in the engine (its handlers and clean-ups too):
+    never a block lent twice; once the storm is over the lock is free, the books add up and
+    the pool goes on."""
+    engine, checker = make(hot_path, replan)
+    device = host_device_of(engine)
+    live: list = []
+    interrupts = 0
+    with SignalStorm(interval):
+        for _ in range(150):
+            try:
+                workload(engine, checker, live, iterations=3)
+            except Interrupt:
+                interrupts += 1
+            except RuntimeError as e:  # a second Ctrl-C landed while an iteration was closing
+                assert "call end_iteration() first" in str(e)
+                recover(engine)
+            while live:  # what the user's frames held: still intact
+                assert checker.free(live.pop())
+    assert interrupts > 5 and engine.completed > 20  # interrupted often, and got on
+    gc.collect()
+    assert engine._lock.acquire(blocking=False)
+    engine._lock.release()
+    if engine.in_iteration:  # a storm can leave one open: ending it is always possible
+        engine.end_iteration(aborted=True)
+    check_books(engine, checker)
+    workload(engine, checker, live, iterations=4)
+    assert checker.corrupted == 0 and checker.overlaps == 0
+    check_books(engine, checker)
+    engine.close()
+    del engine
+    gc.collect()
+    assert device.in_use == 0
+
+
+def test_the_injector_skips_only_the_line_event_before_a_with_statements_exit():
+    """The line event CPython sends as a ``with`` body ends (before ``__exit__``, where no
+    signal is delivered) is skipped; the statement's own line and its body are not."""
+    import threading
+
+    from .interrupts import with_exits
+
+    lock = threading.Lock()
+
+    def guarded():
+        with lock:
+            x = 1
+        return x
+
+    assert len(with_exits(guarded.__code__)) == 1
+    fired_at = []
+    for at in range(1, 4):
+        try:
+            with Injector(at, traced=(guarded.__code__.co_filename,)):
+                guarded()
+        except Interrupt:
+            fired_at.append(at)
+        assert lock.acquire(blocking=False), f"the lock was left taken at event {at}"
+        lock.release()
+    # three line events besides the exit's: the with, its body, the return
+    assert fired_at == [1, 2, 3], fired_at

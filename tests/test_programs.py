@@ -1,0 +1,221 @@
+"""What every pgmo program does alike (:mod:`pgmo.programs`), in-process.
+
+The programs themselves are held to it by ``tests/test_politeness.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pgmo import programs
+
+
+# ------------------------------------------------------------------ names
+def test_the_closest_name_is_the_one_containing_the_word_else_the_nearest_spelling():
+    names = ["synthetic-resnet50-infer-b1", "synthetic-resnet50-train-b32",
+             "h100-alexnet-infer-b1"]
+    assert programs.candidates("resnet50", names) == ["synthetic-resnet50-infer-b1",
+                                                      "synthetic-resnet50-train-b32"]
+    assert programs.closest("alexnet", names) == "h100-alexnet-infer-b1"
+    assert programs.closest("resnt50-train", names) == "synthetic-resnet50-train-b32"
+    assert programs.closest("bert", names) is None
+
+
+def test_an_unknown_name_says_the_closest_and_where_all_are_listed():
+    names = ["sync/best", "sync/bestfit", "bestfit"]
+    error = programs.unknown_name("mode", "sync/bst", names, "--help")
+    assert str(error) == "no mode 'sync/bst'; did you mean 'sync/best'? (--help lists all 3)"
+    error = programs.unknown_name("mode", "zzz", names)
+    assert str(error) == "no mode 'zzz'; choose from sync/best, sync/bestfit, bestfit"
+    assert isinstance(error, ValueError)
+
+
+# ------------------------------------------------------------------ argparse
+def _parser() -> programs.ArgumentParser:
+    parser = programs.ArgumentParser(prog="prog", description="First line.\n\n  kept as is")
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--time-limit", type=float, default=2.0, help="seconds")
+    parser.add_argument("--method", default="best", choices=("bestfit", "best", "exact"),
+                        help="solver (default: the pool's)")
+    parser.add_argument("--modes", nargs="+", default=["a, b", "c"], help="modes")
+    parser.add_argument("--out", default=None, help="a file")
+    parser.add_argument("--verbose", action="store_true", help="say more")
+    group = parser.add_argument_group("more")
+    group.add_argument("--repeat", type=int, default=3)
+    return parser
+
+
+def test_help_shows_every_default_once_and_keeps_the_description(capsys):
+    text = " ".join(_parser().format_help().split())
+    assert "--iterations ITERATIONS default: 20" in text  # an option without help
+    assert "--time-limit TIME_LIMIT seconds (default: 2.0)" in text
+    assert "solver (default: the pool's)" in text and "(default: best)" not in text
+    assert "--modes MODES [MODES ...] modes (default: a, b c)" in text
+    assert "--repeat REPEAT default: 3" in text  # in a group too
+    assert "a file (default" not in text and "say more (default" not in text
+    assert "First line.\n\n  kept as is" in _parser().format_help()
+
+
+def test_a_mistyped_option_or_choice_is_answered_with_the_closest(capsys):
+    with pytest.raises(SystemExit) as stop:
+        _parser().parse_args(["--time-limt", "2"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        "prog: error: unrecognized arguments: --time-limt 2; did you mean --time-limit?"
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--method", "besst"])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "prog: error: argument --method: invalid choice: 'besst'; did you mean 'best'? "
+        "(choose from 'bestfit', 'best', 'exact')")
+
+
+def test_a_mistake_after_a_subcommand_is_that_subcommands(capsys):
+    parser = programs.ArgumentParser(prog="tool")
+    sub = parser.add_subparsers(dest="command", required=True)
+    solve = sub.add_parser("solve")
+    solve.add_argument("--time-limit", type=float, default=1.0)
+    assert parser.parse_args(["solve", "--time-limit", "3"]).time_limit == 3.0
+    assert not hasattr(parser.parse_args(["solve"]), programs.ArgumentParser._PARSER)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["solve", "--time-limt", "2"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: tool solve")
+    assert err.splitlines()[-1] == ("tool solve: error: unrecognized arguments: --time-limt 2; "
+                                    "did you mean --time-limit?")
+
+
+def test_paths_are_checked_before_anything_runs(tmp_path):
+    (tmp_path / "f.txt").write_text("x")
+    assert programs.existing_path("file")(str(tmp_path / "f.txt")) == tmp_path / "f.txt"
+    with pytest.raises(argparse.ArgumentTypeError, match="no such folder: /nonexistent"):
+        programs.existing_path("folder")("/nonexistent")
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a folder"):
+        programs.existing_path("folder")(str(tmp_path / "f.txt"))
+    assert programs.output_file(str(tmp_path / "new.png")) == tmp_path / "new.png"
+    with pytest.raises(argparse.ArgumentTypeError,
+                       match="cannot write /nonexistent/dir/p.png: no folder /nonexistent/dir "
+                             r"\(make it first\)"):
+        programs.output_file("/nonexistent/dir/p.png")
+    with pytest.raises(argparse.ArgumentTypeError, match="is a folder; give a file name"):
+        programs.output_file(str(tmp_path))
+    assert programs.output_folder(str(tmp_path / "new")) == tmp_path / "new"  # made later
+    with pytest.raises(argparse.ArgumentTypeError, match="no folder /nonexistent"):
+        programs.output_folder("/nonexistent/new")
+    assert not (tmp_path / "new").exists()
+
+
+# ------------------------------------------------------------------ run
+def test_a_mistake_is_one_line_and_exit_status_2(capsys, monkeypatch):
+    monkeypatch.delenv("PGMO_DEBUG", raising=False)
+
+    def main():
+        raise programs.UsageError("no workload 'x'")
+
+    assert programs.run(main, name="prog") == 2
+    assert capsys.readouterr().err == "prog: error: no workload 'x'\n"
+    assert programs.run(lambda: open("/nonexistent/file"), name="prog") == 2
+    assert "No such file or directory: '/nonexistent/file'" in capsys.readouterr().err
+
+    def bug():
+        raise ZeroDivisionError("a bug is not a mistake")
+
+    with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
+        programs.run(bug, name="prog")
+
+
+def test_ctrl_c_is_one_line_and_exit_status_130_also_when_cleanup_raises(capfd):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    def cleanup_fails():
+        try:
+            raise KeyboardInterrupt
+        finally:
+            [].pop()  # what an interrupted engine's cleanup once raised
+
+    for main in (interrupted, cleanup_fails):
+        assert programs.run(main, name="prog") == programs.INTERRUPTED
+        out, err = capfd.readouterr()
+        assert err == "prog: interrupted\n" and out == ""
+
+
+def test_a_closed_pipe_is_no_error(monkeypatch):
+    def main():
+        raise BrokenPipeError
+
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BytesIO()))
+    monkeypatch.setattr(sys.stdout, "fileno", lambda: 1 << 20)  # dup2 fails: still no error
+    assert programs.run(main, name="prog") == programs.BROKEN_PIPE
+
+
+def test_a_silent_program_says_it_is_still_working(capsys):
+    with programs.Heartbeat("prog", seconds=0.2):
+        time.sleep(0.7)  # silent
+    silent = capsys.readouterr().err.splitlines()
+    assert silent and all(line.startswith("prog: still working (") for line in silent)
+    with programs.Heartbeat("prog", seconds=0.5):
+        for _ in range(10):  # a line every 0.1 s: never silent for long
+            print("working", flush=True)
+            time.sleep(0.1)
+    out, err = capsys.readouterr()
+    assert out.count("working") == 10 and err == ""
+    with programs.Heartbeat("prog", seconds=0.2):
+        print("half a line", end="", flush=True)  # never cut a line in two
+        time.sleep(0.7)
+        print()
+    assert "still working" not in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ Ctrl-C, for real
+SWALLOWING = """
+import sys, time
+from pgmo import programs
+programs.start(__name__)
+programs.UNWIND_SECONDS = {unwind}
+
+class Slow:
+    def __del__(self):
+        print("ready", flush=True)
+        time.sleep(30)  # a Ctrl-C here is raised in a destructor: Python drops it
+
+def in_a_destructor():
+    Slow()
+    time.sleep(30)
+
+def by_the_program():
+    try:
+        print("ready", flush=True)
+        time.sleep(30)
+    except KeyboardInterrupt:  # code that swallows it, and goes on
+        time.sleep(30)
+
+sys.exit(programs.run({main}))
+"""
+
+
+@pytest.mark.parametrize("main, unwind", [
+    ("in_a_destructor", 60),  # raised again at once, where it stops the program
+    ("by_the_program", 0.5),  # stopped after UNWIND_SECONDS
+])
+def test_a_swallowed_ctrl_c_still_stops_the_program_in_one_line(main, unwind, tmp_path):
+    program = tmp_path / "swallow.py"
+    program.write_text(SWALLOWING.format(main=main, unwind=unwind))
+    child = subprocess.Popen([sys.executable, str(program)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True,
+                             cwd=Path(__file__).resolve().parents[1])
+    assert child.stdout.readline() == "ready\n"
+    started = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=60)
+    assert time.monotonic() - started < 5.0, main  # not the 30 s it would sleep on
+    assert child.returncode == programs.INTERRUPTED
+    assert out == "swallow.py: interrupted\n", out
