@@ -7,6 +7,7 @@ heap runs in tests/test_cuda_device.py (heap="own").
 
 from __future__ import annotations
 
+import collections
 import gc
 
 from pgmo.engine.own_heap import OwnHeap
@@ -92,6 +93,42 @@ def test_a_malloc_cut_short_never_lends_its_range_twice():
     for handle in keep + more:
         assert checker.free(handle)
     assert checker.corrupted == checker.overlaps == 0
+
+
+def test_a_free_cut_short_between_its_books_and_its_queue_is_applied_once():
+    """A Ctrl-C landing after a freed block left the live list but before its queue entry
+    was taken (a real signal arrives between two calls on one line): the rebuilt free list
+    keeps its range until the entry is applied, so it is never free twice."""
+
+    class CutOnce(collections.deque):
+        cut = True
+
+        def popleft(self):
+            if CutOnce.cut:
+                CutOnce.cut = False
+                raise KeyboardInterrupt
+            return super().popleft()
+
+    h = Heap()
+    h.heap._returned = CutOnce()
+    checker = Checker(host=True, device=h.memory)
+    keep = [checker.alloc(h, s * MiB) for s in (3, 1, 2)]
+    gone = keep.pop(0)
+    assert checker.free(gone)
+    del gone
+    gc.collect()
+    try:
+        h.heap.malloc(MiB)
+    except KeyboardInterrupt:
+        pass
+    assert not CutOnce.cut  # the cut landed where it should
+    more = [checker.alloc(h, s * MiB) for s in (3, 1, 3, 2)]
+    for handle in keep + more:
+        assert checker.free(handle)
+    del keep, more, handle
+    gc.collect()
+    assert checker.corrupted == checker.overlaps == 0
+    assert h.heap.used == 0 and h.heap.trim() >= 0 and h.heap.held == 0
 
 
 def test_a_block_keeps_its_heap_mapped_after_the_heap_is_dropped():

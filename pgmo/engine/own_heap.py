@@ -123,10 +123,6 @@ class OwnHeap:
         self.live[lo] = rs; block._returned = self._returned  # noqa: E702
         return block
 
-    def pending_frees(self) -> int:
-        """Blocks that died (on any thread) and wait for the owner's next call to be reused."""
-        return len(self._returned)
-
     def _collect(self) -> None:
         """Apply the frees that arrived: back to the free list, or quarantined (another
         stream than the heap's now)."""
@@ -157,6 +153,11 @@ class OwnHeap:
         range's mappings (a call was cut short)."""
         taken = [(lo, lo + rs) for lo, rs in self.live.items()]
         taken += [(lo, lo + rs) for lo, rs in self._quarantine]
+        # A free whose block left ``live`` but not yet the queue (a signal lands between
+        # the two calls of :meth:`_collect`'s line): its range is released when the queue
+        # is applied, so it stays taken until then (else it would be released twice).
+        live = self.live
+        taken += [(lo, lo + rs) for lo, rs, _ in self._returned.copy() if lo not in live]
         space = PagedSpace(self.range.size, self.page)
         space.free = Placer(space.free.size, taken)
         for start, nbytes in self.range.mappings():
