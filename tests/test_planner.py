@@ -63,8 +63,26 @@ def assert_clean(results):
     assert all(r["corrupted"] == 0 and r["overlaps"] == 0 for r in results)
 
 
-def test_best_fit_then_the_better_plan_each_at_a_later_boundary():
+def test_a_small_profile_gets_best_fit_at_once_then_the_better_plan_at_a_later_boundary():
+    """Short runs are planned from the iteration after the profile on: a small profile's
+    best-fit plan is made at the boundary (milliseconds), the worker's better one later."""
     engine = host_engine(warmup=1, page=512, **BACKGROUND)  # fine pages: exact arena bytes
+    first = replay([HARD] * 3, engine)
+    assert first["modes"] == ["warmup", "profiling", "optimized"]
+    assert first["stats"].plan_method in ("bestfit", "best")  # best-fit at once (or both)
+    results = wait_for(lambda: engine.stats().plan_method == "best", engine, HARD)
+    assert_clean(results + [first])
+    st = engine.stats()
+    assert st.planned_peak == st.lower_bound == HARD.lower_bound()
+    assert st.planned_peak <= st.arena_bytes <= st.planned_peak * (1 + 1 / 32)
+    assert st.background_solves == 1 and engine.planner.replans == 0
+    assert st.departed_requests == 0 and st.stale_plans == 0 and st.planner_failures == 0
+    engine.close()
+
+
+def test_a_large_profile_gets_best_fit_then_the_better_plan_each_at_a_later_boundary():
+    engine = host_engine(warmup=1, page=512, **BACKGROUND)  # fine pages: exact arena bytes
+    engine.planner.sync_blocks = 10  # HARD counts as large: planned by the worker only
     first = replay([HARD] * 2, engine)
     assert first["modes"] == ["warmup", "profiling"]
     results = wait_for(lambda: engine.stats().plan_method == "best", engine, HARD)
@@ -85,6 +103,7 @@ def test_a_plan_made_in_the_worker_is_the_boundarys_plan_installed_at_a_boundary
     plan, ready in the middle of an iteration, serves from the next boundary on."""
     options = {"method": "best", "time_limit": None, "budget": 20_000}
     engine = host_engine(warmup=1, replan="background", **options)
+    engine.planner.sync_blocks = 0  # no best-fit at the boundary: the worker plans
     hot = engine.hot
     with HeldPlanner(engine) as held:
         replay([HARD, HARD], engine)  # warm-up, profiled: the log waits for the worker
@@ -128,6 +147,7 @@ def test_an_adopted_plan_is_not_superseded_by_work_handed_over_before_it():
 def test_the_boundary_never_waits_for_the_worker(monkeypatch):
     """While the worker plans (held here), iterations go on, served as profiling was."""
     engine = host_engine(warmup=0, **BACKGROUND)
+    engine.planner.sync_blocks = 0  # no best-fit at the boundary: the worker plans
     with HeldPlanner(engine) as held:
         first = replay([HARD], engine)  # profiled; the boundary did not wait for a plan
         assert engine.stats().plan_method == "" and engine.mode == "planning"
@@ -184,6 +204,7 @@ def test_a_crashed_worker_is_counted_warned_about_once_and_the_pool_keeps_servin
 def test_a_worker_that_dies_before_its_first_plan_costs_that_plan_only():
     """No plan yet and the worker is gone: the pool profiles again, and a new worker plans."""
     engine = host_engine(warmup=0, **BACKGROUND)
+    engine.planner.sync_blocks = 0  # no best-fit at the boundary: the worker plans
     worker_of(engine).kill()
     results = wait_for(lambda: engine.stats().plan_method == "best", engine, HARD)
     assert_clean(results)
@@ -197,9 +218,12 @@ def test_a_worker_that_dies_before_its_first_plan_costs_that_plan_only():
 @pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs SIGSTOP")
 def test_a_stopped_worker_costs_a_plan_never_a_wait(monkeypatch, caplog):
     """A worker that stops answering (here: SIGSTOP) leaves the iterations running; past its
-    time it is killed and counted, and the next profile gets a new worker and its plan."""
+    time (the wall-clock backstop: it gets no CPU) it is killed and counted, and the next
+    profile gets a new worker and its plan."""
     monkeypatch.setattr(worker_module, "WORKER_GRACE", 1.0)
+    monkeypatch.setattr(worker_module, "WALL_FACTOR", 3.0)
     engine = host_engine(warmup=0, **{**BACKGROUND, "time_limit": 0.5})
+    engine.planner.sync_blocks = 0  # no best-fit at the boundary: the worker plans
     proc = worker_of(engine)
     os.kill(proc.pid, signal.SIGSTOP)
     try:
@@ -222,10 +246,40 @@ def test_a_stopped_worker_costs_a_plan_never_a_wait(monkeypatch, caplog):
     engine.close()
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs SIGSTOP")
+def test_a_worker_that_got_no_cpu_is_not_judged_by_the_wall_clock(monkeypatch, caplog):
+    """A worker at the lowest priority on a loaded machine gets little CPU: silent past its
+    budget in wall-clock time (here: stopped for twice its budget, then let go), it is
+    waited for, and its plan lands; only a worker silent far longer is stopped."""
+    monkeypatch.setattr(worker_module, "WORKER_GRACE", 1.0)
+    engine = host_engine(warmup=0, **{**BACKGROUND, "time_limit": 0.5})
+    engine.planner.sync_blocks = 0  # no best-fit at the boundary: the worker plans
+    assert engine.planner.wait_idle(60)  # started and ready
+    proc = worker_of(engine)
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        with caplog.at_level(logging.WARNING, logger="pgmo.pool"):
+            results = [replay([HARD], engine)]  # profiled: the log waits for the worker
+            budget = 2 * 0.5 * 1.05 + 1.0
+            stopped_until = time.monotonic() + 2 * budget
+            while time.monotonic() < stopped_until:
+                results.append(replay([HARD], engine))
+                time.sleep(0.05)
+            assert engine.stats().planner_failures == 0 and proc.poll() is None
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    results += wait_for(lambda: engine.stats().plan_method == "best", engine, HARD)
+    assert_clean(results)
+    assert engine.stats().planner_failures == 0 and "longer than its time limit" not in caplog.text
+    assert worker_of(engine) is proc
+    engine.close()
+
+
 def test_a_failure_on_the_planner_thread_costs_that_plan_only(monkeypatch, caplog):
     """A log the planner thread failed to send is counted, and not waited for: the next
     iteration is profiled again and planned."""
     engine = host_engine(warmup=0, **BACKGROUND)
+    engine.planner.sync_blocks = 0  # no best-fit at the boundary: the worker plans
     send, failed = engine.planner._send_fold, []
 
     def fails_once(*args):

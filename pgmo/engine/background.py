@@ -21,7 +21,6 @@ import itertools
 import logging
 import queue
 import threading
-import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..plan import Plan
@@ -62,6 +61,7 @@ class BackgroundPlanning:
     worker_failures: int
     _warned: bool
     _numbers: itertools.count
+    _own: tuple[int, Trace | None]
     _answered: tuple[int, Trace | None]
     _epoch: int
     _inbox: queue.SimpleQueue
@@ -99,8 +99,7 @@ class BackgroundPlanning:
     def _take(self) -> list[tuple]:
         """Wait for work (or the worker's deadline), then take all there is."""
         worker = self._worker
-        timeout = None if worker is None or worker.idle else \
-            max(0.0, worker.deadline - time.monotonic())
+        timeout = None if worker is None or worker.idle else worker.next_check()
         items = []
         try:
             items.append(self._inbox.get(timeout=timeout))
@@ -121,7 +120,8 @@ class BackgroundPlanning:
                 try:
                     if item[0] == "fold":
                         # in flight before it counts as taken: busy never reads false between
-                        job = next(self._numbers)
+                        known = item[4]  # folded and planned with best-fit already
+                        job = next(self._numbers) if known is None else known[0]
                         self._in_flight.add(job)
                         self._taken = max(self._taken, item[1] + 1)
                         self._send_fold(job, *item[1:])
@@ -138,7 +138,7 @@ class BackgroundPlanning:
                     self._worker_failed(None, "the planner thread failed")
                     log.debug("planner thread error", exc_info=True)
             worker = self._worker
-            if worker is not None and not worker.idle and time.monotonic() > worker.deadline:
+            if worker is not None and worker.overdue():
                 self._worker_failed(worker, "it took longer than its time limit")
 
     def _start_worker(self) -> None:
@@ -174,8 +174,14 @@ class BackgroundPlanning:
         from .worker import budget  # imported here: see _ensure_worker
         return budget(stages)
 
-    def _send_fold(self, job: int, index: int, kind: str, run_log: Log) -> None:
-        """Hand a log to the worker, with the profile to fold it into if it lacks it."""
+    def _send_fold(self, job: int, index: int, kind: str, run_log: Log,
+                   known: tuple[int, int, Trace | None] | None) -> None:
+        """Hand a log to the worker, with the profile to fold it into if it lacks it.
+
+        ``known``: the training thread folded it already, into the profile of
+        ``(job, generation, profile)`` (and made the best-fit plan): the
+        worker folds it into the same profile and makes the full method's plan
+        only, for ``job`` (the folded profile's generation)."""
         if index < self._forget_below:  # a reset or an adopted plan came after it
             self._in_flight.discard(job)
             return
@@ -184,7 +190,7 @@ class BackgroundPlanning:
             self._in_flight.discard(job)  # this log's plan is lost
             return
         base = None
-        generation, profile = self.generation, self.profile
+        generation, profile = (self.generation, self.profile) if known is None else known[1:]
         if kind == "merge" and self._worker_gen != generation:
             # the worker does not hold the current profile: it gets it with the log
             if profile is None:
@@ -193,7 +199,7 @@ class BackgroundPlanning:
                 base = tuple(list(c) for c in zip(*((b.lower, b.upper, b.size)
                                                     for b in profile.blocks)))
                 self._worker_gen = generation
-        stages = self._stages(self.options.method)
+        stages = self._stages(self.options.method)[0 if known is None else 1:]
         worker.submit(job, {"op": "fold", "job": job, "kind": kind, "log": tuple(run_log),
                             "base": base, "stages": stages}, self._seconds(stages))
 
@@ -251,7 +257,9 @@ class BackgroundPlanning:
             self._worker_gen = job  # what the worker holds now, current or not
         if job < self._epoch:
             return  # made before a reset or an adopted plan: forgotten
-        self.varying += bool(message["varying"])
+        folded_here = job == self._own[0]  # the training thread folded and counted it
+        if not folded_here:
+            self.varying += bool(message["varying"])
         if not message["changed"]:
             return
         metadata: dict[str, Any] = {"recorded_by": "pgmo"}
@@ -265,7 +273,7 @@ class BackgroundPlanning:
             _knows(arena, "_lower_bound", message["arena_lower_bound"])
         self._arena = (profile, arena)
         self._answered = (job, profile)  # current unless the engine's thread set a newer one
-        if message["kind"] == "merge":
+        if message["kind"] == "merge" and not folded_here:
             self.replans += 1
 
     def _plan_of(self, profile: Trace, message: Message) -> Plan:

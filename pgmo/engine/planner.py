@@ -6,7 +6,7 @@ every iteration boundary, asks for a schedule ready to install.  The mode
 (:data:`REPLAN_MODES`, the ``replan`` option) decides where the work happens:
 
 ``background`` (default)
-    Training never waits for a plan, and no planning runs on the training
+    Training never waits for a plan, and no search runs on the training
     process's interpreter: a planning process (:mod:`.worker`, started with
     the pool) folds each log into the profile, plans it with the paper's
     best-fit, then with the full method (``best`` by default), and checks
@@ -14,13 +14,19 @@ every iteration boundary, asks for a schedule ready to install.  The mode
     sends the log (a thread of the planner writes it to the worker's pipe)
     and, when rows come back, a thread of the planner wraps them for the
     engine, which installs them at its next boundary (the full method's
-    plan if it needs less memory than the best-fit one in use).  A newer
-    profile supersedes a running search: the worker stops it and plans the
-    newest profile.  Recurring shapes' plans (:mod:`.shapes`) are made there
-    too.  A worker that dies or stops answering (past its time limits plus
-    :data:`.worker.WORKER_GRACE`) costs the plans it was making, never a wait: it is
-    counted, warned about once, the pool keeps its current plan, and the
-    next profile starts a new worker.
+    plan if it needs less memory than the best-fit one in use).  A small
+    profile (up to :data:`SYNC_BLOCKS` requests) that finds the worker idle
+    gets its best-fit plan at the boundary instead (milliseconds), so that
+    short runs are planned from the next iteration on; the worker then
+    searches for the better one.  A newer profile supersedes a running
+    search: the worker stops it and plans the newest profile.  Recurring
+    shapes' plans (:mod:`.shapes`) are made there too.  A worker that dies
+    or stops answering (past its time limits plus
+    :data:`.worker.WORKER_GRACE` in the CPU time it got, or
+    :data:`.worker.WALL_FACTOR` times that in wall-clock time: at nice 19 on
+    a loaded machine it gets little CPU) costs the plans it was making,
+    never a wait: it is counted, warned about once, the pool keeps its
+    current plan, and the next profile starts a new worker.
 ``sync``
     Everything happens at the boundary, in the training process, with the
     full method: the behaviour to use for tests and reproducible runs.
@@ -63,13 +69,17 @@ from .schedule import Schedule, compile_schedule
 if TYPE_CHECKING:  # imported where a worker starts: see BackgroundPlanning._ensure_worker
     from .worker import Worker
 
-__all__ = ["Planner", "REPLAN_MODES"]
+__all__ = ["Planner", "REPLAN_MODES", "SYNC_BLOCKS"]
 
 log = logging.getLogger("pgmo.pool")
 
 #: Where plans are computed (the ``replan`` option, checked by
 #: :class:`~.options.PoolOptions`).
 REPLAN_MODES = ("background", "sync", "bestfit")
+#: In background mode, profiles up to this many requests get best-fit at the boundary
+#: (folding, best-fit and the plan's check: about 10 us per request, a few milliseconds,
+#: well under a boundary's 20 ms); larger ones are folded and planned by the worker.
+SYNC_BLOCKS = 256
 
 _planners: "weakref.WeakSet[Planner]" = weakref.WeakSet()
 
@@ -92,6 +102,8 @@ class Planner(BackgroundPlanning):
         """
         self.options = options
         self.mode = mode
+        #: Background mode: logs up to this many requests are planned with best-fit at once.
+        self.sync_blocks = SYNC_BLOCKS
         self.replans = 0  # departures that changed the profile
         self.varying = 0  # departures whose iteration differed in shape from the profile
         self.solve_failures = 0  # solves that raised (the plan stays as it was)
@@ -151,7 +163,12 @@ class Planner(BackgroundPlanning):
         """A log that changes the profile (``kind``: "profile" or "merge").
 
         Returns a schedule to install at once (``sync``, ``bestfit``), or None
-        while the work goes on in the worker (``background``).
+        while the work goes on in the worker (``background``).  In ``background``
+        mode a small log (up to :attr:`sync_blocks` requests, and a profile as
+        small) that finds the worker idle is folded here and gets the paper's
+        best-fit plan at once (milliseconds), so that short runs are planned
+        from the next iteration on; the worker then searches for the better
+        plan of the same profile.
         """
         if self.mode != "background":
             before = self.profile
@@ -160,9 +177,24 @@ class Planner(BackgroundPlanning):
                 return None  # the profile did not change: the plan in use stays
             method = "bestfit" if self.mode == "bestfit" else self.options.method
             return self._solve_now(profile, self.options.replace(method=method))
-        self._post(("fold", self._recorded, kind, run_log))
+        known = schedule = None
+        before = self.profile
+        if self._recorded <= self._taken and not self._in_flight \
+                and len(run_log.sizes) <= self.sync_blocks \
+                and (kind == "profile" or before is None or len(before.blocks) <= self.sync_blocks):
+            # small, and nothing in the worker's hands: best-fit here, the rest there
+            before_gen = self.generation
+            profile = self._apply(kind, run_log)
+            if profile is before:
+                return None  # the profile did not change: the plan in use stays
+            schedule = self._solve_now(profile, self.options.replace(method="bestfit"))
+            if self.options.method == "bestfit" or schedule is not None \
+                    and schedule.plan.peak <= self.arena_bound(profile):
+                return schedule  # nothing better to search for
+            known = (self.generation, before_gen, before)
+        self._post(("fold", self._recorded, kind, run_log, known))
         self._recorded += 1
-        return None
+        return schedule
 
     def later(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on the planner thread, off the training loop."""

@@ -57,12 +57,36 @@ from typing import IO, Any, BinaryIO, Callable
 
 from .wire import receive, send
 
-__all__ = ["Worker", "Message", "WORKER_GRACE", "CANCELLED_CLOCK_JUMP", "budget", "main"]
+__all__ = ["Worker", "Message", "WORKER_GRACE", "WALL_FACTOR", "CANCELLED_CLOCK_JUMP", "budget",
+           "cpu_seconds", "main"]
 
 #: Seconds a worker may take beyond a request's solve time limits (start-up, best-fit).
 WORKER_GRACE = 20.0
 #: Seconds a cancelled search's clock jumps ahead: every deadline it keeps has passed.
 CANCELLED_CLOCK_JUMP = 1e9
+
+
+#: A worker silent this many times its budget in wall-clock time is stopped, whatever CPU it
+#: got (a process stopped, or starved for minutes); within it, it is judged by its CPU time.
+WALL_FACTOR = 10.0
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user and system) process ``pid`` has used, from ``/proc``; None where the
+    system has no ``/proc`` (the planner then judges its worker by the wall clock)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2:].split()  # after the name, which may hold spaces
+        return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+    except (OSError, ValueError, IndexError, ZeroDivisionError):
+        return None
+
+
+try:
+    _TICKS = float(os.sysconf("SC_CLK_TCK"))
+except (AttributeError, ValueError, OSError):  # pragma: no cover - no sysconf: no /proc
+    _TICKS = 100.0
 
 
 def budget(stages: list[dict[str, Any]]) -> float:
@@ -114,7 +138,13 @@ class Worker:
         self._outbox: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
         #: Requests sent and not answered to the end, in order, with the seconds each may take.
         self.pending: dict[int, float] = {}
-        self.deadline = float("inf")  # when the request at the head must be answered
+        # The request at the head must be answered within ``_allowed`` seconds of the CPU
+        # time the worker gets from ``_cpu_start`` on (a worker at nice 19 on a loaded
+        # machine gets little: it is not judged by the wall clock), and by ``deadline``
+        # (wall clock: the budget, or WALL_FACTOR times it where the CPU time is known).
+        self.deadline = float("inf")
+        self._allowed = float("inf")
+        self._cpu_start: float | None = None
         self.ready = False  # it said it is ready to plan
         self.stopping = False
         for target, args, name in ((self._write, (), "pgmo-planner-writer"),
@@ -149,7 +179,7 @@ class Worker:
         """Send ``request``; the worker must answer it to the end within ``seconds`` once it
         is at the head of the queue."""
         if not self.pending:
-            self.deadline = time.monotonic() + seconds
+            self._start_clock(seconds)
         self.pending[job] = seconds
         self._outbox.put(request)
 
@@ -157,7 +187,35 @@ class Worker:
         """``job`` is answered: the clock starts for the next one."""
         self.pending.pop(job, None)
         head = next(iter(self.pending.values()), None)
-        self.deadline = float("inf") if head is None else time.monotonic() + head
+        if head is None:
+            self.deadline, self._allowed = float("inf"), float("inf")
+        else:
+            self._start_clock(head)
+
+    def _start_clock(self, seconds: float) -> None:
+        self._cpu_start = cpu_seconds(self.proc.pid)
+        self._allowed = seconds
+        factor = 1.0 if self._cpu_start is None else WALL_FACTOR
+        self.deadline = time.monotonic() + seconds * factor
+
+    def overdue(self) -> bool:
+        """The request at the head took longer than it may: more CPU time than its budget,
+        or (a stopped or starved worker) past the wall-clock deadline."""
+        if not self.pending:
+            return False
+        if time.monotonic() > self.deadline:
+            return True
+        start = self._cpu_start
+        used = None if start is None else cpu_seconds(self.proc.pid)
+        return used is not None and start is not None and used - start > self._allowed
+
+    def next_check(self) -> float:
+        """Seconds until :meth:`overdue` is next to be asked: at the wall-clock deadline, and
+        at least each second while the CPU time is watched."""
+        if not self.pending:
+            return float("inf")
+        left = self.deadline - time.monotonic()
+        return max(0.0, min(left, 1.0) if self._cpu_start is not None else left)
 
     @property
     def idle(self) -> bool:
