@@ -180,7 +180,7 @@ def replay(ops: Ops, mode: str, time_limit: float, launches: int) -> dict:
     """One replay of ``ops`` through a fresh host pool in ``mode``: what the parent tabulates."""
     import numpy as np
 
-    from pgmo.measure.hosts import host_pool
+    from pgmo.testing import host_pool  # a path every checkout has (see --compare)
 
     made = time.perf_counter()
     pool = host_pool(warmup=1, replan=mode, method="best", time_limit=time_limit, seed=0)
