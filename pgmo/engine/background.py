@@ -11,7 +11,7 @@ counted and warned about once; what it was making is lost, never waited for.
 
 Part of :class:`~.planner.Planner` (a mixin: its methods run on the planner
 thread and read the planner's state); tested through the planner, in
-``tests/test_planner.py``.
+``tests/test_planner.py`` and ``tests/test_planner_failures.py``.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ parent dies.  It never imports CuPy.
 Both ends live here, so that the protocol is read in one place: :class:`Worker`
 is the parent's (the planner starts it, and writes its requests and reads its
 answers on two threads), :class:`_Planning` and :func:`main` the child's.
-Tested in ``tests/test_planner.py``.
+Tested in ``tests/test_planner.py`` and ``tests/test_planner_failures.py``.
 """
 
 from __future__ import annotations
