@@ -187,6 +187,7 @@ MISTAKES = [
      "no bundled trace 'resnet50-train'; did you mean 'synthetic-resnet50-train-b32'?"),
     ("bench_overhead", ["--workloads", "resnet50"],
      "did you mean 'synthetic-resnet50-infer-b1' or 'synthetic-resnet50-train-b32'?"),
+    ("bench_solver", ["-o", "/nonexistent/dir/solver.md"],
      "cannot write /nonexistent/dir/solver.md: no folder /nonexistent/dir (make it first)"),
     ("bench_malloc", ["-n", "0"], "-n must be at least 1, got 0"),
     ("recompute_table", ["/nonexistent"], "no such file or folder: /nonexistent"),
