@@ -123,14 +123,8 @@ class CudaRange:
         access over all of it at once.  All or nothing: MemoryError (full device) or
         :class:`~pgmo.errors.DeviceError`, with what this call mapped given back."""
         d, books = self.driver, self._books
-        g = self.granule
         piece = piece or nbytes
-        if offset % g or nbytes % g or piece % g or nbytes <= 0 or offset < 0 \
-                or offset + nbytes > self.size:
-            raise ValueError(f"[{offset:,}, {offset + nbytes:,}) is not whole granules of "
-                             f"{g:,} bytes inside the reservation")
-        if books.overlaps(offset, nbytes):
-            raise ValueError(f"[{offset:,}, {offset + nbytes:,}) is already mapped in part")
+        books.check_new(offset, nbytes, piece, self.granule, self.size)
         made: list[int] = []
         try:
             pos, end = offset, offset + nbytes

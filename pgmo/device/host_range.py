@@ -185,12 +185,8 @@ class HostRange:
     def map(self, offset: int, nbytes: int, piece: int | None = None) -> None:
         """Back ``[offset, offset + nbytes)`` with mappings of ``piece`` bytes at most, then
         grant access over all of it; all or nothing (MemoryError when the device is full)."""
-        self._aligned(offset, nbytes)
         piece = piece or nbytes
-        if piece % self.granule:
-            raise ValueError(f"mappings of {piece:,} bytes are not whole granules")
-        if self._books.overlaps(offset, nbytes):
-            raise ValueError(f"range [{offset:,}, {offset + nbytes:,}) is already mapped in part")
+        self._books.check_new(offset, nbytes, piece, self.granule, self.size)
         made: list[int] = []
         try:
             pos, end = offset, offset + nbytes

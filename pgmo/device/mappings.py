@@ -84,6 +84,20 @@ class MappingLedger:
             return True
         return k < len(self._starts) and self._starts[k] < offset + nbytes
 
+    def check_new(self, offset: int, nbytes: int, piece: int, granule: int, size: int) -> None:
+        """Refuse what the driver refuses before mapping ``[offset, offset + nbytes)`` in
+        mappings of ``piece`` bytes inside a ``size``-byte reservation: anything not whole
+        granules, outside the reservation, or sharing a byte with a mapping (ValueError
+        naming the range).  One rule for both ranges."""
+        if offset % granule or nbytes % granule or nbytes <= 0 or offset < 0 \
+                or offset + nbytes > size:
+            raise ValueError(f"range [{offset:,}, {offset + nbytes:,}) is not whole granules of "
+                             f"{granule:,} bytes inside the {size:,}-byte reservation")
+        if piece % granule:
+            raise ValueError(f"mappings of {piece:,} bytes are not whole granules")
+        if self.overlaps(offset, nbytes):
+            raise ValueError(f"range [{offset:,}, {offset + nbytes:,}) is already mapped in part")
+
     def mappings(self) -> list[tuple[int, int]]:
         """``(offset, nbytes)`` of each mapping, in address order."""
         return [(s, self._lengths[s]) for s in self._starts]
