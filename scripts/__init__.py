@@ -15,7 +15,7 @@ Programs (no GPU needed unless said):
                       CuPy's pool and the physical limit
 ``bench_import``      importing and analyzing a 100,000-event PyTorch snapshot
 ``bench_malloc``      one malloc+free pair in each of pgmo's paths (``--gpu``)
-``bench_overhead``    re-planning stalls, synchronous against background
+``bench_overhead``    re-planning: boundary stalls, plan latency, planning's cost to training
 ``bench_memory``      GPU: the paper's memory and speed experiments (``--device -1``:
                       a CPU dry run)
 ``gpu_quick_check``   GPU: what the device layer and its host model assume, settled

@@ -71,10 +71,10 @@ def profiled_trace(pool, name: str):
     """The profile of the iteration the pool has just profiled.
 
     ``pool.profile`` is the profile of the plan in use or waiting to be
-    installed.  In the pool's default ``replan="background"``, a profile of
-    more than ``pgmo.engine.planner.SYNC_BLOCKS`` (256) requests is planned
-    on a planner thread and installed at a later iteration boundary, so right
-    after the iteration there is none yet: ``pool.optimize()`` plans it now.
+    installed.  In the pool's default ``replan="background"``, a profile is
+    planned in the pool's worker process and installed at a later iteration
+    boundary, so right after the iteration there is none yet:
+    ``pool.optimize()`` plans it now.
     """
     if pool.profile is None and pool.stats().profiled_requests:
         pool.optimize()

@@ -399,7 +399,10 @@ def test_memory_summary_says_why_the_arena_is_a_cudamalloc():
     assert "arena" in summary and "the device has no virtual memory management" in summary
     assert pool.stats().device_reasons == {
         "arena": "the device has no virtual memory management"}
-    pgmo.testing.replay([pgmo.Trace.from_tuples([(0, 0, 2, 4 * MiB)])] * 3, pool)
+    trace = pgmo.Trace.from_tuples([(0, 0, 2, 4 * MiB)])
+    pgmo.testing.replay([trace] * 2, pool)  # warm-up and profile: the plan is being made
+    assert pool.engine.planner.wait_idle(60)
+    pgmo.testing.replay(trace, pool)  # installed at this boundary
     assert pool.stats().arena_kind == "cudaMalloc"
     assert pool.stats().heap_kind == "stream-ordered pool"
     pool.close()

@@ -573,16 +573,15 @@ def test_record_traces_dry_run_is_labelled(tmp_path):
 
 @needs_chainer
 def test_record_traces_dry_run_records_profiles_the_pool_plans_in_the_background(tmp_path):
-    """GoogLeNet training: over 256 requests, which the pool's default replan="background"
-    plans on its planner thread; the script still writes the profiled iteration."""
+    """GoogLeNet training, which the pool's default replan="background" plans in its worker
+    process after the iteration: the script still writes the profiled iteration."""
     _chainer_or_skip()
     import pgmo
-    from pgmo.engine.planner import SYNC_BLOCKS
 
     run_script("record_traces", "--device", -1, "--out-dir", tmp_path, "--arch", "googlenet",
                "--batchsize", 2, "--classes", 10)
     trace = pgmo.read_trace(tmp_path / "googlenet-train-b2.dry-run.json.gz")
-    assert len(trace) == trace.metadata["requests"] > SYNC_BLOCKS
+    assert len(trace) == trace.metadata["requests"] > 0
 
 
 @needs_chainer
@@ -958,10 +957,6 @@ def test_record_traces_dry_run_records_densenet_four_ways(densenet_dry_run):
         assert len(trace) == meta["requests"] > 0
         assert trace.lower_bound() == meta["lower_bound"]
         traces[recompute, pool] = trace
-    from pgmo.engine.planner import SYNC_BLOCKS
-
-    # as on the GPU, pgmo's profiles are planned in the background (over 256 requests)
-    assert min(len(traces[r, "pgmo"]) for r in ("off", "on")) > SYNC_BLOCKS
     for pool in ("stock", "pgmo"):
         off, on = traces["off", pool], traces["on", pool]
         # Recomputation runs the bottlenecks again in backward (more requests) and frees

@@ -1,16 +1,16 @@
-"""Re-planning off the training thread: the background solver, its failures, its lifetime.
+"""Re-planning off the training process: the planning worker and its lifetime.
 
-The pool installs the paper's best-fit plan at once, lets a worker process
-search for a better one, and swaps it in at a later iteration boundary.  These
-tests run on the engine alone (no CuPy) with every byte checked; they wait
-for background work by polling with a generous timeout, never by assuming a
-speed.
+In background mode a worker process folds each log into the profile, plans it
+with best-fit and then searches for a better plan; each plan is swapped in at
+a later iteration boundary, never in the middle of one.  These tests run on
+the engine alone (no CuPy) with every byte checked; they wait for background
+work by polling with a generous timeout, never by assuming a speed.  The
+worker's failures are tested in ``tests/test_planner_failures.py``.
 """
 
 from __future__ import annotations
 
 import gc
-import logging
 import os
 import random
 import subprocess
@@ -22,8 +22,6 @@ import time
 import pytest
 
 import pgmo
-from pgmo.engine import planner as planner_module
-from pgmo.engine import worker as worker_module
 from pgmo.synth import random_iteration
 from pgmo.measure.hosts import host_engine
 from pgmo.measure.replay import Checker, replay
@@ -62,13 +60,32 @@ def assert_clean(results):
     assert all(r["corrupted"] == 0 and r["overlaps"] == 0 for r in results)
 
 
-def test_best_fit_at_once_then_the_better_plan_at_a_later_boundary():
+def test_a_small_profile_gets_best_fit_at_once_then_the_better_plan_at_a_later_boundary():
+    """Short runs are planned from the iteration after the profile on: a small profile's
+    best-fit plan is made at the boundary (milliseconds), the worker's better one later."""
     engine = host_engine(warmup=1, page=512, **BACKGROUND)  # fine pages: exact arena bytes
     first = replay([HARD] * 3, engine)
     assert first["modes"] == ["warmup", "profiling", "optimized"]
     assert first["stats"].plan_method in ("bestfit", "best")  # best-fit at once (or both)
     results = wait_for(lambda: engine.stats().plan_method == "best", engine, HARD)
     assert_clean(results + [first])
+    st = engine.stats()
+    assert st.planned_peak == st.lower_bound == HARD.lower_bound()
+    assert st.planned_peak <= st.arena_bytes <= st.planned_peak * (1 + 1 / 32)
+    assert st.background_solves == 1 and engine.planner.replans == 0
+    assert st.departed_requests == 0 and st.stale_plans == 0 and st.planner_failures == 0
+    engine.close()
+
+
+def test_a_large_profile_gets_best_fit_then_the_better_plan_each_at_a_later_boundary():
+    engine = host_engine(warmup=1, page=512, **BACKGROUND)  # fine pages: exact arena bytes
+    engine.planner.sync_blocks = 10  # HARD counts as large: planned by the worker only
+    first = replay([HARD] * 2, engine)
+    assert first["modes"] == ["warmup", "profiling"]
+    results = wait_for(lambda: engine.stats().plan_method == "best", engine, HARD)
+    assert_clean(results + [first])
+    modes = [m for r in results for m in r["modes"]]
+    assert set(modes) <= {"planning", "optimized"}
     st = engine.stats()
     assert st.planned_peak == st.lower_bound == HARD.lower_bound()
     # the arena's end was trimmed to the better plan (in whole mappings: 1/32 of it)
@@ -78,24 +95,62 @@ def test_best_fit_at_once_then_the_better_plan_at_a_later_boundary():
     engine.close()
 
 
-def test_a_large_profile_is_planned_off_the_boundary_while_the_fallback_serves(monkeypatch):
-    monkeypatch.setattr(planner_module, "SYNC_BLOCKS", 10)  # HARD counts as large now
+def test_a_plan_made_in_the_worker_is_the_boundarys_plan_installed_at_a_boundary_only():
+    """The worker plans as the boundary would (same offsets, under a step budget), and its
+    plan, ready in the middle of an iteration, serves from the next boundary on."""
+    options = {"method": "best", "time_limit": None, "budget": 20_000}
+    engine = host_engine(warmup=1, replan="background", **options)
+    engine.planner.sync_blocks = 0  # no best-fit at the boundary: the worker plans
+    hot = engine.hot
+    with HeldPlanner(engine) as held:
+        replay([HARD, HARD], engine)  # warm-up, profiled: the log waits for the worker
+        assert engine.mode == "planning" and engine.schedule is None
+        live = []
+        with engine.iteration():
+            live.append(engine.malloc(HARD[0].size))
+            held.settle()  # the worker plans the profile now, during this iteration
+            assert engine.planner.busy is False
+            live.append(engine.malloc(HARD[1].size))
+            assert engine.schedule is None and engine.mode == "planning"
+            assert hot.counts.planned == 0
+            live.clear()
+        assert engine.schedule is not None  # installed at the boundary
+    background = engine.plan
+    sync = host_engine(warmup=1, replan="sync", **options)
+    replay([HARD, HARD], sync)
+    assert background.method == sync.plan.method == "best"
+    assert background.offsets == sync.plan.offsets
+    assert background.trace.blocks == sync.plan.trace.blocks
+    assert replay([HARD], engine)["modes"] == ["optimized"]
+    engine.close()
+    sync.close()
+
+
+def test_an_adopted_plan_is_not_superseded_by_work_handed_over_before_it():
+    """Logs sent to the worker (or waiting to be) before a plan is adopted are forgotten."""
+    other = random_iteration(7)
     engine = host_engine(warmup=0, **BACKGROUND)
-    engine.planner.sync_blocks = 10
-    gate = threading.Event()  # holds the planner thread's solves until the loop has gone on
-    solve_now = engine.planner._solve_now
+    with HeldPlanner(engine) as held:
+        replay([HARD], engine)  # profiled: its log waits for the planner
+        engine.adopt(other, pgmo.solve(other.without_open(), method="bestfit"))
+        held.settle()
+    results = [replay([other], engine) for _ in range(3)]
+    assert_clean(results)
+    assert engine.plan.trace.blocks == other.without_open().blocks
+    assert engine.stats().departures == 0
+    engine.close()
 
-    def held(*args, **kwargs):
-        if threading.current_thread() is not threading.main_thread():
-            gate.wait(60)
-        return solve_now(*args, **kwargs)
 
-    monkeypatch.setattr(engine.planner, "_solve_now", held)
-    first = replay([HARD], engine)  # profiled; the boundary did not wait for a solve
-    assert engine.stats().plan_method == "" and engine.mode == "planning"
-    second = replay([HARD], engine)  # the fallback serves meanwhile
-    assert engine.stats().plan_method == "" and second["corrupted"] == 0
-    gate.set()
+def test_the_boundary_never_waits_for_the_worker(monkeypatch):
+    """While the worker plans (held here), iterations go on, served as profiling was."""
+    engine = host_engine(warmup=0, **BACKGROUND)
+    engine.planner.sync_blocks = 0  # no best-fit at the boundary: the worker plans
+    with HeldPlanner(engine) as held:
+        first = replay([HARD], engine)  # profiled; the boundary did not wait for a plan
+        assert engine.stats().plan_method == "" and engine.mode == "planning"
+        second = replay([HARD], engine)  # the heap serves meanwhile
+        assert engine.stats().plan_method == "" and second["modes"] == ["planning"]
+        held.settle()
     results = wait_for(lambda: engine.stats().plan_method == "best", engine, HARD)
     modes = [m for r in results for m in r["modes"]]
     assert set(modes) <= {"planning", "optimized"}
@@ -124,36 +179,6 @@ def test_a_newer_profile_supersedes_a_running_solve():
     engine.close()
 
 
-def test_a_crashed_worker_is_counted_warned_about_once_and_the_pool_keeps_serving(caplog):
-    engine = host_engine(warmup=0, **{**BACKGROUND, "time_limit": 30.0})
-    hard = STUBBORN
-    with caplog.at_level(logging.WARNING, logger="pgmo.pool"):
-        replay([hard], engine)
-        wait_for(lambda: engine.planner._worker is not None, engine, hard)
-        engine.planner._worker.proc.kill()
-        results = wait_for(lambda: engine.stats().planner_failures == 1, engine, hard)
-        results += [replay([hard], engine) for _ in range(3)]
-    assert_clean(results)
-    st = engine.stats()
-    assert st.planner_failures == 1 and st.plan_method == "bestfit"
-    assert st.planned_requests >= 3 * len(hard)  # still served from the best-fit plan
-    warnings = [r for r in caplog.records if "background solver failed" in r.message]
-    assert len(warnings) == 1 and "exited" in warnings[0].message
-    engine.close()
-
-
-def test_a_worker_past_its_time_is_stopped_and_counted(monkeypatch, caplog):
-    monkeypatch.setattr(worker_module, "WORKER_GRACE", 0.0)
-    engine = host_engine(warmup=0, **{**BACKGROUND, "time_limit": 0.01})
-    hard = STUBBORN  # starting Python alone takes longer than 10 ms
-    with caplog.at_level(logging.WARNING, logger="pgmo.pool"):
-        results = wait_for(lambda: engine.stats().planner_failures >= 1, engine, hard)
-    assert_clean(results)
-    assert "longer than its time limit" in caplog.text
-    assert engine.stats().plan_method == "bestfit"
-    engine.close()
-
-
 def test_background_solving_under_concurrent_mallocs_and_frees():
     """Other threads allocate and free while plans are swapped in: never an overlap.
 
@@ -161,7 +186,7 @@ def test_background_solving_under_concurrent_mallocs_and_frees():
     sizes grow every few iterations: new profiles keep superseding background
     solves, and plans are swapped in at many boundaries.
     """
-    engine = host_engine(warmup=1, **BACKGROUND)
+    engine = host_engine(warmup=1, warn_after=10**9, **BACKGROUND)  # others allocate meanwhile
     checker = Checker(host=True)
     lock = threading.Lock()
     stop = threading.Event()
@@ -190,6 +215,9 @@ def test_background_solving_under_concurrent_mallocs_and_frees():
     try:
         for iteration in range(30):
             grow = 512 * (iteration // 3)
+            # the last departure's plan is made: installed at this boundary, while the other
+            # threads allocate and free
+            assert engine.planner.wait_idle(60)
             live = {}
             with engine.iteration():
                 for _, kind, i in evs:
@@ -219,13 +247,13 @@ def test_torture_workloads_with_background_replanning():
     from pgmo import synth
 
     engine = host_engine(warmup=1, **{**BACKGROUND, "time_limit": 0.5})
-    engine.planner.sync_blocks = 0  # every log goes to the planner thread
     results = []
     for seed in range(60):
         trace = synth.seq2seq_training(batch=2, hidden=16, vocab=40, layers=2, seed=seed % 12)
         results.append(replay([trace], engine))
         if seed % 7 == 0:
             results.append(replay([HARD, HARD], engine))
+            assert engine.planner.wait_idle(60)  # its plan comes at the next boundary
     assert_clean(results)
     st = engine.stats()
     # The shapes vary: the profile stays the largest iteration (HARD), and the
@@ -326,12 +354,11 @@ def test_the_profiled_iteration_leaves_no_cache_beside_the_arena():
     engine.close()
 
 
-def _thread_planned_engine(request_size):
-    """A background engine whose every profile is planned on the planner thread, and
+def _worker_planned_engine(request_size):
+    """A background engine (best-fit, planned in the worker), and
     ``iteration(requests, settle=None)``: one iteration of that many requests (``settle``
     called first, inside it)."""
     engine = host_engine(warmup=1, replan="background", method="bestfit")
-    engine.planner.sync_blocks = 0
 
     def iteration(requests, settle=None):
         with engine.iteration():
@@ -348,7 +375,7 @@ def test_a_departure_from_an_older_plan_is_folded_into_a_newer_profile():
     the first plan arrives during an iteration that is then profiled again.  A departure
     from that plan logs its sizes "as planned"; they must be read in the plan it was served
     from (the newer profile has one request: reading them there failed the planner)."""
-    engine, iteration = _thread_planned_engine(request_size=1)
+    engine, iteration = _worker_planned_engine(request_size=1)
     with HeldPlanner(engine) as planner:
         iteration(2)  # warm-up
         iteration(2)  # profiled: two requests
@@ -368,7 +395,7 @@ def test_a_departure_from_an_older_plan_is_folded_into_a_newer_profile():
 def test_a_plan_that_arrives_during_a_planning_iteration_is_kept():
     """The iteration served while the plan was made is not profiled again: its log would
     replace the profile the arrived plan was made for, and that plan would be superseded."""
-    engine, iteration = _thread_planned_engine(request_size=512)
+    engine, iteration = _worker_planned_engine(request_size=512)
     with HeldPlanner(engine) as planner:
         iteration(2)  # warm-up
         iteration(2)  # profiled

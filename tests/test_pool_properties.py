@@ -4,7 +4,7 @@ Each example drives a fresh pool through random iterations (sizes from 0 to
 hundreds of MiB, open blocks, interrupts, blocks held across boundaries) in
 each mode a user can choose: plans made at the boundary (``sync``, with the
 paper's best-fit or the full search), best-fit only, and the background
-planner (best-fit on its thread, the search in its worker process).  The
+planner (best-fit, then the search, in its worker process).  The
 background planner is held between the points the example names
 (:class:`~tests.held_planner.HeldPlanner`), so its plans arrive at the same
 boundary in every run.  The checker counts live bytes on its own, and stamps
@@ -38,19 +38,14 @@ TRACE_CAP = 160 * MIB
 #: Search steps of the ``best`` method: a budget, not seconds, gives the same plan every run.
 BUDGET = 2000
 
-#: Every re-planning mode, with best-fit and the full search.  ``sync_blocks=0``
-#: sends every profile to the planner thread (else small ones get best-fit at once
-#: and only the search runs in the background).
+#: Every re-planning mode, with best-fit and the full search.
 CONFIGS = {
     "sync-bestfit": {"replan": "sync", "method": "bestfit"},
     "sync-best": {"replan": "sync", "method": "best", "time_limit": None, "budget": BUDGET},
     "bestfit": {"replan": "bestfit", "method": "bestfit"},
-    "background-bestfit-thread": {"replan": "background", "method": "bestfit",
-                                  "sync_blocks": 0},
+    "background-bestfit": {"replan": "background", "method": "bestfit"},
     "background-best": {"replan": "background", "method": "best", "time_limit": None,
                         "budget": BUDGET},
-    "background-best-thread": {"replan": "background", "method": "best", "time_limit": None,
-                               "budget": BUDGET, "sync_blocks": 0},
 }
 
 
@@ -87,12 +82,7 @@ hot_traces = (event_traces(max_blocks=25, sizes=request_sizes(), max_total=TRACE
 
 
 def make_pool(kind: str, config: str, warmup: int = 1):
-    options = dict(CONFIGS[config])
-    sync_blocks = options.pop("sync_blocks", None)
-    pool = (host_engine if kind == "engine" else _cupy_pool)(warmup=warmup, **options)
-    if sync_blocks is not None:
-        getattr(pool, "engine", pool).planner.sync_blocks = sync_blocks
-    return pool
+    return (host_engine if kind == "engine" else _cupy_pool)(warmup=warmup, **CONFIGS[config])
 
 
 def modes_of(config: str) -> set[str]:

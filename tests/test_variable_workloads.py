@@ -77,7 +77,11 @@ def test_a_variable_run_holds_near_its_limit_without_syncing_in_iterations(name,
     assert result.most_syncs_at_a_boundary() <= 1  # one device sync, before one release
     assert result.raw_share(5) == 0.0  # nothing reaches cudaMalloc
     st = result.stats
-    assert st.stock_bytes == 0 and st.arena_kind == "reserved range"
+    assert st.stock_bytes == 0
+    # A background plan is made in the worker process (at the lowest priority) and lands
+    # at a later boundary: on a loaded machine a run this short can end before it does.
+    late = mode.get("replan") == "background" and st.planned_requests == 0
+    assert st.arena_kind == "reserved range" or (late and st.arena_kind == "none")
 
 
 @pytest.mark.parametrize("name", ["lstm-bucketed", "lstm-random"])

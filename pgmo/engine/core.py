@@ -172,7 +172,7 @@ class Engine(PlanChoice, PoolQueries):
         self.current: Schedule | None = None  # the plan this iteration follows (main or a shape's)
         self._first_request = 0  # its size, once seen (0: not looked at)
         #: Plans of the recurring iteration shapes (buckets, batch sizes, resolutions).
-        self.shapes = ShapeBook(plan=self.planner.plan_now)
+        self.shapes = ShapeBook(plan=self.planner.plan_shape)
         # id(schedule) -> (arena ptr, its rows' addresses there, the schedule)
         self._addresses: dict[int, tuple[int, list[int], Schedule]] = {}
         self._pending: Schedule | None = None  # to install at the next boundary

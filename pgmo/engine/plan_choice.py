@@ -94,13 +94,12 @@ class PlanChoice(EngineParts):
         newest = self.planner.profile  # a newer main profile may be this shape already
         if newest is not None and newest.blocks and newest.blocks[0].size == key:
             return  # its plan is on its way: no second plan for the same shape
-        later = self.planner.later if self.planner.mode == "background" else None
         if current is not self.schedule:  # it left its shape's plan
             if self.shapes.forget(key):
                 profile, _ = absorb(current.profile, run_log)
-                self.shapes.observe(key, Log(*profile.columns()), later, again=True)
+                self.shapes.observe(key, Log(*profile.columns()), again=True)
         else:
-            self.shapes.observe(key, run_log, later)
+            self.shapes.observe(key, run_log)
 
     def _awaited_size(self) -> int:
         """The least arena a profile still being planned needs (its lower bound): the arena
@@ -110,7 +109,7 @@ class PlanChoice(EngineParts):
             return 0
         cached = self._awaited
         if cached is None or cached[0] is not profile:
-            cached = self._awaited = (profile, round_size(profile.without_open().lower_bound()))
+            cached = self._awaited = (profile, round_size(self.planner.arena_bound(profile)))
         return cached[1]
 
     def _install(self, schedule: Schedule) -> None:

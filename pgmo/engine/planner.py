@@ -1,4 +1,4 @@
-"""From iteration logs to schedules: the profile's owner, planning now or in the background.
+"""From iteration logs to schedules: the profile's owner, planning now or in a worker process.
 
 The engine hands the planner each log that changes the profile (the
 profiled iteration, or a planned one that departed from its plan) and, at
@@ -6,37 +6,54 @@ every iteration boundary, asks for a schedule ready to install.  The mode
 (:data:`REPLAN_MODES`, the ``replan`` option) decides where the work happens:
 
 ``background`` (default)
-    Training never waits for a solver.  A small profile (up to
-    :data:`SYNC_BLOCKS` requests) gets the paper's best-fit plan at once,
-    which takes milliseconds; a larger one is merged, solved with best-fit
-    and validated by a planner thread while the iterations go on (each
-    request in memory of its own, or placed in the arena's gaps).  The
-    full method (``best`` by default) then runs in a worker process (see
-    :mod:`.worker`; a thread would hold the GIL for seconds) and its plan is
-    validated and compiled by the planner thread, to be swapped in at a later
-    boundary if it needs less memory.  A newer profile supersedes a running
-    solve: its answer is dropped, and the newest profile is solved next.  A
-    worker that crashes or overruns its time is counted, warned about once,
-    and the pool keeps its current plan.
+    Training never waits for a plan, and no search runs on the training
+    process's interpreter: a planning process (:mod:`.worker`, started with
+    the pool) folds each log into the profile, plans it with the paper's
+    best-fit, then with the full method (``best`` by default), and checks
+    and compiles each plan into the hot path's rows.  The training process
+    sends the log (a thread of the planner writes it to the worker's pipe)
+    and, when rows come back, a thread of the planner wraps them for the
+    engine, which installs them at its next boundary (the full method's
+    plan if it needs less memory than the best-fit one in use).  A small
+    profile (up to :data:`SYNC_BLOCKS` requests) that finds the worker idle
+    gets its best-fit plan at the boundary instead (milliseconds), so that
+    short runs are planned from the next iteration on; the worker then
+    searches for the better one.  A newer profile supersedes a running
+    search: the worker stops it and plans the newest profile.  Recurring
+    shapes' plans (:mod:`.shapes`) are made there too.  A worker that dies
+    or stops answering (past its time limits plus
+    :data:`.worker.WORKER_GRACE` in the CPU time it got, or
+    :data:`.worker.WALL_FACTOR` times that in wall-clock time: at nice 19 on
+    a loaded machine it gets little CPU) costs the plans it was making,
+    never a wait: it is counted, warned about once, the pool keeps its
+    current plan, and the next profile starts a new worker.
 ``sync``
-    Everything happens at the boundary, with the full method: the behaviour
-    to use for tests and reproducible runs.
+    Everything happens at the boundary, in the training process, with the
+    full method: the behaviour to use for tests and reproducible runs.
 ``bestfit``
     Only the paper's best-fit, at the boundary.
+
+A plan made by the worker is the one the same method makes at the boundary
+(same profile, options and seed; with a step budget and no time limit, the
+same offsets).
 
 No orphan worker: :meth:`Planner.shutdown` (called when the pool goes away)
 stops it, the worker exits when its input closes or its parent dies, an idle
 worker is stopped by ``free_all_blocks``, a forked child forgets its
 parent's worker, and interpreter exit stops every worker.
 
-Tested in ``tests/test_planner.py`` and ``tests/test_variable_workloads.py``.
+The planner thread's side (what it sends the worker, what it makes of the
+answers) is :mod:`.background`.  Tested in ``tests/test_planner.py`` and
+``tests/test_variable_workloads.py``.
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import os
+import queue
 import threading
 import time
 import weakref
@@ -45,11 +62,12 @@ from typing import TYPE_CHECKING, Callable
 from ..plan import Plan
 from ..solver import SolverOptions, solve
 from ..trace import Trace
+from .background import BackgroundPlanning, ShapeDone
 from .profiles import Log, absorb, to_profile
 from .schedule import Schedule, compile_schedule
 
-if TYPE_CHECKING:  # imported where a worker starts: see _submit_wanted
-    from .worker import Message, Worker
+if TYPE_CHECKING:  # imported where a worker starts: see BackgroundPlanning._ensure_worker
+    from .worker import Worker
 
 __all__ = ["Planner", "REPLAN_MODES", "SYNC_BLOCKS"]
 
@@ -58,58 +76,99 @@ log = logging.getLogger("pgmo.pool")
 #: Where plans are computed (the ``replan`` option, checked by
 #: :class:`~.options.PoolOptions`).
 REPLAN_MODES = ("background", "sync", "bestfit")
-#: In background mode, profiles up to this many requests are planned with
-#: best-fit at the boundary (about 10 us per request: a few milliseconds).
+#: In background mode, profiles up to this many requests get best-fit at the boundary
+#: (folding, best-fit and the plan's check: about 10 us per request, a few milliseconds,
+#: well under a boundary's 20 ms); larger ones are folded and planned by the worker.
 SYNC_BLOCKS = 256
 
 _planners: "weakref.WeakSet[Planner]" = weakref.WeakSet()
 
-#: Work for the planner thread: a log to fold into the profile ("profile", "merge"), or a
-#: profile to solve ("solve"), and whether its best-fit plan is made already.
-Job = tuple[str, "Log | Trace", bool]
 
+class Planner(BackgroundPlanning):
+    """Owns the pool's profile and produces the schedules the engine installs.
 
-class Planner:
-    """Owns the pool's profile and produces the schedules the engine installs."""
+    The training thread never waits for a lock here, nor holds one: a
+    Ctrl-C (or any exception) that lands in the middle of a call leaves no
+    lock taken.  What it hands to the planner thread goes through a queue;
+    what the planner thread hands back (the profile, a schedule) is one
+    reference stored at once; the rest is read as it is.
+    """
 
-    def __init__(self, options: SolverOptions, mode: str = "background",
-                 sync_blocks: int = SYNC_BLOCKS):
-        """``mode``: one of :data:`REPLAN_MODES` (the pool's options checked it)."""
+    def __init__(self, options: SolverOptions, mode: str = "background"):
+        """``mode``: one of :data:`REPLAN_MODES` (the pool's options checked it).
+
+        In ``background`` mode the worker starts now, in the background, so
+        that it is ready when the first profile is.
+        """
         self.options = options
         self.mode = mode
-        self.sync_blocks = sync_blocks
-        self.profile: Trace | None = None
-        self.generation = 0
+        #: Background mode: logs up to this many requests are planned with best-fit at once.
+        self.sync_blocks = SYNC_BLOCKS
         self.replans = 0  # departures that changed the profile
         self.varying = 0  # departures whose iteration differed in shape from the profile
         self.solve_failures = 0  # solves that raised (the plan stays as it was)
-        self.background_solves = 0  # jobs given to the worker
-        self.stale_plans = 0  # background plans discarded: a newer profile came
+        self.background_solves = 0  # plans of the full method made by the worker
         self.worker_failures = 0  # worker crashed or overran its time
         self._warned = False
+        #: Numbers generations and requests, increasing (``next`` is atomic).
+        self._numbers = itertools.count(1)
         self._init_threading()
         _planners.add(self)
+        if mode == "background":
+            self.later(self._start_worker)
 
     def _init_threading(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._jobs: list[Job] = []
-        self._messages: list[tuple[Worker, Message | None]] = []
-        self._chores: list[Callable[[], None]] = []  # work handed over (see later())
-        self._ready: Schedule | None = None
+        # The current profile is the newer (by generation) of two heads: the one set here by
+        # the engine's thread (sync solves, reset, adopt, optimize) and the one the planner
+        # thread sets from the worker's answers.  Each is one tuple, stored at once.
+        self._own: tuple[int, Trace | None] = (0, None)
+        self._answered: tuple[int, Trace | None] = (0, None)
+        self._epoch = 0  # the worker's answers to requests numbered below it are forgotten
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # everything for the planner thread
+        self._recorded = 0  # logs handed over (engine's thread)
+        self._forget_below = 0  # logs handed over before this count are dropped (reset, adopt)
+        self._taken = 0  # logs the planner thread took from the inbox
+        self._in_flight: set[int] = set()  # logs sent to the worker, not answered to the end
+        self._slot: dict[str, Schedule] = {}  # "ready": a schedule for take_ready (popped)
+        self._stale_taken = 0  # stale plans found by take_ready (engine's thread)
+        self._stale_answers = 0  # stale plans and stopped searches (planner thread)
+        self._shapes: dict[int, tuple[Log, ShapeDone]] = {}  # shape requests sent
         self._thread: threading.Thread | None = None
         self._worker: Worker | None = None
+        self._worker_gen = -1  # the generation of the profile the worker holds (-1: none)
+        self._arena: tuple[Trace, Trace] | None = None  # (profile, its closed blocks)
         self._stop = False
-        self._active = False  # the planner thread is folding logs or solving
-        self._working = False  # the planner thread is doing anything it took (see wait_idle)
-        self._wanted: tuple[int, Trace] | None = None  # the profile to solve next
+        self._starting = threading.Lock()  # one planner thread at a time
         self._pid = os.getpid()
+
+    # ------------------------------------------------------------ the profile
+    @property
+    def profile(self) -> Trace | None:
+        """The current profile (the newest: the engine's own, or the worker's answer)."""
+        own, answered = self._own, self._answered
+        return (own if own[0] >= answered[0] else answered)[1]
+
+    @property
+    def generation(self) -> int:
+        """Which profile is current: plans carry the generation they were made for."""
+        return max(self._own[0], self._answered[0])
+
+    @property
+    def stale_plans(self) -> int:
+        """Plans dropped, and searches stopped, because a newer profile came."""
+        return self._stale_taken + self._stale_answers
 
     # ----------------------------------------------------------------- engine
     def record(self, run_log: Log, kind: str) -> Schedule | None:
         """A log that changes the profile (``kind``: "profile" or "merge").
 
-        Returns a schedule to install at once, or None while the work goes
-        on in the background.
+        Returns a schedule to install at once (``sync``, ``bestfit``), or None
+        while the work goes on in the worker (``background``).  In ``background``
+        mode a small log (up to :attr:`sync_blocks` requests, and a profile as
+        small) that finds the worker idle is folded here and gets the paper's
+        best-fit plan at once (milliseconds), so that short runs are planned
+        from the next iteration on; the worker then searches for the better
+        plan of the same profile.
         """
         if self.mode != "background":
             before = self.profile
@@ -118,40 +177,38 @@ class Planner:
                 return None  # the profile did not change: the plan in use stays
             method = "bestfit" if self.mode == "bestfit" else self.options.method
             return self._solve_now(profile, self.options.replace(method=method))
-        with self._cond:
-            inline = not (self._jobs or self._active) and len(run_log.sizes) <= self.sync_blocks
-            if not inline:
-                self._jobs.append((kind, run_log, False))
-                self._ensure_thread()
-                self._cond.notify_all()
-                return None
+        known = schedule = None
         before = self.profile
-        profile = self._apply(kind, run_log)
-        if profile is before:
-            return None
-        schedule = self._solve_now(profile, self.options.replace(method="bestfit"))
-        if self.options.method != "bestfit" and not _optimal(schedule):
-            with self._cond:
-                self._jobs.append(("solve", profile, True))
-                self._ensure_thread()
-                self._cond.notify_all()
+        if self._recorded <= self._taken and not self._in_flight \
+                and len(run_log.sizes) <= self.sync_blocks \
+                and (kind == "profile" or before is None or len(before.blocks) <= self.sync_blocks):
+            # small, and nothing in the worker's hands: best-fit here, the rest there
+            before_gen = self.generation
+            profile = self._apply(kind, run_log)
+            if profile is before:
+                return None  # the profile did not change: the plan in use stays
+            schedule = self._solve_now(profile, self.options.replace(method="bestfit"))
+            if self.options.method == "bestfit" or schedule is not None \
+                    and schedule.plan.peak <= self.arena_bound(profile):
+                return schedule  # nothing better to search for
+            known = (self.generation, before_gen, before)
+        self._post(("fold", self._recorded, kind, run_log, known))
+        self._recorded += 1
         return schedule
 
     def later(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on the planner thread, off the training loop."""
-        with self._cond:
-            self._chores.append(fn)
-            self._ensure_thread()
-            self._cond.notify_all()
+        self._post(("chore", fn))
 
     def optimize(self, last_log: Log | None) -> Schedule:
-        """Solve the profile (else ``last_log``) now, with the full method; errors propagate."""
-        with self._cond:
-            profile = self.profile
-            if profile is not None:
-                self.generation += 1  # background work on it is superseded
-                self._ready = None
-        if profile is None:
+        """Solve the profile (else ``last_log``) now, with the full method; errors propagate.
+
+        The caller asked to wait for it: it runs here, in every mode.
+        """
+        profile = self.profile
+        if profile is not None:
+            self._set_own(profile)  # background work on it is superseded
+        else:
             if last_log is None or not last_log.sizes:
                 raise RuntimeError("nothing to optimize yet: run at least one iteration "
                                    "with allocations first")
@@ -161,86 +218,105 @@ class Planner:
 
     def adopt(self, profile: Trace, plan: Plan) -> Schedule:
         """Use a plan made elsewhere (a saved file) for ``profile``; it is checked first."""
-        schedule = compile_schedule(profile, plan, self.generation + 1, check=True)
-        with self._cond:
-            self.generation += 1
-            self.profile = profile
-            self._ready = None
+        generation = next(self._numbers)
+        schedule = compile_schedule(profile, plan, generation, check=True)
+        self._forget_below = self._recorded  # logs of iterations before it
+        self._set_own(profile, generation)
         return schedule
 
     def plan_now(self, profile: Trace) -> Schedule | None:
-        """A schedule for a profile other than the pool's (a recurring shape's, see
-        :mod:`.shapes`): the full method in ``sync`` mode, best-fit otherwise (it runs on
-        the planner thread in ``background`` mode); None when the solve fails."""
+        """A schedule for a profile other than the pool's, made here: the full method in
+        ``sync`` mode, best-fit otherwise; None when the solve fails."""
         method = self.options.method if self.mode == "sync" else "bestfit"
         return self._solve_now(profile, self.options.replace(method=method), generation=-1)
 
+    def plan_shape(self, run_log: Log, done: ShapeDone) -> None:
+        """Plan a recurring shape's iteration (``run_log``, filled) and hand the schedule (or
+        None) to ``done``: at once in ``sync`` and ``bestfit`` mode (as :meth:`plan_now`),
+        later and from another thread in ``background`` mode (best-fit, in the worker)."""
+        if self.mode != "background":
+            done(self.plan_now(to_profile(run_log)))
+            return
+        self._post(("shape", run_log, done))
+
+    def arena_bound(self, profile: Trace) -> int:
+        """The lower bound of ``profile``'s closed blocks (what its arena must hold): the
+        worker's answer for a profile it made, else computed."""
+        cached = self._arena
+        if cached is not None and cached[0] is profile:
+            return cached[1].lower_bound()
+        return profile.without_open().lower_bound()
+
     def take_ready(self, installed: Schedule | None) -> Schedule | None:
         """A background schedule for the current profile that beats ``installed``."""
-        with self._cond:
-            ready = self._ready
-            if ready is None:
-                return None
-            self._ready = None
-            if ready.generation != self.generation:
-                self.stale_plans += 1
-                return None
-            if installed is not None and installed.generation == ready.generation \
-                    and ready.plan.peak >= installed.plan.peak:
-                return None  # no better than what is in use
-            return ready
+        ready = self._slot.pop("ready", None)  # one step: the planner thread may store anew
+        if ready is None:
+            return None
+        if ready.generation != self.generation:
+            self._stale_taken += 1
+            return None
+        if installed is not None and installed.generation == ready.generation \
+                and ready.plan.peak >= installed.plan.peak:
+            return None  # no better than what is in use
+        return ready
 
     def reset(self) -> None:
         """Forget the profile (and any work on it)."""
-        with self._cond:
-            self.profile = None
-            self.generation += 1
-            self._jobs.clear()
-            self._ready = None
-            self._wanted = None
+        self._forget_below = self._recorded
+        self._set_own(None)
 
     @property
     def busy(self) -> bool:
         """Work on the current profile is still going on in the background."""
-        with self._cond:
-            worker = self._worker
-            return bool(self._jobs) or self._active or self._wanted is not None or (
-                worker is not None and worker.job == self.generation)
+        if self._recorded > max(self._taken, self._forget_below):
+            return True  # a log waits for the planner thread
+        return max(self._in_flight, default=-1) >= self._epoch
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Wait until no background work is queued, running, or awaited from the worker.
+        """Wait until no background work is queued, running, or awaited from the worker
+        (its start included).
 
         For tests and benchmarks that need a background plan to arrive at a
         known boundary: what is ready then is installed at the next one.
         Returns False when ``timeout`` seconds passed first.
         """
-        with self._cond:
-            return self._cond.wait_for(self._idle, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._stop:
+            # Everything handed over before this marker is done once the planner thread
+            # runs it (it takes its work in order); then only the worker may still be busy.
+            marker = threading.Event()
+            self.later(marker.set)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0 or not marker.wait(left):
+                return False
+            if self._worker_idle():
+                return True
+            time.sleep(0.005)
+        return True
 
-    def _idle(self) -> bool:
-        """Nothing left to do in the background (lock held)."""
+    def _worker_idle(self) -> bool:
+        """The worker (if any) is ready and has answered everything, answers handled."""
         worker = self._worker
-        return self._stop or not (self._jobs or self._messages or self._chores or self._working
-                                  or self._wanted is not None
-                                  or (worker is not None and not worker.idle))
+        return not self._in_flight and not self._shapes and (
+            worker is None or (worker.idle and worker.ready))
 
     # -------------------------------------------------------------- lifecycle
     def stop_idle_worker(self) -> None:
-        with self._cond:
-            worker = self._worker
-            if worker is None or not worker.idle:
-                return
-            self._worker = None
+        """Stop the worker if it has nothing to do (a later profile starts another)."""
+        worker = self._worker
+        if worker is None or not worker.idle or self._recorded > self._taken \
+                or not self._inbox.empty():
+            return
+        self._worker = None
         worker.stop()
 
     def shutdown(self) -> None:
         """Stop the thread and the worker (the pool is going away)."""
         if self._pid != os.getpid():
             return  # a forked child: those belong to the parent
-        with self._cond:
-            self._stop = True
-            worker, self._worker = self._worker, None
-            self._cond.notify_all()
+        self._stop = True
+        worker, self._worker = self._worker, None
+        self._inbox.put(None)  # wakes the planner thread, which ends
         if worker is not None:
             worker.stop()
         thread = self._thread
@@ -251,13 +327,18 @@ class Planner:
         """Threads do not survive fork and the worker is the parent's: start afresh."""
         self._init_threading()
 
-    # ---------------------------------------------------------------- helpers
-    def _apply(self, kind: str, run_log: Log) -> Trace:
-        """The profile after this log, published with a new generation if it changed.
+    # ------------------------------------------------ in this process (sync)
+    def _set_own(self, profile: Trace | None, generation: int | None = None) -> int:
+        """Make ``profile`` the current one, set by the engine's thread (one store): the
+        worker's answers to earlier requests no longer count."""
+        generation = next(self._numbers) if generation is None else generation
+        self._epoch = generation
+        self._own = (generation, profile)
+        return generation
 
-        Iterations that depart the same way while their new plan is being made
-        merge into the same profile: they start no new solve.
-        """
+    def _apply(self, kind: str, run_log: Log) -> Trace:
+        """The profile after this log (``sync``, ``bestfit``, :meth:`optimize`), published
+        with a new generation if it changed."""
         base = self.profile
         if kind == "profile" or base is None:
             profile = to_profile(run_log)
@@ -267,9 +348,7 @@ class Planner:
             if profile is base:
                 return base
             self.replans += 1
-        with self._cond:
-            self.profile = profile
-            self.generation += 1
+        self._set_own(profile)
         return profile
 
     def _solve_now(self, profile: Trace, options: SolverOptions,
@@ -284,169 +363,6 @@ class Planner:
             log.warning("pgmo could not solve the profile; the plan in use stays",
                         exc_info=True)
             return None
-
-    def _ensure_thread(self) -> None:
-        """Start the planner thread (lock held)."""
-        if self._thread is None or not self._thread.is_alive():
-            self._stop = False
-            self._thread = threading.Thread(target=self._run, name="pgmo-planner", daemon=True)
-            self._thread.start()
-
-    def _on_message(self, worker: Worker, message: Message | None) -> None:
-        with self._cond:
-            self._messages.append((worker, message))
-            self._cond.notify_all()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not (self._jobs or self._messages or self._chores or self._stop):
-                    worker = self._worker
-                    timeout = None if worker is None or worker.idle else \
-                        max(0.0, worker.deadline - time.monotonic())
-                    if timeout == 0.0:
-                        break
-                    self._cond.wait(timeout)
-                if self._stop:
-                    return
-                jobs, self._jobs = self._jobs, []
-                messages, self._messages = self._messages, []
-                chores, self._chores = self._chores, []
-                worker = self._worker
-                self._active = bool(jobs)
-                self._working = True
-            try:
-                for chore in chores:
-                    chore()
-                if worker is not None and not worker.idle and time.monotonic() > worker.deadline:
-                    self._worker_failed(worker, "it took longer than its time limit")
-                for worker, message in messages:
-                    self._handle(worker, message)
-                if jobs:
-                    self._start(jobs)
-            except Exception:  # never let the thread die silently
-                self._worker_failed(None, "the planner thread failed")
-                log.debug("planner thread error", exc_info=True)
-            finally:
-                with self._cond:
-                    self._active = self._working = False
-                    self._cond.notify_all()  # for wait_idle
-
-    def _start(self, jobs: list[Job]) -> None:
-        """Fold the logs into the profile, plan it with best-fit, then solve it fully."""
-        profile: Trace | None = None
-        bestfit_done = False
-        for kind, item, done in jobs:
-            if isinstance(item, Trace):  # "solve"
-                profile, bestfit_done = item, done
-            else:
-                before = self.profile
-                folded = self._apply(kind, item)
-                if folded is not before or profile is None and kind == "profile":
-                    profile, bestfit_done = folded, False
-        if profile is None:
-            return  # the logs changed nothing: the plan in use stays
-        generation = self.generation
-        if not bestfit_done:  # milliseconds to a second, here: no worker start-up to wait for
-            schedule = self._solve_now(profile, self.options.replace(method="bestfit"))
-            if schedule is not None:
-                self._publish(schedule)
-            if _optimal(schedule):
-                return  # at the lower bound: nothing to search for
-        if self.options.method == "bestfit":
-            return
-        with self._cond:
-            self._wanted = (generation, profile)
-        self._submit_wanted()
-
-    def _submit_wanted(self) -> None:
-        """Give the newest profile to the worker once it is free (started if need be).
-
-        A worker busy with a superseded profile is let finish (its time limit
-        bounds that) and its answer dropped: stopping and starting processes
-        would cost more than it saves.
-        """
-        with self._cond:
-            wanted, worker = self._wanted, self._worker
-            if wanted is None or self._stop or (worker is not None and not worker.idle):
-                return
-            self._wanted = None
-        generation, profile = wanted
-        try:
-            if worker is None:  # only this thread starts workers: no race
-                # imported here, not at the top: ``python -m pgmo.engine.worker`` imports
-                # this package first, and must not find its own module imported already
-                from .worker import Worker
-                worker = Worker(on_message=self._on_message)  # a process start: not under the lock
-                with self._cond:
-                    if self._stop:
-                        worker.stop()
-                        return
-                    self._worker = worker
-            worker.submit(generation, profile.without_open(), [self.options])
-            self.background_solves += 1
-        except OSError as exc:
-            self._worker_failed(worker, f"it could not be started ({exc})")
-
-    def _handle(self, worker: Worker, message: Message | None) -> None:
-        if message is None:
-            if not worker.stopping:
-                with self._cond:
-                    if self._worker is worker:
-                        self._worker = None
-                self._worker_failed(None, f"it exited with status {worker.proc.poll()}")
-            return
-        worker.stages_left -= 1
-        if worker.stages_left <= 0:
-            worker.job = None
-            self._submit_wanted()  # a newer profile waited for the worker
-        if message["job"] != self.generation:
-            self.stale_plans += 1
-            return
-        if "error" in message:
-            self.solve_failures += 1
-            log.warning("pgmo's background solve failed (%s); keeping the current plan",
-                        message["error"])
-            return
-        profile = self.profile
-        if profile is None:  # forgotten meanwhile (reset): nothing to plan for
-            self.stale_plans += 1
-            return
-        try:
-            plan = Plan(profile.without_open(), tuple(message["offsets"]),
-                        method=message["method"], seconds=message["seconds"],
-                        optimal=message["optimal"], info=message["info"])
-            schedule = compile_schedule(profile, plan, message["job"], check=True)
-        except Exception as exc:  # an invalid answer is never installed
-            self._worker_failed(None, f"it returned an unusable plan ({exc})")
-            return
-        self._publish(schedule)
-
-    def _publish(self, schedule: Schedule) -> None:
-        with self._cond:
-            if schedule.generation != self.generation:
-                self.stale_plans += 1
-                return
-            ready = self._ready
-            if ready is None or ready.generation != schedule.generation \
-                    or schedule.plan.peak < ready.plan.peak:
-                self._ready = schedule
-
-    def _worker_failed(self, worker: Worker | None, why: str) -> None:
-        if worker is not None:
-            with self._cond:
-                if self._worker is worker:
-                    self._worker = None
-            worker.stop()
-        self.worker_failures += 1
-        if not self._warned:
-            self._warned = True
-            log.warning("pgmo's background solver failed: %s. The pool keeps serving with "
-                        "its current plan (counted in stats().planner_failures).", why)
-
-
-def _optimal(schedule: Schedule | None) -> bool:
-    return schedule is not None and schedule.plan.peak == schedule.plan.lower_bound
 
 
 def _after_fork_in_child() -> None:

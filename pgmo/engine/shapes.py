@@ -13,9 +13,9 @@ recognised from the iteration's first request (the batch's input: its size
 changes with the bucket, the batch size or the resolution).
 
 A shape seen once keeps its log; seen again with the same requests (size by
-size), it is planned (at the boundary in ``sync``/``bestfit`` mode, on the
-planner thread in ``background`` mode) and used from the next iteration of
-that shape on.  A shape whose plan an iteration leaves is not planned again:
+size), it is planned (at the boundary in ``sync``/``bestfit`` mode, by the
+planner's worker process in ``background`` mode) and used from the next
+iteration of that shape on.  A shape whose plan an iteration leaves is not planned again:
 its first request does not name it.  Shapes whose
 first request is the main profile's use the main plan; unseen shapes start
 on the main plan and are placed in its gaps where they leave it, as before.
@@ -30,8 +30,7 @@ import collections
 import threading
 from typing import Callable
 
-from ..trace import Trace
-from .profiles import Log, to_profile
+from .profiles import Log
 from .schedule import Schedule
 
 __all__ = ["ShapeBook", "MAX_SHAPES"]
@@ -45,14 +44,16 @@ GIVE_UP = 1
 class ShapeBook:
     """The recurring shapes' plans, keyed by the rounded size of an iteration's first request.
 
-    ``plan(profile)`` makes a schedule for a shape's profile (or None): the
-    engine passes ``Planner.plan_now`` (:mod:`.planner`).  In background mode it
-    is called on the planner thread and its result lands here for a later boundary.
+    ``plan(run_log, done)`` plans a shape's iteration (the engine passes
+    ``Planner.plan_shape``, :mod:`.planner`) and hands the schedule
+    (or None) to ``done``: at once, or later from another thread (the
+    planner's, in background mode), for a later boundary.
     """
 
-    def __init__(self, plan: Callable[[Trace], Schedule | None]):
+    def __init__(self, plan: Callable[[Log, Callable[[Schedule | None], None]], None]):
         self._plan = plan
         self._lock = threading.Lock()
+        self._epoch = 0  # plans asked for before the last clear() are dropped
         self._plans: collections.OrderedDict[int, Schedule] = collections.OrderedDict()
         self._seen: dict[int, Log] = {}  # shapes seen once: their last log
         self._pending: set[int] = set()  # being planned
@@ -81,11 +82,9 @@ class ShapeBook:
         with self._lock:
             return max((s.arena_size for s in self._plans.values()), default=0)
 
-    def observe(self, key: int, run_log: Log, later: Callable[[Callable[[], None]], None] | None,
-                again: bool = False) -> None:
+    def observe(self, key: int, run_log: Log, again: bool = False) -> None:
         """An iteration of shape ``key`` ran off the shape plans (``run_log`` filled): the
-        second time a shape is seen (or ``again``: it left its own plan) it is planned, now
-        or through ``later(job)``."""
+        second time a shape is seen (or ``again``: it left its own plan) it is planned."""
         with self._lock:
             if key in self._plans or key in self._pending or key in self._given_up:
                 return
@@ -95,25 +94,23 @@ class ShapeBook:
                 return
             self._seen.pop(key, None)
             self._pending.add(key)
-        profile = to_profile(run_log)
+            epoch = self._epoch
 
-        def job() -> None:
-            schedule = None
-            try:
-                schedule = self._plan(profile)
-            finally:
-                with self._lock:
-                    self._pending.discard(key)
-                    if schedule is not None:
-                        self._plans[key] = schedule
-                        self.planned += 1
-                        while len(self._plans) > MAX_SHAPES:
-                            self._plans.popitem(last=False)
+        def done(schedule: Schedule | None) -> None:
+            with self._lock:
+                self._pending.discard(key)
+                if schedule is None or epoch != self._epoch:
+                    return
+                self._plans[key] = schedule
+                self.planned += 1
+                while len(self._plans) > MAX_SHAPES:
+                    self._plans.popitem(last=False)
 
-        if later is None:
-            job()
-        else:
-            later(job)
+        try:
+            self._plan(run_log, done)
+        except BaseException:
+            done(None)
+            raise
 
     def forget(self, key: int) -> bool:
         """A shape's plan did not hold its iteration (it departed): dropped, to be planned
@@ -130,6 +127,8 @@ class ShapeBook:
 
     def clear(self) -> None:
         with self._lock:
+            self._epoch += 1
+            self._pending.clear()
             self._plans.clear()
             self._seen.clear()
             self._misses.clear()
