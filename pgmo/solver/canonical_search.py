@@ -29,9 +29,9 @@ search places one when it reaches its offset and prunes any placement that
 would push it up.  The large neighbourhood search (:mod:`.neighbourhood`)
 re-packs part of a packing that way, with the rest pinned.
 
-The section bound is computed with numpy over a blocks x sections matrix of
-floors, so the search is meant for up to a few thousand blocks
-(:data:`MAX_CELLS`).  The search is deterministic: the block order is fixed
+The section bound is computed with numpy over the blocks live in each
+section (one gather and one ``minimum.reduceat`` per child), so the search
+is meant for up to a few thousand blocks (:data:`MAX_CELLS`).  The search is deterministic: the block order is fixed
 by a named rule (and a seed for tie-breaks), and it stops after a node
 limit, so equal limits give equal answers on every machine.  Every child
 tried counts as a node, also those the bounds prune at once: that keeps a
@@ -60,7 +60,7 @@ FOUND, INFEASIBLE, STOPPED = "found", "infeasible", "stopped"
 #: MiniMalloc's 9 instances whose optimum is there within 75 000 nodes
 #: (TAW 3, WAT 2).
 ORDER_RULES = ("TWA", "TAW", "WAT")
-#: Largest blocks x sections matrix the search takes (int64 cells).
+#: Largest blocks x sections the search takes (it keeps the blocks live in each section).
 MAX_CELLS = 4_000_000
 #: Most blocks the search takes: a paused search is a chain of generators, one
 #: or two per placed block, and resuming it recurses in C through all of them
@@ -72,6 +72,7 @@ _BIG = np.int64(1 << 62)
 _LOW = np.int64((1 << 62) - 1)
 _MIN = np.minimum.reduce  # the ufunc itself: ndarray.min() goes through two wrappers
 _MAX = np.maximum.reduce
+_MIN_AT = np.minimum.reduceat
 #: A search's state while it runs: a generator that yields when it pauses
 #: and returns its status.
 Walk = Generator[None, None, str]
@@ -177,10 +178,20 @@ class CanonicalSearch:
             if len(members) > 1:
                 for k in members:
                     self.group[k] = g
-        span = np.zeros((n, n_sections), dtype=bool)
-        for k in range(n):
-            span[k, self.first[k]:self.last[k]] = True
-        self.span = span
+        # The blocks live in each section, section after section (search indices):
+        # section c's are members[starts[c]:starts[c + 1]].
+        spans = np.maximum(self.last_arr - self.first_arr, 0)
+        blocks = np.repeat(np.arange(n, dtype=np.int64), spans)
+        sections = (np.arange(int(spans.sum()), dtype=np.int64)
+                    - np.repeat(np.cumsum(spans) - spans, spans) + np.repeat(self.first_arr, spans))
+        self.members = blocks[np.argsort(sections, kind="stable")]
+        starts = np.zeros(n_sections + 1, dtype=np.int64)
+        np.cumsum(np.bincount(sections, minlength=n_sections), out=starts[1:])
+        self.starts = starts
+        self.starts_list = starts.tolist()
+        # Where block k's reach starts in members, and each of its sections' start there.
+        self.reach_cells = [(self.starts_list[lo], starts[lo:hi] - starts[lo])
+                            for lo, hi in self.reach]
         self.nodes = 0
         self._walk: Walk | None = None  # the search under way, paused
         self.result: tuple[str, list[int] | None] | None = None  # its end, once known
@@ -221,7 +232,6 @@ class CanonicalSearch:
         # A placed block's floor is _BIG (so "unplaced" is "floor < _BIG"), and
         # self.unplaced has its bit set while it is not placed.
         self.floor = np.zeros(n, dtype=np.int64)
-        self.floors = np.where(self.span, np.int64(0), _BIG)
         self.unplaced = (1 << n) - 1
         self.load = self.load0.copy()
         self.cuts = self.cuts0.copy()
@@ -239,7 +249,6 @@ class CanonicalSearch:
                 k = rank[i]
                 self.pinned[k] = True
                 self.floor[k] = o
-                self.floors[k, self.first[k]:self.last[k]] = o
                 if o + self.sizes[k] > capacity:
                     self.result = (INFEASIBLE, None)
                     return
@@ -327,7 +336,9 @@ class CanonicalSearch:
         if choices.size > 1:
             by_key = keys.argsort()
             choices, keys = choices[by_key], keys[by_key]
-        load, floors, capacity = self.load, self.floors, self.capacity
+        load, capacity = self.load, self.capacity
+        members, starts, starts_list = self.members, self.starts, self.starts_list
+        reach_cells = self.reach_cells
         max_load = int(_MAX(load[s_lo:s_hi]))
         pinned, clock = self.pinned, self.clock
         sizes, first, last, reach = self.sizes, self.first, self.last, self.reach
@@ -356,25 +367,25 @@ class CanonicalSearch:
                 continue  # it would push a pinned block up
             floor[b] = _BIG
             load[f:l] -= s
-            floors[b, f:l] = _BIG
             r_lo, r_hi = reach[b]  # the raised blocks live in these sections only
             if raised.size:
                 old_floor = floor[raised]
                 floor[raised] = top
-                old_rows = floors[raised, r_lo:r_hi]
-                floors[raised, r_lo:r_hi] = np.maximum(old_rows, top)  # outside spans: BIG
             status = INFEASIBLE
             # Only sections where a block was placed or raised can break the
             # bound; there, o + load <= capacity (checked above), so the
-            # lowest floor alone decides.  A section with no unplaced block
-            # has floor BIG and load 0 (need & _LOW is 0 there).
-            c_lo, c_hi = r_lo, r_hi
-            if c_lo < s_lo:
-                c_lo = s_lo
-            if c_hi > s_hi:
-                c_hi = s_hi
+            # lowest floor of a block live there alone decides.  A section
+            # with no unplaced block has floor BIG and load 0 (need & _LOW is
+            # 0 there).
+            if r_lo >= s_lo and r_hi <= s_hi:
+                c_lo, c_hi = r_lo, r_hi
+                first_cell, cells = reach_cells[b]
+            else:
+                c_lo, c_hi = max(r_lo, s_lo), min(r_hi, s_hi)
+                first_cell = starts_list[c_lo] if c_lo < c_hi else 0
+                cells = starts[c_lo:c_hi] - first_cell
             if c_lo < c_hi:
-                need = _MIN(floors[:, c_lo:c_hi], axis=0)
+                need = _MIN_AT(floor[members[first_cell:starts_list[c_hi]]], cells)
                 need += load[c_lo:c_hi]
                 need &= _LOW
                 fits = _MAX(need) <= capacity
@@ -392,9 +403,7 @@ class CanonicalSearch:
                         del tops[(g, top)]
                 self.unplaced = unplaced
             if raised.size:
-                floors[raised, r_lo:r_hi] = old_rows
                 floor[raised] = old_floor
-            floors[b, f:l] = o
             load[f:l] += s
             floor[b] = o
             if status != INFEASIBLE:
