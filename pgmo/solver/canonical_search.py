@@ -316,29 +316,31 @@ class CanonicalSearch:
         self.nodes += 1
         floor, rank, n = self.floor, self.rank, self.n
         part_floor = floor[part]
-        is_free = part_floor < _BIG
-        free = part[is_free]
-        if free.size == 0:
+        # Placed blocks have floor _BIG, so their tops are above every unplaced one's.
+        lowest_top = _MIN(part_floor + self.size[part])
+        if lowest_top >= _BIG:  # every block of the part is placed
             solution, offset = self.solution, self.offset
             for k in part.tolist():
                 solution[k] = offset[k]
             return FOUND
-        free_floor = part_floor[is_free]
-        lowest_top = _MIN(free_floor + self.size[free])
-        # Canonical order and dominance (see the module docstring).  The key
-        # floor * n + rank orders by floor, then rank (ranks are 0..n-1), so
-        # "later than the last block placed" is one comparison.
-        key = free_floor * n + rank[free]
+        # Canonical order and dominance (see the module docstring): only blocks
+        # below the lowest top (placed ones are not), later than the last block
+        # placed.  The key floor * n + rank orders by floor, then rank (ranks
+        # are 0..n-1), so "later than the last block placed" is one comparison.
+        low = part_floor < lowest_top
+        low_blocks = part[low]
+        low_floor = part_floor[low]
+        key = low_floor * n + rank[low_blocks]
         last_key = last_offset * n + (int(rank[last_block]) if last_block >= 0 else n - 1)
-        ok = (free_floor < lowest_top) & (key > last_key)
+        ok = key > last_key
         any_pinned = self.any_pinned
         if any_pinned:
-            pinned_floor = free_floor[self.pinned[free]]
+            pinned_floor = part_floor[self.pinned[part] & (part_floor < _BIG)]
             if pinned_floor.size:
                 if int(pinned_floor.min()) < last_offset:
                     return INFEASIBLE  # a pinned block was passed: it can never be placed
-                ok &= free_floor <= pinned_floor.min()
-        choices = free[ok]
+                ok &= low_floor <= pinned_floor.min()
+        choices = low_blocks[ok]
         if choices.size == 0:
             return INFEASIBLE
         keys = key[ok]
