@@ -31,9 +31,10 @@ re-packs part of a packing that way, with the rest pinned.
 
 The section bound is computed with numpy over the blocks live in each
 section (one gather and one ``minimum.reduceat`` per child), so the search
-is meant for up to a few thousand blocks (:data:`MAX_CELLS`).  The search is deterministic: the block order is fixed
-by a named rule (and a seed for tie-breaks), and it stops after a node
-limit, so equal limits give equal answers on every machine.  Every child
+is meant for up to a few thousand blocks (:data:`MAX_CELLS`).  The search
+is deterministic: the block order is fixed by a named rule (and a seed for
+tie-breaks), and it stops after a node limit, so equal limits give equal
+answers on every machine.  Every child
 tried counts as a node, also those the bounds prune at once: that keeps a
 node limit close to a fixed amount of work.
 """
