@@ -9,7 +9,9 @@ while its budget lasts and until a packing reaches the proven lower bound
   (:mod:`.tightening`), and with what is left the large neighbourhood search
   (:mod:`.neighbourhood`);
 - traces of :data:`CORE_MIN_N` blocks or more: the paper's best-fit and one
-  other skyline candidate (:data:`.phases.LEADING_SKYLINES`), then the peak
+  other skyline candidate (:data:`.phases.LEADING_SKYLINES`; where best-fit
+  would not finish in the time left, the lanes of :mod:`.lanes` come first
+  and best-fit is given up at the deadline), then the peak
   core (:mod:`.peak_core`: the blocks around the max-load instant packed
   exactly, the rest fitted around them; exact on pangu and BERT, most of the
   budget), then the other skyline candidates, then the gap-fit candidates

@@ -29,11 +29,12 @@ search places one when it reaches its offset and prunes any placement that
 would push it up.  The large neighbourhood search (:mod:`.neighbourhood`)
 re-packs part of a packing that way, with the rest pinned.
 
-The section bound is computed with numpy over a blocks x sections matrix of
-floors, so the search is meant for up to a few thousand blocks
-(:data:`MAX_CELLS`).  The search is deterministic: the block order is fixed
-by a named rule (and a seed for tie-breaks), and it stops after a node
-limit, so equal limits give equal answers on every machine.  Every child
+The section bound is computed with numpy over the blocks live in each
+section (one gather and one ``minimum.reduceat`` per child), so the search
+is meant for up to a few thousand blocks (:data:`MAX_CELLS`).  The search
+is deterministic: the block order is fixed by a named rule (and a seed for
+tie-breaks), and it stops after a node limit, so equal limits give equal
+answers on every machine.  Every child
 tried counts as a node, also those the bounds prune at once: that keeps a
 node limit close to a fixed amount of work.
 """
@@ -60,7 +61,7 @@ FOUND, INFEASIBLE, STOPPED = "found", "infeasible", "stopped"
 #: MiniMalloc's 9 instances whose optimum is there within 75 000 nodes
 #: (TAW 3, WAT 2).
 ORDER_RULES = ("TWA", "TAW", "WAT")
-#: Largest blocks x sections matrix the search takes (int64 cells).
+#: Largest blocks x sections the search takes (it keeps the blocks live in each section).
 MAX_CELLS = 4_000_000
 #: Most blocks the search takes: a paused search is a chain of generators, one
 #: or two per placed block, and resuming it recurses in C through all of them
@@ -72,6 +73,8 @@ _BIG = np.int64(1 << 62)
 _LOW = np.int64((1 << 62) - 1)
 _MIN = np.minimum.reduce  # the ufunc itself: ndarray.min() goes through two wrappers
 _MAX = np.maximum.reduce
+_MIN_AT = np.minimum.reduceat
+_MAX_AT = np.maximum.reduceat
 #: A search's state while it runs: a generator that yields when it pauses
 #: and returns its status.
 Walk = Generator[None, None, str]
@@ -99,6 +102,12 @@ def sections_of(lowers: Sequence[int], uppers: Sequence[int]) -> tuple[list[int]
                 opened = False
             last[i] = count
     return first, last, count
+
+
+def _dense_ranks(values: list[int]) -> np.ndarray:
+    """Each value's rank among the distinct values (equal values, equal ranks)."""
+    index = {v: r for r, v in enumerate(sorted(set(values)))}
+    return np.array([index[v] for v in values], dtype=np.int64)
 
 
 def searchable(n_blocks: int, n_sections: int) -> bool:
@@ -139,6 +148,8 @@ class CanonicalSearch:
         self.order = order  # search index k is block order[k]
         self.rule, self.reorder = rule, reorder
         self.width = [keys["W"][i] for i in order]
+        # The fixed keys as ranks in search order (int64 whatever the values), for _rerank.
+        self.key_ranks = {c: _dense_ranks([keys[c][i] for i in order]) for c in "WAZ"}
         self.n, self.n_sections = n, n_sections
         self.size = np.array([sizes[i] for i in order], dtype=np.int64)
         self.sizes = self.size.tolist()
@@ -177,10 +188,20 @@ class CanonicalSearch:
             if len(members) > 1:
                 for k in members:
                     self.group[k] = g
-        span = np.zeros((n, n_sections), dtype=bool)
-        for k in range(n):
-            span[k, self.first[k]:self.last[k]] = True
-        self.span = span
+        # The blocks live in each section, section after section (search indices):
+        # section c's are members[starts[c]:starts[c + 1]].
+        spans = np.maximum(self.last_arr - self.first_arr, 0)
+        blocks = np.repeat(np.arange(n, dtype=np.int64), spans)
+        sections = (np.arange(int(spans.sum()), dtype=np.int64)
+                    - np.repeat(np.cumsum(spans) - spans, spans) + np.repeat(self.first_arr, spans))
+        self.members = blocks[np.argsort(sections, kind="stable")]
+        starts = np.zeros(n_sections + 1, dtype=np.int64)
+        np.cumsum(np.bincount(sections, minlength=n_sections), out=starts[1:])
+        self.starts = starts
+        self.starts_list = starts.tolist()
+        # Where block k's reach starts in members, and each of its sections' start there.
+        self.reach_cells = [(self.starts_list[lo], starts[lo:hi] - starts[lo])
+                            for lo, hi in self.reach]
         self.nodes = 0
         self._walk: Walk | None = None  # the search under way, paused
         self.result: tuple[str, list[int] | None] | None = None  # its end, once known
@@ -221,7 +242,6 @@ class CanonicalSearch:
         # A placed block's floor is _BIG (so "unplaced" is "floor < _BIG"), and
         # self.unplaced has its bit set while it is not placed.
         self.floor = np.zeros(n, dtype=np.int64)
-        self.floors = np.where(self.span, np.int64(0), _BIG)
         self.unplaced = (1 << n) - 1
         self.load = self.load0.copy()
         self.cuts = self.cuts0.copy()
@@ -239,7 +259,6 @@ class CanonicalSearch:
                 k = rank[i]
                 self.pinned[k] = True
                 self.floor[k] = o
-                self.floors[k, self.first[k]:self.last[k]] = o
                 if o + self.sizes[k] > capacity:
                     self.result = (INFEASIBLE, None)
                     return
@@ -298,36 +317,40 @@ class CanonicalSearch:
         self.nodes += 1
         floor, rank, n = self.floor, self.rank, self.n
         part_floor = floor[part]
-        is_free = part_floor < _BIG
-        free = part[is_free]
-        if free.size == 0:
+        # Placed blocks have floor _BIG, so their tops are above every unplaced one's.
+        lowest_top = _MIN(part_floor + self.size[part])
+        if lowest_top >= _BIG:  # every block of the part is placed
             solution, offset = self.solution, self.offset
             for k in part.tolist():
                 solution[k] = offset[k]
             return FOUND
-        free_floor = part_floor[is_free]
-        lowest_top = _MIN(free_floor + self.size[free])
-        # Canonical order and dominance (see the module docstring).  The key
-        # floor * n + rank orders by floor, then rank (ranks are 0..n-1), so
-        # "later than the last block placed" is one comparison.
-        key = free_floor * n + rank[free]
+        # Canonical order and dominance (see the module docstring): only blocks
+        # below the lowest top (placed ones are not), later than the last block
+        # placed.  The key floor * n + rank orders by floor, then rank (ranks
+        # are 0..n-1), so "later than the last block placed" is one comparison.
+        low = part_floor < lowest_top
+        low_blocks = part[low]
+        low_floor = part_floor[low]
+        key = low_floor * n + rank[low_blocks]
         last_key = last_offset * n + (int(rank[last_block]) if last_block >= 0 else n - 1)
-        ok = (free_floor < lowest_top) & (key > last_key)
+        ok = key > last_key
         any_pinned = self.any_pinned
         if any_pinned:
-            pinned_floor = free_floor[self.pinned[free]]
+            pinned_floor = part_floor[self.pinned[part] & (part_floor < _BIG)]
             if pinned_floor.size:
                 if int(pinned_floor.min()) < last_offset:
                     return INFEASIBLE  # a pinned block was passed: it can never be placed
-                ok &= free_floor <= pinned_floor.min()
-        choices = free[ok]
+                ok &= low_floor <= pinned_floor.min()
+        choices = low_blocks[ok]
         if choices.size == 0:
             return INFEASIBLE
         keys = key[ok]
         if choices.size > 1:
             by_key = keys.argsort()
             choices, keys = choices[by_key], keys[by_key]
-        load, floors, capacity = self.load, self.floors, self.capacity
+        load, capacity = self.load, self.capacity
+        members, starts, starts_list = self.members, self.starts, self.starts_list
+        reach_cells = self.reach_cells
         max_load = int(_MAX(load[s_lo:s_hi]))
         pinned, clock = self.pinned, self.clock
         sizes, first, last, reach = self.sizes, self.first, self.last, self.reach
@@ -356,25 +379,25 @@ class CanonicalSearch:
                 continue  # it would push a pinned block up
             floor[b] = _BIG
             load[f:l] -= s
-            floors[b, f:l] = _BIG
             r_lo, r_hi = reach[b]  # the raised blocks live in these sections only
             if raised.size:
                 old_floor = floor[raised]
                 floor[raised] = top
-                old_rows = floors[raised, r_lo:r_hi]
-                floors[raised, r_lo:r_hi] = np.maximum(old_rows, top)  # outside spans: BIG
             status = INFEASIBLE
             # Only sections where a block was placed or raised can break the
             # bound; there, o + load <= capacity (checked above), so the
-            # lowest floor alone decides.  A section with no unplaced block
-            # has floor BIG and load 0 (need & _LOW is 0 there).
-            c_lo, c_hi = r_lo, r_hi
-            if c_lo < s_lo:
-                c_lo = s_lo
-            if c_hi > s_hi:
-                c_hi = s_hi
+            # lowest floor of a block live there alone decides.  A section
+            # with no unplaced block has floor BIG and load 0 (need & _LOW is
+            # 0 there).
+            if r_lo >= s_lo and r_hi <= s_hi:
+                c_lo, c_hi = r_lo, r_hi
+                first_cell, cells = reach_cells[b]
+            else:
+                c_lo, c_hi = max(r_lo, s_lo), min(r_hi, s_hi)
+                first_cell = starts_list[c_lo] if c_lo < c_hi else 0
+                cells = starts[c_lo:c_hi] - first_cell
             if c_lo < c_hi:
-                need = _MIN(floors[:, c_lo:c_hi], axis=0)
+                need = _MIN_AT(floor[members[first_cell:starts_list[c_hi]]], cells)
                 need += load[c_lo:c_hi]
                 need &= _LOW
                 fits = _MAX(need) <= capacity
@@ -392,9 +415,7 @@ class CanonicalSearch:
                         del tops[(g, top)]
                 self.unplaced = unplaced
             if raised.size:
-                floors[raised, r_lo:r_hi] = old_rows
                 floor[raised] = old_floor
-            floors[b, f:l] = o
             load[f:l] += s
             floor[b] = o
             if status != INFEASIBLE:
@@ -425,17 +446,16 @@ class CanonicalSearch:
         what is left of it, and the order by those finds packings far sooner
         (MiniMalloc's I: within 2 000 nodes, none in 600 000 with the first order).
         """
-        load, first, last = self.load, self.first, self.last
-        keys = {"W": self.width, "Z": self.sizes}
-        blocks = piece.tolist()
-        rows = []
-        for k in blocks:
-            t = int(load[first[k]:last[k]].max()) if last[k] > first[k] else 0
-            w, z = keys["W"][k], keys["Z"][k]
-            d = {"W": w, "A": w * z, "T": t, "Z": z}
-            rows.append(tuple(-d[c] for c in self.rule) + (k,))
-        rows.sort()
-        self.rank[[r[-1] for r in rows]] = np.arange(len(rows), dtype=np.int64)
+        spans = self.first_arr[piece], self.last_arr[piece]
+        # Each block's max load: maxima over [first, last), the ranges between them dropped.
+        bounds = np.empty(2 * piece.size, dtype=np.int64)
+        bounds[0::2], bounds[1::2] = spans
+        t = _MAX_AT(np.append(self.load, 0), bounds)[0::2]
+        t[spans[1] <= spans[0]] = 0
+        keys = dict(self.key_ranks, T=t)
+        keys["W"], keys["A"], keys["Z"] = (keys[c][piece] for c in "WAZ")
+        by_rule = np.lexsort([piece] + [-keys[c] for c in reversed(self.rule)])
+        self.rank[piece[by_rule]] = np.arange(piece.size, dtype=np.int64)
 
     def _search_pieces(self, part, s_lo, s_hi, cuts_at) -> Walk:
         """Search the unplaced blocks of ``part`` in independent pieces, one after another.
