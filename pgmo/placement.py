@@ -109,6 +109,18 @@ class Placer:
             length, lo = gaps[k]
             yield lo, length
 
+    def gap_at(self, start: int) -> int:
+        """The length of the gap that begins at ``start`` (0: none does)."""
+        end = self._ends.get(start)
+        return 0 if end is None else end - start
+
+    def largest(self) -> tuple[int, int]:
+        """The largest gap: ``(start, length)``; ``(-1, 0)`` when none is left."""
+        if not self._gaps:
+            return -1, 0
+        length, lo = self._gaps[-1]
+        return lo, length
+
     def take(self, start: int, lo: int, nbytes: int) -> None:
         """Take ``[lo, lo + nbytes)`` from inside the gap that begins at ``start`` (the rest
         of the gap stays free)."""

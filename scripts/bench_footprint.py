@@ -76,6 +76,7 @@ DEFAULT_MODE = "background/best"
 #: in 32 MiB steps, as CuPy's MemoryAsyncPool documents it (a first small block holds 32
 #: MiB), or in 2 MiB pages (the optimistic model of earlier tables).
 HEAP_MODELS = {"own heap": {"heap": "own"},
+               "page heap": {"heap": "pages"},
                "driver pool, 32 MiB": {"heap": "driver", "pool_chunk": DRIVER_POOL_CHUNK},
                "driver pool, 2 MiB": {"heap": "driver", "pool_chunk": None}}
 #: Judged against the targets: the default only (the others are for comparison).

@@ -20,7 +20,7 @@ from ..solver.options import SolverOptions, solver_options
 from .planner import REPLAN_MODES
 
 #: The heaps a pool may use for memory of a block's own (the ``heap`` option).
-HEAPS = ("own", "driver")
+HEAPS = ("own", "driver", "pages")
 
 __all__ = ["HEAPS", "Backend", "PoolOptions", "PlainMemory", "pool_options", "Buffer", "StockPool",
            "ReservedRange", "StreamHeap"]
@@ -175,8 +175,10 @@ class PoolOptions:
     warn_after: int = 10_000  # requests without iterations before one warning
     shape_plans: bool = True  # a recurring iteration shape gets its own plan (see .shapes)
     # where memory of a block's own comes from: "own" (a heap of pgmo's own in reserved
-    # address space, page by page) or "driver" (the driver's stream-ordered pool, which
-    # grows and trims in 32 MiB steps); see engine/memory.py and engine/own_heap.py
+    # address space, page by page), "pages" (fresh addresses per request over recycled
+    # pages: it holds only the pages with live bytes) or "driver" (the driver's
+    # stream-ordered pool, which grows and trims in 32 MiB steps); see engine/memory.py,
+    # engine/own_heap.py and engine/page_heap.py
     heap: str = "own"
     solver: SolverOptions = field(default_factory=SolverOptions)
 
