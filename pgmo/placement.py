@@ -225,6 +225,27 @@ class PagedSpace:
         if backed:
             self.high = max(self.high, stop)
 
+    def take_idle(self, n: int) -> list[int]:
+        """Up to ``n`` backed pages lying wholly in free space, taken out of it and no longer
+        counted backed (a heap maps their memory elsewhere): their numbers.  From the
+        smallest gaps first, the least useful to the blocks placed here."""
+        g, backed = self.page, self.backed
+        taken: list[int] = []
+        while len(taken) < n:
+            for length, start in self.free._gaps:
+                k, last = -(-start // g), min(self.high, (start + length) // g)
+                k = backed.find(1, k, last) if k < last else -1
+                if k >= 0:
+                    stop = backed.find(0, k, last)
+                    stop = min(last if stop < 0 else stop, k + n - len(taken))
+                    self.free.take(start, k * g, (stop - k) * g)
+                    self.set_backed(k, stop, False)
+                    taken.extend(range(k, stop))
+                    break
+            else:
+                break
+        return taken
+
     def idle_pages(self) -> list[tuple[int, int]]:
         """The runs of backed pages ``[first, stop)`` that lie wholly in free space."""
         g, backed = self.page, self.backed

@@ -1,33 +1,37 @@
-"""Memory of a block's own that holds only the pages with live bytes: fresh addresses, recycled pages.
+"""Memory of a block's own that holds only the pages with live bytes: addresses apart from pages.
 
 The heap serves what no plan covers (the warm-up and profiled iterations, an
 iteration waiting for its plan, survivors: see :mod:`.memory`), and a heap
 that places blocks at fixed addresses fragments: a block that finds no gap
-of its size maps new pages while idle ones lie between live blocks.  Here
-(``heap="pages"``) every request gets **fresh addresses** in a reserved range
-of its own, backed by **physical pages** (``cuMemCreate`` handles, one
-granule each) that no live block uses: a page whose blocks all died is
-mapped again at the new address (the driver maps one handle at several
-addresses), so the device holds the pages with live bytes, not an online
-packing of them.  A page is made only when no idle one is left.
+of its size maps new pages while wholly free ones lie between live blocks.
+Here (``heap="pages"``) addresses and memory are apart: the heap reserves
+address space of its own and backs it with **physical pages**
+(``cuMemCreate`` handles, one granule each); a page no live block uses is
+**mapped again where a new block needs memory** (the driver maps one
+handle at several addresses at once), and a page is made only when no idle
+one is left.  What the device holds is then the pages with live bytes plus
+the pages being filled, not a packing.
 
-* A request of more than half a page takes whole pages of its own (an
-  *extent*).  A dead extent is handed out again as it lies (no call) to a
-  request of its page count; otherwise its pages are remapped one by one.
-* Smaller requests share pages: they are bump-allocated in the current
-  small page, which is recycled once all its blocks died (the current one
-  starts again from its beginning).
-* A remapped page leaves its old mapping behind (*stale*): it is dropped
-  (``cuMemUnmap``) at a boundary, after one device sync, and its addresses
-  are free again.  Nothing is unmapped inside an iteration but when the
-  address range runs out (one sync, then).
+* Requests of up to ``runs_from`` pages (16: 32 MiB) are placed best fit in
+  the memory the heap holds, else where the address space is free
+  (:class:`pgmo.placement.PagedSpace`, as :mod:`.own_heap` places); the
+  pages they land on are backed with idle pages first.
+* Larger ones get **runs** of pages at fresh addresses (the start of the
+  largest free range), going on from the last run's last page when the
+  addresses after it are free; a dead run is handed out again as it lies
+  (no call) to a request of its page count.
+* A page mapped elsewhere leaves its old mapping behind (*stale*): it is
+  dropped (``cuMemUnmap``) at a boundary, after one device sync, and its
+  addresses are free again.  Nothing is unmapped inside an iteration but
+  when the address space runs out (one sync, then).
 
 Never lent twice: a page is taken off the idle lists before it is mapped,
-listed live after, and one a failed call leaves in between stays held (and
-counted) until :meth:`PageHeap.trim`, never lent.  A block that dies on
-another stream than the heap's now is applied after the next device sync
-(as in :mod:`.own_heap`).  ``calls`` counts the driver's calls (create,
-map, unmap, release) and ``boundary_calls`` those of the last boundary.
+listed live after; one a failed call leaves in between stays held (and
+counted) as an idle page, never lent, and what was not mapped goes back.
+A block that dies on another stream than the heap's now is applied after
+the next device sync (as in :mod:`.own_heap`).  ``calls`` counts the
+driver's calls (create, map, unmap, release) and ``boundary_calls`` those of
+the last :meth:`PageHeap.trim`.
 
 Tested in ``tests/test_page_heap.py``.
 """
@@ -37,7 +41,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from ..placement import Placer
+from ..placement import PagedSpace, Placer
 from ..units import round_size
 
 __all__ = ["PageHeap", "PageRange"]
@@ -81,24 +85,26 @@ class _Page:
     def __init__(self, index: int, handle: Any):
         self.index, self.handle = index, handle
         self.live = 0  # live blocks with bytes in it
-        self.fill = 0  # bytes handed out from its start (the page being filled)
+        self.fill = 0  # bytes handed out from its start (the last run's last page)
 
 
 class _PageBlock:
-    """A block of a :class:`PageHeap`; its death queues ``(pages, stream)``."""
+    """A block of a :class:`PageHeap`; its death queues ``(pages, offset, bytes, stream)``
+    (``pages`` None: a small block)."""
 
-    __slots__ = ("ptr", "size", "_pages", "_stream", "_returned", "_heap")
+    __slots__ = ("ptr", "size", "_pages", "_lo", "_stream", "_returned", "_heap")
     ptr: int
     size: int
-    _pages: list[_Page]
+    _pages: list[_Page] | None
+    _lo: int
     _stream: Any
-    _returned: "collections.deque[tuple[list[_Page], Any]]"
+    _returned: "collections.deque[tuple[list[_Page] | None, int, int, Any]]"
     _heap: "PageHeap"  # kept alive (its pages mapped) while a block lives
 
     def __del__(self) -> None:
         returned = getattr(self, "_returned", None)  # None: never handed out
         if returned is not None:
-            returned.append((self._pages, self._stream))
+            returned.append((self._pages, self._lo, self.size, self._stream))
 
 
 class PageHeap:
@@ -108,20 +114,27 @@ class PageHeap:
 
     kind = "page heap (recycled pages)"
 
-    def __init__(self, rng: PageRange, stream: Callable[[], Any] | None = None):
+    def __init__(self, rng: PageRange, stream: Callable[[], Any] | None = None,
+                 runs_from: int = 16):
+        """``runs_from``: requests of more than this many pages get runs of their own."""
         self.range = rng
-        self.page = rng.granule
+        self.page = g = rng.granule
+        self.small_max = runs_from * g  # up to here, best fit in the pages blocks hold
         self._stream = stream
         self._current: Any = None  # the stream the heap serves now
-        self._addresses = Placer(rng.size // self.page, [])  # free addresses, in pages
-        self._idle: list[_Page] = []  # pages no block uses, still mapped where they are
+        total = rng.size // g
+        self._split = split = total // 4  # pages [0, split): small blocks; the rest: runs
+        self._small = PagedSpace(split * g, g)  # small blocks' free space, pages mapped
+        self._small_handles: dict[int, Any] = {}  # page -> physical page (small blocks)
+        self._addresses = Placer(total, [(0, split)])  # free addresses of runs, in pages
+        self._idle: list[_Page] = []  # run pages no block uses, still mapped where they are
         self._dead: dict[int, list[list[_Page]]] = {}  # page count -> dead runs, mapped
         self._loose: list[Any] = []  # physical pages mapped nowhere they could serve
-        self._stale: list[int] = []  # pages of addresses whose mapping goes at a boundary
-        self._filling: _Page | None = None  # the page small requests are placed in
-        self._live_pages = 0  # pages with live bytes
-        self._returned: collections.deque = collections.deque()  # (pages, stream)
-        self._quarantine: list[list[_Page]] = []  # deaths on another stream: after a sync
+        self._stale: list[int] = []  # pages whose old mapping goes at a boundary
+        self._filling: _Page | None = None  # the last run's last page, with room after a block
+        self._live_pages = 0  # run pages with live bytes
+        self._returned: collections.deque = collections.deque()
+        self._quarantine: list[tuple] = []  # deaths on another stream: after a sync
         self.calls: collections.Counter[str] = collections.Counter()  # create/map/unmap/release
         self.boundary_calls: dict[str, int] = {}  # those of the last trim
         self.requests = 0
@@ -134,7 +147,9 @@ class PageHeap:
     def used(self) -> int:
         """Bytes of the pages with live bytes (deaths that arrived applied first)."""
         self._collect()
-        return self._live_pages * self.page
+        small = self._small
+        idle = sum(stop - first for first, stop in small.idle_pages())
+        return (self._live_pages + small.backed.count(1) - idle) * self.page
 
     @property
     def stale(self) -> int:
@@ -151,17 +166,60 @@ class PageHeap:
                 self._apply_quarantine()
             self._current = stream
         self._collect()
+        block = _PageBlock()
+        if rs <= self.small_max:
+            pages, lo = None, self._place_small(rs)
+            ptr = self.range.ptr + lo
+        else:
+            pages, lo = self._place_large(rs)
+            ptr = self.range.ptr + pages[0].index * self.page + lo
+        self.requests += 1
+        block.ptr, block.size, block._pages, block._lo, block._stream, block._heap = \
+            ptr, rs, pages, lo, stream, self
+        block._returned = self._returned
+        return block
+
+    def _place_small(self, rs: int) -> int:
+        """Best fit in the pages small blocks hold, else pages mapped where it lands."""
+        small = self._small
+        lo = small.place(rs)
+        if lo < 0:  # the address range ran out: drop the stale mappings now (one sync)
+            self.synchronize()
+            self.tidy()
+            lo = small.place(rs)
+            if lo < 0:
+                raise MemoryError(f"pgmo's page heap: no room for {rs:,} bytes of addresses")
+        try:
+            for first, stop in small.unbacked(lo, lo + rs):
+                handles = self._take_pages(stop - first)
+                try:
+                    for k in range(first, stop):
+                        self.range.map_page(k * self.page, handles[-1])
+                        self.calls["map"] += 1
+                        self._small_handles[k] = handles.pop()
+                        small.set_backed(k, k + 1, True)
+                finally:
+                    self._loose.extend(handles)  # those a refusal left unmapped
+        except BaseException:
+            small.free.release(lo, lo + rs)  # the pages mapped stay, idle where they are
+            raise
+        return lo
+
+    def _place_large(self, rs: int) -> tuple[list[_Page], int]:
         g = self.page
         filling = self._filling
+        if filling is not None and not filling.live and rs > g:
+            self._idle.append(filling)  # empty, and too small: an idle page like the others
+            self._filling = filling = None
         room = g - filling.fill if filling is not None else 0
         more = None
         if filling is not None and room < rs:
             more = self._after(filling, rs - room, -(-rs // g))
-        if rs <= room:  # shares the page being filled
+        if rs <= room:  # the rest of the last run's last page
             assert filling is not None
             pages, lo = [filling], filling.fill
             filling.fill += rs
-        elif more is not None:  # goes on from the page being filled into fresh pages after it
+        elif more is not None:  # goes on from there into fresh pages after it
             assert filling is not None
             pages, lo = [filling, *more], filling.fill
             self._filling = more[-1]
@@ -169,19 +227,14 @@ class PageHeap:
         else:
             pages, lo = self._run(-(-rs // g)), 0
             tail = len(pages) * g - rs
-            if tail > room:  # its last page's rest takes the next small requests
+            if tail > room:  # its last page's rest takes the next request that fits there
                 self._filling = pages[-1]
                 pages[-1].fill = g - tail
         for page in pages:
             if not page.live:
                 self._live_pages += 1
             page.live += 1
-        self.requests += 1
-        block = _PageBlock()
-        block.ptr, block.size, block._pages, block._stream, block._heap = \
-            self.range.ptr + pages[0].index * g + lo, rs, pages, stream, self
-        block._returned = self._returned
-        return block
+        return pages, lo
 
     def _run(self, n: int) -> list[_Page]:
         """``n`` mapped pages at consecutive addresses no block uses: a dead run of ``n`` as
@@ -204,12 +257,12 @@ class PageHeap:
                 raise MemoryError(f"pgmo's page heap: no {n:,} free pages of addresses in "
                                   f"its {self.range.size:,}-byte range")
         # at the start of the largest gap: what follows stays free, for the next request
-        # to go on into from the page being filled (see _after)
+        # to go on into from the last run's last page (see _after)
         self._addresses.take(first, first, n)
         return self._map_fresh(first, n)
 
     def _after(self, filling: _Page, nbytes: int, alone: int) -> list[_Page] | None:
-        """Fresh pages right after the page being filled, for ``nbytes`` more: None when
+        """Fresh pages right after the last run's last page, for ``nbytes`` more: None when
         those addresses are not free, or when a dead run of ``alone`` pages (what the
         request takes by itself) serves as well without a call."""
         n = -(-nbytes // self.page)
@@ -241,7 +294,7 @@ class PageHeap:
 
     def _take_pages(self, n: int) -> list[Any]:
         """``n`` physical pages no block uses: loose ones, idle ones (their mappings left
-        behind), those of dead runs, then new ones."""
+        behind), those of dead runs and small blocks' wholly free pages, then new ones."""
         idle = self._idle
         while len(self._loose) + len(idle) < n and self._dead:
             most = max(self._dead)
@@ -253,6 +306,10 @@ class PageHeap:
             page = idle.pop()
             self._stale.append(page.index)
             taken.append(page.handle)
+        if len(taken) < n:
+            for k in self._small.take_idle(n - len(taken)):
+                self._stale.append(k)
+                taken.append(self._small_handles.pop(k))
         try:
             while len(taken) < n:
                 taken.append(self.range.create_page())
@@ -270,13 +327,17 @@ class PageHeap:
         """Apply the deaths that arrived (another stream's wait for a device sync)."""
         returned = self._returned
         while returned:
-            pages, stream = returned.popleft()
-            if stream != self._current:
-                self._quarantine.append(pages)
+            death = returned.popleft()
+            if death[3] != self._current:
+                self._quarantine.append(death)
             else:
-                self._died(pages)
+                self._died(death)
 
-    def _died(self, pages: list[_Page]) -> None:
+    def _died(self, death: tuple) -> None:
+        pages, lo, rs, _ = death
+        if pages is None:
+            self._small.free.release(lo, lo + rs)
+            return
         freed = []
         for page in pages:
             page.live -= 1
@@ -288,8 +349,8 @@ class PageHeap:
             self._dead.setdefault(len(pages), []).append(pages)  # a whole run, as it lies
             return
         for page in freed:
-            if page is filling:
-                page.fill = 0  # the page being filled starts again (the stream orders it)
+            if filling is not None and page is filling:
+                filling.fill = 0  # the last run's last page starts again (the stream orders it)
             else:
                 self._idle.append(page)
 
@@ -303,12 +364,15 @@ class PageHeap:
         """Drop the stale mappings (after the caller's device sync; one ``cuMemUnmap``
         each), their addresses free again; returns the calls made.  A refused unmap keeps
         its mapping listed, and raises."""
-        made = 0
+        made, g = 0, self.page
         while self._stale:
             index = self._stale[-1]
-            self.range.unmap_page(index * self.page)
+            self.range.unmap_page(index * g)
             self._stale.pop()
-            self._addresses.release(index, index + 1)
+            if index < self._split:
+                self._small.free.release(index * g, (index + 1) * g)
+            else:
+                self._addresses.release(index, index + 1)
             made += 1
             self.calls["unmap"] += 1
         return made
@@ -333,6 +397,9 @@ class PageHeap:
             page = self._idle.pop()
             self._stale.append(page.index)
             self._loose.append(page.handle)
+        for k in self._small.take_idle(len(self._small_handles)):
+            self._stale.append(k)
+            self._loose.append(self._small_handles.pop(k))
         try:
             self.tidy()
         finally:
