@@ -254,9 +254,10 @@ class HostRange:
             raise MemoryError(f"host range: cannot make a page ({e})") from None
         return self._slots.pop()
 
-    def map_page(self, offset: int, handle: int) -> None:
+    def map_page(self, offset: int, handle: int, grant: bool = True) -> None:
         """Map the physical page ``handle`` at ``offset`` (``cuMemMap``) and grant access to
-        it (``cuMemSetAccess``); ValueError where something is mapped already."""
+        it (``cuMemSetAccess``; ``grant`` false: later, by :meth:`grant`); ValueError where
+        something is mapped already."""
         g = self.granule
         self._books.check_new(offset, g, g, g, self.size)
         if handle in self._released or not 0 <= handle < self._slot_count \
@@ -264,12 +265,13 @@ class HostRange:
             raise ValueError(f"page {handle} was released, or never made")
         if self._protect:
             addr = self.ptr + offset
-            got = _LIBC.mmap(addr, g, _PROT_RW, mmap.MAP_SHARED | _MAP_FIXED, self._state[2],
-                             handle * g)
+            got = _LIBC.mmap(addr, g, _PROT_RW if grant else _PROT_NONE,
+                             mmap.MAP_SHARED | _MAP_FIXED, self._state[2], handle * g)
             if got != addr:
                 raise MemoryError(f"host range: cannot map page {handle} at {offset:,}")
-        self._books.add(offset, g, handle=handle)
-        self._backed[offset // g] = self._open[offset // g] = 1
+        self._books.add(offset, g, usable=grant, handle=handle)
+        self._backed[offset // g] = 1
+        self._open[offset // g] = int(grant)
         self.memory.maps += 1
 
     def unmap_page(self, offset: int) -> None:
