@@ -288,3 +288,41 @@ def test_a_whole_run_on_the_page_heap_keeps_every_block_intact(name):
     own_pool.close()
     assert mine.completed and mine.corrupted == 0
     assert mine.peak <= own.peak  # the first iterations hold no packing, only live pages
+
+
+def test_heap_pages_is_a_pool_option_and_says_which_heap_serves():
+    from pgmo.engine import pool_options
+
+    assert pool_options(heap="pages").heap == "pages"
+    with pytest.raises(ValueError, match="unknown heap 'paged'; choose one of own, driver, pages"):
+        pool_options(heap="paged")
+
+
+def test_a_range_that_maps_no_pages_of_their_own_falls_back_to_the_own_heap_with_its_reason():
+    from pgmo.engine import Engine, pool_options
+    from pgmo.measure.hosts import host_backend
+
+    backend = host_backend()
+    reserve = backend.reserve
+    assert reserve is not None
+
+    class Plain:  # a reserved range without create_page / map_page / ...
+        def __init__(self, size):
+            self._rng = reserve(size)
+
+        def __getattr__(self, name):
+            if name in ("create_page", "map_page", "unmap_page", "release_page",
+                        "pages_held"):
+                raise AttributeError(name)
+            return getattr(self._rng, name)
+
+    import dataclasses
+
+    engine = Engine(dataclasses.replace(backend, reserve=Plain),
+                    pool_options(heap="pages", replan="sync", method="bestfit"))
+    block = engine.malloc(4 * MiB)
+    stats = engine.stats()
+    assert stats.heap_kind == "own heap (reserved range)"
+    assert "maps no pages of their own" in stats.device_reasons["heap"]
+    del block
+    engine.close()
