@@ -326,3 +326,42 @@ def test_a_range_that_maps_no_pages_of_their_own_falls_back_to_the_own_heap_with
     assert "maps no pages of their own" in stats.device_reasons["heap"]
     del block
     engine.close()
+
+
+def test_while_a_plan_is_awaited_each_boundary_drops_the_old_mappings_after_one_sync():
+    """Rule 1 of memory.py: a repeating run waiting for its plan keeps its pages for the next
+    iteration, and the mappings its remapped pages left go at the boundary."""
+    from pgmo.measure.hosts import host_engine
+
+    engine = host_engine(heap="pages", warmup=3, replan="sync", method="bestfit")
+    device = engine.host_device
+    for _ in range(2):
+        with engine.iteration():
+            blocks = [engine.malloc(size * MiB) for size in (40, 2, 40)]
+            del blocks[0]  # its pages back the next block where the first one's were
+            blocks.append(engine.malloc(60 * MiB))
+            del blocks
+        heap = engine.memory.heap
+        assert heap.stale == 0 and heap.calls["unmap"] > 0
+    syncs = device.sync_calls
+    held = heap.held
+    with engine.iteration():
+        blocks = [engine.malloc(size * MiB) for size in (40, 2, 40)]
+        del blocks[0]
+        blocks.append(engine.malloc(60 * MiB))
+        del blocks
+    assert device.sync_calls - syncs <= 1 and heap.held == held  # its pages kept, no new one
+    engine.close()
+
+
+def test_the_address_helpers_the_page_heap_uses():
+    from pgmo.placement import PagedSpace, Placer
+
+    p = Placer(100, [(10, 20)])
+    assert p.largest() == (20, 80) and p.gap_at(0) == 10 and p.gap_at(5) == 0
+    space = PagedSpace(8 * PAGE, PAGE)
+    lo = space.place(3 * PAGE)
+    space.set_backed(0, 3, True)
+    space.free.release(lo, lo + PAGE)  # page 0 wholly free, pages 1-2 still used
+    assert space.take_idle(5) == [0]  # taken out of the free space, no longer backed
+    assert space.place(PAGE) != 0 and not space.backed[0]
