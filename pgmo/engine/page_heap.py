@@ -30,8 +30,9 @@ listed live after; one a failed call leaves in between stays held (and
 counted) as an idle page, never lent, and what was not mapped goes back.
 A block that dies on another stream than the heap's now is applied after
 the next device sync (as in :mod:`.own_heap`).  ``calls`` counts the
-driver's calls (create, map, unmap, release) and ``boundary_calls`` those of
-the last :meth:`PageHeap.trim`.
+driver's calls (create, map, unmap, release; ``requests`` the requests) and
+``boundary_calls`` those of the last :meth:`PageHeap.trim` or
+:meth:`PageHeap.tidy`.
 
 Tested in ``tests/test_page_heap.py``.
 """
@@ -136,7 +137,7 @@ class PageHeap:
         self._returned: collections.deque = collections.deque()
         self._quarantine: list[tuple] = []  # deaths on another stream: after a sync
         self.calls: collections.Counter[str] = collections.Counter()  # create/map/unmap/release
-        self.boundary_calls: dict[str, int] = {}  # those of the last trim
+        self.boundary_calls: dict[str, int] = {}  # those of the last trim or tidy
         self.requests = 0
 
     @property
@@ -375,6 +376,7 @@ class PageHeap:
                 self._addresses.release(index, index + 1)
             made += 1
             self.calls["unmap"] += 1
+        self.boundary_calls = {"unmap": made}
         return made
 
     def trim(self) -> int:
