@@ -44,8 +44,8 @@ The footprint policy, and why:
    beside the arena (on the H100, 2026-11-25: 1.5x-1.8x CuPy's footprint).
    The heap places blocks as they come and keeps freed memory for reuse,
    without a device sync; its idle memory goes back at boundaries (rule 4).
-   The page heap (``heap="pages"``, :mod:`.page_heap`: fresh addresses over recycled
-   pages) holds only pages with live bytes; its old mappings go at boundaries.
+   The page heap (``heap="pages"``, :mod:`.page_heap`) maps wholly free pages again where
+   blocks need memory, holding the pages with live bytes; old mappings go at boundaries.
 2. **No device sync inside an iteration.**  cudaFree and unmapping wait for
    (or must follow) every queued kernel: inside an iteration pgmo calls
    neither (blocks are freed into the heap or the arena, and the arena grows
