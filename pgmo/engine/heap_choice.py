@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from ..errors import DeviceError
 from .accounts import NOT_GIVEN_BACK, MemoryAccounts, log
-from .options import StreamHeap
+from .options import PageRange, StreamHeap
 from .own_heap import OwnHeap
-from .page_heap import PageHeap, PageRange
+from .page_heap import PageHeap
 from .raw_heap import RawHeap
 
 __all__ = ["HeapChoice", "STREAM_POOL"]

@@ -40,42 +40,13 @@ Tested in ``tests/test_page_heap.py``.
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable
 
 from ..placement import PagedSpace, Placer
 from ..units import round_size
+from .options import PageRange
 
-__all__ = ["PageHeap", "PageRange"]
-
-
-@runtime_checkable
-class PageRange(Protocol):
-    """Reserved address space whose granules map physical pages of their own
-    (:class:`pgmo.device.host_range.HostRange`)."""
-
-    @property
-    def ptr(self) -> int: ...
-
-    @property
-    def size(self) -> int: ...
-
-    @property
-    def granule(self) -> int: ...
-
-    @property
-    def pages_held(self) -> int: ...
-
-    def create_page(self) -> Any: ...
-
-    def map_page(self, offset: int, handle: Any) -> None: ...
-
-    def unmap_page(self, offset: int) -> None: ...
-
-    def release_page(self, handle: Any) -> None: ...
-
-    def synchronize(self) -> None: ...
-
-    def close(self) -> None: ...
+__all__ = ["PageHeap"]
 
 
 class _Page:
