@@ -109,6 +109,18 @@ class Placer:
             length, lo = gaps[k]
             yield lo, length
 
+    def gap_at(self, start: int) -> int:
+        """The length of the gap that begins at ``start`` (0: none does)."""
+        end = self._ends.get(start)
+        return 0 if end is None else end - start
+
+    def largest(self) -> tuple[int, int]:
+        """The largest gap: ``(start, length)``; ``(-1, 0)`` when none is left."""
+        if not self._gaps:
+            return -1, 0
+        length, lo = self._gaps[-1]
+        return lo, length
+
     def take(self, start: int, lo: int, nbytes: int) -> None:
         """Take ``[lo, lo + nbytes)`` from inside the gap that begins at ``start`` (the rest
         of the gap stays free)."""
@@ -212,6 +224,27 @@ class PagedSpace:
         self.backed[first:stop] = (b"\x01" if backed else b"\x00") * (stop - first)
         if backed:
             self.high = max(self.high, stop)
+
+    def take_idle(self, n: int) -> list[int]:
+        """Up to ``n`` backed pages lying wholly in free space, taken out of it and no longer
+        counted backed (a heap maps their memory elsewhere): their numbers.  From the
+        smallest gaps first, the least useful to the blocks placed here."""
+        g, backed = self.page, self.backed
+        taken: list[int] = []
+        while len(taken) < n:
+            for length, start in self.free._gaps:
+                k, last = -(-start // g), min(self.high, (start + length) // g)
+                k = backed.find(1, k, last) if k < last else -1
+                if k >= 0:
+                    stop = backed.find(0, k, last)
+                    stop = min(last if stop < 0 else stop, k + n - len(taken))
+                    self.free.take(start, k * g, (stop - k) * g)
+                    self.set_backed(k, stop, False)
+                    taken.extend(range(k, stop))
+                    break
+            else:
+                break
+        return taken
 
     def idle_pages(self) -> list[tuple[int, int]]:
         """The runs of backed pages ``[first, stop)`` that lie wholly in free space."""

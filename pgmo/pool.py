@@ -148,7 +148,8 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         ``warmup=1``, ``replan="background"`` (or ``"sync"``,
         ``"bestfit"``), ``detect_iterations=True``, ``warn_after``,
         ``heap="own"`` (or ``"driver"``: the driver's stream-ordered
-        pool for what no plan covers), ``method="best"``,
+        pool for what no plan covers; or ``"pages"``: fresh addresses
+        over recycled pages, see ``docs/footprint.md``), ``method="best"``,
         ``time_limit``, ``seed``, ``budget``...
     ``plan_path``
         load a saved plan from here when the file exists (a bad

@@ -72,10 +72,12 @@ MODES = {
 DEFAULT_MODE = "background/best"
 
 #: The heap of the iterations no plan covers: name -> pool options.  pgmo's own heap (the
-#: default: page by page in a reserved range), or the driver's stream-ordered pool modelled
+#: default: page by page in a reserved range), the page heap (``heap="pages"``: wholly free
+#: pages mapped again where a block needs memory), or the driver's stream-ordered pool modelled
 #: in 32 MiB steps, as CuPy's MemoryAsyncPool documents it (a first small block holds 32
 #: MiB), or in 2 MiB pages (the optimistic model of earlier tables).
 HEAP_MODELS = {"own heap": {"heap": "own"},
+               "page heap": {"heap": "pages"},
                "driver pool, 32 MiB": {"heap": "driver", "pool_chunk": DRIVER_POOL_CHUNK},
                "driver pool, 2 MiB": {"heap": "driver", "pool_chunk": None}}
 #: Judged against the targets: the default only (the others are for comparison).
@@ -509,7 +511,9 @@ def main(argv=None) -> int:
               "2026-11-25: "
               "figures of the CPU model, not GPU measurements",
               "- each column names the heap of the iterations no plan covers: [own heap] "
-              "(pgmo's default: page by page in a reserved range of its own), or the "
+              "(pgmo's default: page by page in a reserved range of its own), [page heap] "
+              "(heap=\"pages\": the same, its wholly free pages mapped again where a block "
+              "needs memory), or the "
               "driver's stream-ordered pool modelled in 32 MiB steps (as CuPy's "
               "MemoryAsyncPool documents it) or in 2 MiB pages (the optimistic model of "
               "earlier tables); only [own heap] is judged against the targets",

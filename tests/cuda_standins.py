@@ -201,6 +201,9 @@ class _Handle:
         self.device = device
         self.released = False
         self.mapped = False
+        self.page: Any = None  # a granule's: the host range's page, mapped at each address
+        self.range: Any = None
+        self.maps = 0
 
 
 class _Result(enum.IntEnum):
@@ -244,6 +247,7 @@ class FakeDriver:
         self.fail = dict(fail or {})
         self.ranges: dict[int, Any] = {}  # reservation base -> HostRange
         self.handles: list[_Handle] = []
+        self.page_maps: dict[int, _Handle] = {}  # address -> the granule's handle mapped there
 
     @property
     def calls(self) -> list[tuple]:
@@ -318,6 +322,9 @@ class FakeDriver:
 
     def cuMemMap(self, ptr, size, offset, handle, flags):
         rng = self._range(ptr)
+        if rng is not None and size == self.memory.granule and not handle.released \
+                and handle.size == size and not offset and handle.range in (None, rng):
+            return self._map_page(rng, ptr, handle)
         if rng is None or handle.released or handle.mapped or handle.size != size or offset:
             self.gpu.breach(f"cuMemMap of {size:,} bytes at {ptr:#x}: no such reservation, or "
                             f"a handle released, mapped already or of another size")
@@ -332,6 +339,25 @@ class FakeDriver:
         except MemoryError:
             return self._refuse(OUT_OF_MEMORY)
         handle.mapped = True
+        return result
+
+    def _map_page(self, rng, ptr, handle):
+        """A granule's handle: the driver maps it at as many addresses as asked (the page
+        heap remaps a page before its old mapping is dropped), its bytes shared."""
+        result = self._result("cuMemMap", ptr, handle.size)
+        if result[0] != SUCCESS:
+            return result
+        try:
+            if handle.page is None:
+                handle.page, handle.range = rng.create_page(), rng
+            rng.map_page(ptr - rng.ptr, handle.page, grant=False)
+        except ValueError:
+            return self._refuse(INVALID_VALUE)
+        except MemoryError:
+            return self._refuse(OUT_OF_MEMORY)
+        handle.mapped = True
+        handle.maps += 1
+        self.page_maps[ptr] = handle
         return result
 
     def cuMemSetAccess(self, ptr, size, descs, count):
@@ -359,6 +385,8 @@ class FakeDriver:
         result = self._result("cuMemRelease")
         if result[0] == SUCCESS:
             handle.released = True
+            if handle.page is not None:  # its memory goes back once it is mapped nowhere
+                handle.range.release_page(handle.page)
         return result
 
     def cuMemUnmap(self, ptr, size):
@@ -373,7 +401,13 @@ class FakeDriver:
             self.gpu.breach(f"cuMemUnmap of [{ptr:#x}, +{size:,}) while {users} may still "
                             f"use it (no sync before the unmap)")
         try:
-            rng.unmap_one(ptr - rng.ptr, size)
+            handle = self.page_maps.get(ptr)
+            if handle is not None and size == handle.size:
+                rng.unmap_page(ptr - rng.ptr)
+                del self.page_maps[ptr]
+                handle.maps -= 1
+            else:
+                rng.unmap_one(ptr - rng.ptr, size)
         except (ValueError, KeyError):
             self.gpu.breach(f"cuMemUnmap of [{ptr:#x}, +{size:,}), not one whole mapping")
             return self._refuse(INVALID_VALUE)

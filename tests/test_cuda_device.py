@@ -293,7 +293,8 @@ def books_add_up(engine, checker):
     assert stats.used_bytes + stats.free_bytes == stats.total_bytes and stats.free_bytes >= 0
 
 
-HEAP_KINDS = {"own": "own heap (reserved range)", "driver": "stream-ordered pool"}
+HEAP_KINDS = {"own": "own heap (reserved range)", "driver": "stream-ordered pool",
+              "pages": "page heap (recycled pages)"}
 
 
 @pytest.mark.parametrize("heap", HEAP_KINDS)

@@ -271,6 +271,48 @@ def test_mapped_granules_are_writable_and_an_unmapped_one_faults():
     assert done.returncode == -11, done.stderr  # SIGSEGV
 
 
+def test_a_page_mapped_at_two_addresses_shares_its_bytes_and_is_counted_once():
+    """cuMemCreate's handle mapped twice (the page heap remaps a recycled page before its
+    old mapping is dropped): one page of memory, two mappings in the books."""
+    import ctypes
+
+    memory = HostMemory(capacity=4 * PAGE)
+    r = memory.reserve(16 * PAGE)
+    page = r.create_page()
+    r.map_page(0, page)
+    r.map_page(5 * PAGE, page)
+    assert memory.in_use == r.pages_held == PAGE and memory.maps == 2
+    assert r.mapped == 0  # no memory of the range's own (map/unmap) is held
+    ctypes.memset(r.ptr, 9, 64)
+    assert ctypes.string_at(r.ptr + 5 * PAGE, 4) == b"\x09" * 4
+    with pytest.raises(ValueError, match="already mapped"):
+        r.map_page(0, r.create_page())
+    r.release_page(page)  # released while mapped: its memory waits for the last unmap
+    assert memory.in_use == 2 * PAGE
+    r.synchronize()
+    r.unmap_page(0)
+    assert not memory.holds(r.ptr, 1) and memory.holds(r.ptr + 5 * PAGE, PAGE)
+    r.unmap_page(5 * PAGE)
+    assert memory.in_use == PAGE and memory.unmaps == memory.release_calls == 2
+    with pytest.raises(ValueError, match="released"):
+        r.map_page(0, page)
+    with pytest.raises(ValueError, match="no page"):
+        r.unmap_page(0)
+    r.close()
+    assert memory.in_use == 0
+
+
+def test_a_full_device_refuses_a_page():
+    memory = HostMemory(capacity=2 * PAGE)
+    r = memory.reserve(8 * PAGE)
+    r.create_page(), r.create_page()
+    with pytest.raises(MemoryError, match="host device full"):
+        r.create_page()
+    assert memory.in_use == r.pages_held == 2 * PAGE
+    r.close()
+    assert memory.in_use == 0
+
+
 # ------------------------------------------------------- a stream-ordered pool
 def test_a_stream_ordered_pool_reuses_what_it_holds_and_trims_in_one_call():
     memory = HostMemory()

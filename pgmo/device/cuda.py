@@ -8,7 +8,8 @@ only speaks to the GPU, through two optional APIs:
   CuPy 14 does not expose: through ``cuda-bindings``
   (``cuda.bindings.driver``; the ``cuda12``/``cuda13`` extras install it).
   :class:`CudaRange` reserves address space once and backs it with physical
-  memory on demand, so the arena grows in place and its end is trimmed.
+  memory on demand, so the arena grows in place and its end is trimmed (and
+  maps pages of their own at several addresses, for the page heap).
 * **A private stream-ordered pool** (``cudaMemPoolCreate``,
   ``cudaMallocFromPoolAsync``, ``cudaFreeAsync``, ``cudaMemPoolTrimTo``),
   which CuPy's runtime module has: :class:`CudaAsyncPool` serves the
@@ -103,6 +104,8 @@ class CudaRange:
         access.flags = driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
         self._access = access
         self._synchronize = synchronize
+        self._pages: dict[Any, bool] = {}  # handles made by create_page -> released
+        self._page_bytes = 0  # their memory, until released and mapped nowhere
 
     def __del__(self) -> None:  # the arena's last block and the pool are gone
         try:
@@ -165,6 +168,58 @@ class CudaRange:
             _check(self.driver.cuMemUnmap(self.ptr + start, books.length(start)), "cuMemUnmap")
             books.remove(start)
 
+    # ----------------------------------------- physical pages of their own (page heap)
+    @property
+    def pages_held(self) -> int:
+        """Bytes of the pages made (:meth:`create_page`) and not given back yet."""
+        return self._page_bytes
+
+    def create_page(self) -> Any:
+        """One granule of device memory, mapped nowhere yet (``cuMemCreate``): its handle.
+        MemoryError when the device is full."""
+        handle = _check(self.driver.cuMemCreate(self.granule, self._prop, 0), "cuMemCreate")
+        self._pages[handle] = False
+        self._page_bytes += self.granule
+        return handle
+
+    def map_page(self, offset: int, handle: Any) -> None:
+        """Map the page ``handle`` at ``offset`` (``cuMemMap``; the driver maps one handle at
+        several addresses) and grant access to it (``cuMemSetAccess``): both or neither."""
+        d, g = self.driver, self.granule
+        if self._pages.get(handle, True):
+            raise ValueError("a page released, or not made by create_page")
+        self._books.check_new(offset, g, g, g, self.size)
+        _check(d.cuMemMap(self.ptr + offset, g, 0, handle, 0), "cuMemMap")
+        try:
+            _check(d.cuMemSetAccess(self.ptr + offset, g, [self._access], 1),
+                   "cuMemSetAccess")
+        except BaseException:  # never usable, so never used: unmapped without a sync
+            d.cuMemUnmap(self.ptr + offset, g)
+            raise
+        self._books.add(offset, g, handle=handle)
+
+    def unmap_page(self, offset: int) -> None:
+        """Drop the page mapping at ``offset`` (``cuMemUnmap``; :meth:`synchronize` first)."""
+        handle = self._books.handle(offset)
+        if handle is None:
+            raise ValueError(f"no page is mapped at {offset:,}")
+        _check(self.driver.cuMemUnmap(self.ptr + offset, self.granule), "cuMemUnmap")
+        self._books.remove(offset)
+        if self._pages.get(handle) and not self._books.maps_of(handle):
+            del self._pages[handle]
+            self._page_bytes -= self.granule
+
+    def release_page(self, handle: Any) -> None:
+        """Give the page up (``cuMemRelease``): its memory goes back once mapped nowhere."""
+        if self._pages.get(handle, True):
+            raise ValueError("a page released twice, or not made by create_page")
+        _check(self.driver.cuMemRelease(handle), "cuMemRelease")
+        if self._books.maps_of(handle):
+            self._pages[handle] = True
+        else:
+            del self._pages[handle]
+            self._page_bytes -= self.granule
+
     def mappings(self) -> list[tuple[int, int]]:
         return self._books.mappings()
 
@@ -194,6 +249,11 @@ class CudaRange:
                 failure = failure or e
         if failure is not None:
             raise failure
+        for handle, released in list(self._pages.items()):  # the page heap's, if any
+            if not released:
+                _check(self.driver.cuMemRelease(handle), "cuMemRelease")
+            del self._pages[handle]
+            self._page_bytes -= self.granule
         _check(self.driver.cuMemAddressFree(self.ptr, self.size), "cuMemAddressFree")
         self._closed = True
 

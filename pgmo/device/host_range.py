@@ -4,6 +4,10 @@ The analogue of ``cuMemAddressReserve`` / ``cuMemCreate`` + ``cuMemMap`` /
 ``cuMemUnmap`` is an ``mmap(PROT_NONE)`` reservation whose granules are
 committed (``mprotect``) and released (``madvise(MADV_DONTNEED)`` +
 ``PROT_NONE``): a stale access to an unmapped granule faults, as on a GPU.
+Physical pages of their own (``cuMemCreate`` handles, which the driver maps at
+several addresses at once) are pages of a ``memfd`` file, each mapped
+``MAP_SHARED`` where it is mapped: bytes written through one address are read
+through the other, as on a GPU (:meth:`HostRange.create_page`).
 A :class:`~pgmo.device.host_memory.HostMemory` makes one
 (:meth:`~pgmo.device.host_memory.HostMemory.reserve`) and counts its
 memory and calls.  Tested by ``tests/test_host_device.py`` and
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import weakref
 from typing import Protocol
 
@@ -40,6 +45,8 @@ class _Device(Protocol):
 # --------------------------------------------------------------- libc calls
 _PROT_NONE, _PROT_RW = 0, mmap.PROT_READ | mmap.PROT_WRITE
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's value
+_MAP_FIXED = 0x10  # Linux's value
+_FALLOC_PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
 
 
 def _libc():
@@ -50,6 +57,7 @@ def _libc():
     for name in ("mprotect", "madvise"):
         getattr(libc, name).argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
     return libc
 
 
@@ -63,11 +71,16 @@ def _check(result: int, what: str) -> None:
 
 
 def _release_reservation(memory: _Device, mapped: list, base: int, size: int) -> None:
-    """A range is gone (closed, or its last user died): its memory and address space go back."""
-    if mapped[0]:
-        memory._unmap(mapped[0], calls=0)  # nothing can use it any more: no sync to wait for
-        mapped[0] = 0
+    """A range is gone (closed, or its last user died): its memory and address space go back
+    (``mapped``: bytes mapped, bytes of physical pages, the pages' file or -1)."""
+    if mapped[0] + mapped[1]:
+        # nothing can use it any more: no sync to wait for
+        memory._unmap(mapped[0] + mapped[1], calls=0)
+        mapped[0] = mapped[1] = 0
     _LIBC.munmap(base, size)
+    if mapped[2] >= 0:
+        os.close(mapped[2])
+        mapped[2] = -1
 
 
 class HostRange:
@@ -103,10 +116,15 @@ class HostRange:
         self.granule = granule
         self.ptr = -(-raw // granule) * granule  # granule-aligned, as the driver's
         self.size = size
-        self._state = [0]  # bytes backed by memory, shared with the finalizer
+        # bytes backed by memory, bytes of physical pages, the pages' file (shared with the
+        # finalizer)
+        self._state = [0, 0, -1]
         self._backed = bytearray(size // granule)  # 1: the granule is backed by memory
         self._open = bytearray(size // granule)  # 1: and access to it was granted
         self._books = MappingLedger()
+        self._slots: set[int] = set()  # the pages' file: free page slots (handles)
+        self._slot_count = 0  # page slots the file has
+        self._released: set[int] = set()  # released pages still mapped somewhere
         self._finalizer = weakref.finalize(self, _release_reservation, memory, self._state, raw,
                                            size + granule)
 
@@ -177,6 +195,8 @@ class HostRange:
     def unmap_one(self, start: int, nbytes: int) -> None:
         """Give back exactly one mapping (``cuMemUnmap``); ValueError for anything else."""
         self._books.run(start, nbytes)
+        if self._books.handle(start) is not None:
+            raise ValueError(f"the mapping at {start:,} is a page's: unmap_page drops it")
         if self._books.length(start) != nbytes:
             raise ValueError(f"[{start:,}, {start + nbytes:,}) is not one whole mapping")
         self._books.remove(start)
@@ -209,6 +229,90 @@ class HostRange:
         for start in reversed(self._books.run(offset, nbytes)):
             self.unmap_one(start, self._books.length(start))
 
+    # ----------------------------------------------------- physical pages of their own
+    @property
+    def pages_held(self) -> int:
+        """Bytes of the physical pages made (:meth:`create_page`) and not given back yet."""
+        return self._state[1]
+
+    def create_page(self) -> int:
+        """One granule of physical memory, mapped nowhere yet (``cuMemCreate``); its handle.
+        MemoryError when the device is full."""
+        g = self.granule
+        self.memory._map(g, calls=0)  # counted first: the capacity refuses before the file
+        self._state[1] += g
+        try:
+            if self._state[2] < 0:
+                self._state[2] = os.memfd_create("pgmo-pages")
+            if not self._slots:
+                os.ftruncate(self._state[2], (self._slot_count + 1) * g)
+                self._slots.add(self._slot_count)
+                self._slot_count += 1
+        except OSError as e:
+            self._state[1] -= g
+            self.memory._unmap(g, calls=0)
+            raise MemoryError(f"host range: cannot make a page ({e})") from None
+        return self._slots.pop()
+
+    def map_page(self, offset: int, handle: int, grant: bool = True) -> None:
+        """Map the physical page ``handle`` at ``offset`` (``cuMemMap``) and grant access to
+        it (``cuMemSetAccess``; ``grant`` false: later, by :meth:`grant`); ValueError where
+        something is mapped already."""
+        g = self.granule
+        self._books.check_new(offset, g, g, g, self.size)
+        if handle in self._released or not 0 <= handle < self._slot_count \
+                or handle in self._slots:
+            raise ValueError(f"page {handle} was released, or never made")
+        if self._protect:
+            addr = self.ptr + offset
+            got = _LIBC.mmap(addr, g, _PROT_RW if grant else _PROT_NONE,
+                             mmap.MAP_SHARED | _MAP_FIXED, self._state[2], handle * g)
+            if got != addr:
+                raise MemoryError(f"host range: cannot map page {handle} at {offset:,}")
+        self._books.add(offset, g, usable=grant, handle=handle)
+        self._backed[offset // g] = 1
+        self._open[offset // g] = int(grant)
+        self.memory.maps += 1
+
+    def unmap_page(self, offset: int) -> None:
+        """Drop the page mapping at ``offset`` (``cuMemUnmap``, after the caller's
+        :meth:`synchronize`): it faults from now on; the page's memory stays its handle's
+        (given back once released and mapped nowhere)."""
+        g = self.granule
+        handle = self._books.handle(offset)
+        if handle is None or self._books.length(offset) != g:
+            raise ValueError(f"no page is mapped at {offset:,}")
+        if self._protect:
+            addr = self.ptr + offset
+            got = _LIBC.mmap(addr, g, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                             | _MAP_FIXED | _MAP_NORESERVE, -1, 0)
+            if got != addr:
+                raise OSError(f"host range: cannot unmap the page at {offset:,}")
+        self._books.remove(offset)
+        self._backed[offset // g] = self._open[offset // g] = 0
+        self.memory._unmap(0, calls=1)
+        if handle in self._released and not self._books.maps_of(handle):
+            self._free_page(handle)
+
+    def release_page(self, handle: int) -> None:
+        """Give the page ``handle`` up (``cuMemRelease``): its memory goes back now, or once
+        its last mapping is dropped."""
+        if handle in self._released or handle in self._slots or \
+                not 0 <= handle < self._slot_count:
+            raise ValueError(f"page {handle} released twice, or never made")
+        if self._books.maps_of(handle):
+            self._released.add(handle)
+        else:
+            self._free_page(handle)
+
+    def _free_page(self, handle: int) -> None:
+        g = self.granule
+        self._released.discard(handle)
+        _check(_LIBC.fallocate(self._state[2], _FALLOC_PUNCH, handle * g, g), "fallocate")
+        self._slots.add(handle)
+        self._state[1] -= g
+        self.memory._unmap(g, calls=0)
+
     def mappings(self) -> list[tuple[int, int]]:
         """``(offset, nbytes)`` of each mapping, in address order."""
         return self._books.mappings()
@@ -229,12 +333,13 @@ class HostRange:
         return 0 not in self._open[lo // g:(lo + size - 1) // g + 1]
 
     def close(self) -> None:
-        """Unmap everything (after a sync) and give the address space back."""
-        if self._state[0]:
+        """Unmap everything (after a sync), give the pages and the address space back."""
+        if self._state[0] or self._state[1] or self._books.mappings():
             self.synchronize()
-            self.memory._unmap(self._state[0], calls=len(self._books.mappings()))
+            self.memory._unmap(self._state[0] + self._state[1],
+                               calls=len(self._books.mappings()))
             self._books.clear()
             self._backed[:] = bytes(len(self._backed))
             self._open[:] = bytes(len(self._open))
-            self._state[0] = 0
+            self._state[0] = self._state[1] = 0
         self._finalizer()

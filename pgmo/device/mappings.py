@@ -14,6 +14,13 @@ What the books promise after any call, failed or not: a mapping is listed
 exactly when the driver holds it (``mapped`` counts its bytes), and
 :meth:`MappingLedger.usable_end` is the end of the run of usable mappings
 from offset 0, the only memory an arena may hand out.
+
+A mapping may also name the physical page (``handle``) it maps: the driver
+lets one ``cuMemCreate`` handle be mapped at several addresses at once (the
+page heap maps a recycled page at fresh addresses before its old mapping is
+dropped), so the books are by address, and count each handle's mappings
+(:meth:`MappingLedger.maps_of`): its memory goes back once it is released and
+no mapping of it is left.
 """
 
 from __future__ import annotations
@@ -30,17 +37,31 @@ class MappingLedger:
         self._starts: list[int] = []  # sorted
         self._lengths: dict[int, int] = {}  # start -> bytes
         self._unusable: set[int] = set()  # starts of mappings without access (yet)
+        self._handles: dict[int, object] = {}  # start -> the physical page mapped there
+        self._maps_of: dict[object, int] = {}  # handle -> its mappings listed
         self.mapped = 0  # bytes of every listed mapping
 
-    def add(self, start: int, nbytes: int, usable: bool = True) -> None:
-        """A new mapping ``[start, start + nbytes)``; it must not overlap any listed one."""
+    def add(self, start: int, nbytes: int, usable: bool = True, handle: object = None) -> None:
+        """A new mapping ``[start, start + nbytes)`` (of the physical page ``handle``, when
+        named); it must not overlap any listed one."""
         if nbytes <= 0 or self.overlaps(start, nbytes):
             raise ValueError(f"[{start:,}, {start + nbytes:,}) overlaps a mapping, or is empty")
         self._lengths[start] = nbytes
         bisect.insort(self._starts, start)
         if not usable:
             self._unusable.add(start)
+        if handle is not None:
+            self._handles[start] = handle
+            self._maps_of[handle] = self._maps_of.get(handle, 0) + 1
         self.mapped += nbytes
+
+    def handle(self, start: int) -> object:
+        """The physical page the mapping at ``start`` maps (None: not named)."""
+        return self._handles.get(start)
+
+    def maps_of(self, handle: object) -> int:
+        """How many listed mappings map the physical page ``handle``."""
+        return self._maps_of.get(handle, 0)
 
     def make_usable(self, starts: list[int]) -> None:
         """Access was granted to these mappings."""
@@ -51,6 +72,11 @@ class MappingLedger:
         nbytes = self._lengths.pop(start)
         del self._starts[bisect.bisect_left(self._starts, start)]
         self._unusable.discard(start)
+        handle = self._handles.pop(start, None)
+        if handle is not None:
+            left = self._maps_of.pop(handle) - 1
+            if left:
+                self._maps_of[handle] = left
         self.mapped -= nbytes
         return nbytes
 
@@ -130,4 +156,6 @@ class MappingLedger:
         self._starts.clear()
         self._lengths.clear()
         self._unusable.clear()
+        self._handles.clear()
+        self._maps_of.clear()
         self.mapped = 0

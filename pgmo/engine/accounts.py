@@ -45,6 +45,7 @@ class MemoryAccounts:
     _reserve: Callable[[int | None], ReservedRange] | None  # None: no (more) reserved arena
     _make_heap: Callable[[], StreamHeap] | None  # the driver's stream-ordered pool, or None
     _own_heap: bool  # the heap is pgmo's own (see .own_heap)
+    _pages: bool  # and it is the page heap (see .page_heap)
     _heap_reserve: Callable[[int | None], ReservedRange] | None  # the own heap's range
     _stream: Callable[[], object] | None  # names the current stream
     device_memory: int  # the device's size (what a reservation spans)

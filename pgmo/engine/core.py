@@ -142,7 +142,8 @@ class Engine(PlanChoice, PoolQueries):
         self.memory = memory = DeviceMemory(hot, backend.allocate, backend.fallback,
                                             backend.oom_error, backend.reserve, backend.heap,
                                             backend.device_memory, dict(backend.reasons),
-                                            own_heap=options.heap == "own",
+                                            own_heap=options.heap != "driver",
+                                            pages=options.heap == "pages",
                                             stream=backend.context)
         self._context = backend.context
         self._device = backend.device

@@ -1,19 +1,22 @@
 """Which heap serves memory of a block's own, made at its first request, and its fallbacks.
 
-pgmo's own heap (:mod:`.own_heap`) where the device has virtual memory, else
+pgmo's own heap (:mod:`.own_heap`, or with ``heap="pages"`` the page heap of
+:mod:`.page_heap`) where the device has virtual memory, else
 the driver's stream-ordered pool, else a cudaMalloc per request
 (:mod:`.raw_heap`); a heap the driver refuses is replaced by the next for good
 (rule 7 of :mod:`.memory`), the old one kept for its blocks.  Part of
 :class:`~.memory.DeviceMemory` (a mixin over :class:`~.accounts.MemoryAccounts`).
-Tested in ``tests/test_own_heap.py`` and ``tests/test_cuda_device.py``.
+Tested in ``tests/test_own_heap.py``, ``tests/test_page_heap.py`` and
+``tests/test_cuda_device.py``.
 """
 
 from __future__ import annotations
 
 from ..errors import DeviceError
 from .accounts import NOT_GIVEN_BACK, MemoryAccounts, log
-from .options import StreamHeap
+from .options import PageRange, StreamHeap
 from .own_heap import OwnHeap
+from .page_heap import PageHeap
 from .raw_heap import RawHeap
 
 __all__ = ["HeapChoice", "STREAM_POOL"]
@@ -32,7 +35,7 @@ class HeapChoice(MemoryAccounts):
         heap = self.heap
         if heap is None:
             if self._own_heap:
-                return OwnHeap.kind
+                return PageHeap.kind if self._pages else OwnHeap.kind
             return STREAM_POOL if self._make_heap is not None else RawHeap.kind
         return str(getattr(heap, "kind", STREAM_POOL))
 
@@ -40,7 +43,12 @@ class HeapChoice(MemoryAccounts):
         heap = self.heap
         if heap is None:
             try:
-                if self._own_heap:
+                if self._own_heap and self._pages:
+                    assert self._heap_reserve is not None  # own_heap needs virtual memory
+                    # fresh addresses per request: 32x the device (1 TiB when unknown)
+                    heap = self._page_heap(self._heap_reserve(32 * self.device_memory
+                                                              or 1 << 40))
+                elif self._own_heap:
                     assert self._heap_reserve is not None  # own_heap needs virtual memory
                     # address space is cheap, contiguous gaps are not: 8x the device
                     heap = OwnHeap(self._heap_reserve(8 * self.device_memory or None),
@@ -54,6 +62,16 @@ class HeapChoice(MemoryAccounts):
                 return self._heap()
             self.heap = heap
         return heap
+
+    def _page_heap(self, rng: object) -> StreamHeap:
+        """The page heap on ``rng``; pgmo's own heap where the range maps no pages of their
+        own (rule 7: the reason is kept)."""
+        if not isinstance(rng, PageRange):
+            self._pages = False
+            self.reasons["heap"] = "the reserved range maps no pages of their own; the " \
+                                   "heap is pgmo's own (page by page) instead"
+            return OwnHeap(rng, self._stream)  # type: ignore[arg-type]
+        return PageHeap(rng, self._stream)
 
     def _heap_off(self, why: str) -> None:
         """Rule 7: the next heap from now on (pgmo's own, the driver's pool, a cudaMalloc per
@@ -70,6 +88,37 @@ class HeapChoice(MemoryAccounts):
             nxt = RawHeap.kind
         self.reasons["heap"] = f"{why}; the heap is a {nxt} from now on"
         log.warning("pgmo's heap is a %s from now on: %s", nxt, why)
+
+    _tidied_at = -1  # the boundary (iteration number) of the last tidy
+
+    def tidy_heap(self) -> bool:
+        """A page heap's old mappings dropped, its pages kept: one device sync, once per
+        boundary (rule 1 of :mod:`.memory`), apart from the boundary's one release (rule 4:
+        the heap's idle pages must still go back before an arena is taken); True when
+        done."""
+        boundary = self.hot.iteration
+        if not self._stale_mappings() or self._tidied_at == boundary \
+                or self._released_at == boundary or not self._sync():
+            return False
+        self._tidied_at = boundary
+        for heap in self._heaps():
+            self._tidy(heap)
+        return True
+
+    def _tidy(self, heap: StreamHeap) -> None:
+        """A page heap's stale mappings dropped (the caller synchronized the device)."""
+        if not getattr(heap, "stale", 0):
+            return
+        try:
+            heap.tidy()  # type: ignore[attr-defined]
+            self._cleared("trim")
+        except NOT_GIVEN_BACK as e:  # rule 7: the mapping stays listed, and counted
+            self._trouble("trim", "pgmo could not unmap its page heap's old mappings (%s); "
+                          "skipped", e)
+
+    def _stale_mappings(self) -> int:
+        """Mappings a page heap left behind, to drop at a boundary (0 for other heaps)."""
+        return sum(getattr(h, "stale", 0) for h in self._heaps())
 
     def _trim(self, heap: StreamHeap) -> None:
         try:

@@ -44,6 +44,8 @@ The footprint policy, and why:
    beside the arena (on the H100, 2026-11-25: 1.5x-1.8x CuPy's footprint).
    The heap places blocks as they come and keeps freed memory for reuse,
    without a device sync; its idle memory goes back at boundaries (rule 4).
+   The page heap (``heap="pages"``, :mod:`.page_heap`) maps wholly free pages again where
+   blocks need memory, holding the pages with live bytes; old mappings go at boundaries.
 2. **No device sync inside an iteration.**  cudaFree and unmapping wait for
    (or must follow) every queued kernel: inside an iteration pgmo calls
    neither (blocks are freed into the heap or the arena, and the arena grows
@@ -127,7 +129,6 @@ HEAP_SLACK = 0.02
 GROW_STEP = 1 / 32
 
 
-
 class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
     """The arenas, the heap, the survivors' buffers and the stock pool, counted.
 
@@ -143,16 +144,16 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
                  reserve: Callable[[int | None], ReservedRange] | None = None,
                  heap: Callable[[], StreamHeap] | None = None, device_memory: int = 0,
                  reasons: dict[str, str] | None = None, own_heap: bool = True,
-                 stream: Callable[[], object] | None = None):
+                 stream: Callable[[], object] | None = None, pages: bool = False):
         """``allocate(size)``: the raw allocator (cudaMalloc; MemoryError when full);
         ``stock``: CuPy's pool; ``oom_error(size, total, limit)``: a full device's error;
         ``reserve(size)``: a virtual address range (None: no virtual memory management);
         ``heap()``: the driver's private stream-ordered pool (None: none); ``own_heap``:
-        the heap is pgmo's own (:mod:`.own_heap`) where there is virtual memory, else that
-        pool, else a raw allocation per request; ``stream()`` names the current stream
-        (the own heap serves one at a time); ``device_memory``: the device's size (what a
-        reservation spans); ``reasons``: why a part of the device layer is not used from
-        the start (part -> why)."""
+        the heap is pgmo's own (:mod:`.own_heap`; ``pages``: :mod:`.page_heap`) where there
+        is virtual memory, else that pool, else a raw allocation per request; ``stream()``
+        names the current stream (the own heap serves one at a time); ``device_memory``: the
+        device's size (what a reservation spans); ``reasons``: why a part of the device
+        layer is not used from the start (part -> why)."""
         self.hot = hot
         self.allocate = allocate
         self.stock = stock
@@ -160,6 +161,7 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         self._reserve = reserve
         self._make_heap = heap
         self._own_heap = own_heap and reserve is not None
+        self._pages = pages
         self._heap_reserve = reserve  # the own heap's (the arena's may be given up: rule 7)
         self._stream = stream
         self.device_memory = device_memory
@@ -455,15 +457,16 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         """A boundary with no plan installed (rule 4): the heap's idle memory goes back only
         when the iterations waiting for the plan vary (``varied``: the last two unplanned
         iterations differed); True when memory went back."""
-        return varied and self.trim_heap()
+        return self.trim_heap() if varied else self.tidy_heap()
 
     def trim_heap(self, force: bool = False) -> bool:
         """Give the heaps' wholly free chunks back (one device sync, one trim call) when they
         are worth it, or before an arena grows (``force``); once per boundary (rule 4)."""
         heaps = self._heaps()
         idle = sum(h.held - h.used for h in heaps)
-        if idle <= 0 or (not force and idle < HEAP_SLACK * self.total_bytes()) \
-                or not self._may_release() or not self._sync():
+        if idle <= 0 or (not force and idle < HEAP_SLACK * self.total_bytes()):
+            return self.tidy_heap()
+        if not self._may_release() or not self._sync():
             return False
         for heap in heaps:
             self._trim(heap)

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from ..errors import out_of_memory as default_oom  # the error of a full pool without CuPy
 from ..solver.options import SolverOptions, solver_options
 from .planner import REPLAN_MODES
 
 #: The heaps a pool may use for memory of a block's own (the ``heap`` option).
-HEAPS = ("own", "driver")
+HEAPS = ("own", "driver", "pages")
 
 __all__ = ["HEAPS", "Backend", "PoolOptions", "PlainMemory", "pool_options", "Buffer", "StockPool",
-           "ReservedRange", "StreamHeap"]
+           "Reservation", "ReservedRange", "PageRange", "StreamHeap"]
 
 
 class Buffer(Protocol):
@@ -56,9 +56,9 @@ class StockPool(Protocol):
     def get_limit(self) -> int: ...
 
 
-class ReservedRange(Protocol):
-    """Reserved virtual address space, mapped in granules (CUDA's virtual memory
-    management: :class:`pgmo.device.cuda.CudaRange`,
+class Reservation(Protocol):
+    """Reserved virtual address space of ``size`` bytes at ``ptr``, mapped in granules (CUDA's
+    virtual memory management: :class:`pgmo.device.cuda.CudaRange`,
     :class:`pgmo.device.host_range.HostRange`)."""
 
     @property
@@ -69,6 +69,14 @@ class ReservedRange(Protocol):
 
     @property
     def granule(self) -> int: ...
+
+    def synchronize(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ReservedRange(Reservation, Protocol):
+    """A reservation mapped in runs of granules from its start (the arena, the own heap)."""
 
     @property
     def mapped(self) -> int: ...
@@ -81,9 +89,22 @@ class ReservedRange(Protocol):
 
     def usable_end(self) -> int: ...
 
-    def synchronize(self) -> None: ...
 
-    def close(self) -> None: ...
+@runtime_checkable
+class PageRange(Reservation, Protocol):
+    """A reservation whose granules map physical pages of their own, one handle at several
+    addresses if asked (the page heap)."""
+
+    @property
+    def pages_held(self) -> int: ...
+
+    def create_page(self) -> Any: ...
+
+    def map_page(self, offset: int, handle: Any) -> None: ...
+
+    def unmap_page(self, offset: int) -> None: ...
+
+    def release_page(self, handle: Any) -> None: ...
 
 
 class StreamHeap(Protocol):
@@ -175,8 +196,10 @@ class PoolOptions:
     warn_after: int = 10_000  # requests without iterations before one warning
     shape_plans: bool = True  # a recurring iteration shape gets its own plan (see .shapes)
     # where memory of a block's own comes from: "own" (a heap of pgmo's own in reserved
-    # address space, page by page) or "driver" (the driver's stream-ordered pool, which
-    # grows and trims in 32 MiB steps); see engine/memory.py and engine/own_heap.py
+    # address space, page by page), "pages" (fresh addresses per request over recycled
+    # pages: it holds only the pages with live bytes) or "driver" (the driver's
+    # stream-ordered pool, which grows and trims in 32 MiB steps); see engine/memory.py,
+    # engine/own_heap.py and engine/page_heap.py
     heap: str = "own"
     solver: SolverOptions = field(default_factory=SolverOptions)
 

@@ -1,0 +1,368 @@
+"""pgmo.engine.page_heap: fresh addresses per request over recycled physical pages.
+
+On the host model of the device (pgmo.device.host_range.HostRange: a page mapped at two
+addresses shares its bytes, an unmapped page faults), every block written and checked
+by the replay checker; faults injected into the range's calls.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pgmo.device.host_memory import HostMemory
+from pgmo.engine.page_heap import PageHeap
+from pgmo.errors import DeviceError
+from pgmo.measure import footprint
+from pgmo.measure.replay import Checker
+
+MiB = 1 << 20
+PAGE = 2 * MiB
+
+
+class Refusing:
+    """A range whose ``name`` call is refused (raises ``error``) at its uses in ``when``
+    (0 = the first); every other call goes to the real range."""
+
+    def __init__(self, rng, name: str, when: set[int], error: BaseException):
+        self._rng, self._name, self._when, self._error = rng, name, when, error
+        self.uses = 0
+
+    def __getattr__(self, attr):
+        real = getattr(self._rng, attr)
+        if attr != self._name:
+            return real
+
+        def call(*args):
+            k, self.uses = self.uses, self.uses + 1
+            if k in self._when:
+                raise self._error
+            return real(*args)
+
+        return call
+
+
+class Heap:
+    """A page heap with the checker's face: ``malloc`` returns what CuPy's would."""
+
+    def __init__(self, capacity=None, stream=None, wrap=None, runs_from=16):
+        self.memory = HostMemory(capacity)
+        rng = self.memory.reserve(1 << 34)
+        self.heap = PageHeap(wrap(rng) if wrap else rng, stream, runs_from=runs_from)
+        self.checker = Checker(host=True, device=self.memory)
+
+    def malloc(self, size):
+        return self.heap.malloc(size)
+
+    def alloc(self, size):
+        return self.checker.alloc(self, size)
+
+    def boundary(self):
+        self.heap.synchronize()
+        return self.heap.trim()
+
+
+def pages_with_live_bytes(blocks) -> int:
+    """The distinct pages the live blocks touch, counted from their addresses alone."""
+    pages = set()
+    for memptr, size, _ in blocks:
+        pages.update(range(memptr.ptr // PAGE, (memptr.ptr + size - 1) // PAGE + 1))
+    return len(pages)
+
+
+def test_a_wholly_free_page_is_mapped_again_where_a_block_needs_memory():
+    """Where the pages held have no gap for a block, the wholly free ones back the
+    addresses it gets (the own heap would map new pages beside them)."""
+    h = Heap()
+    a = h.alloc(4 * MiB)  # pages 0-1
+    b = h.alloc(2 * MiB)  # page 2
+    h.checker.free(a)
+    del a
+    c = h.alloc(6 * MiB)  # no 6 MiB gap in the pages held: pages 0-1 remapped, one made
+    assert h.heap.held == h.memory.in_use == 4 * PAGE
+    assert h.heap.calls == {"create": 4, "map": 6} and h.heap.stale == 2
+    assert h.checker.intact(b) and h.checker.intact(c)
+    h.boundary()  # the old mappings go; the pages held are those with live bytes
+    assert h.heap.held == 4 * PAGE and h.heap.stale == 0 and h.heap.calls["unmap"] == 2
+    for block in (b, c):
+        assert h.checker.free(block)
+    assert h.checker.corrupted == h.checker.overlaps == 0
+
+
+def test_a_page_whose_blocks_died_is_mapped_again_at_fresh_addresses_not_made_again():
+    h = Heap(runs_from=0)
+    a = h.alloc(4 * MiB)  # two pages made
+    assert h.heap.calls == {"create": 2, "map": 2}
+    a_ptr = a[0].ptr
+    assert h.checker.free(a)
+    del a
+    b = h.alloc(6 * MiB)  # three pages: the two idle ones remapped, one made
+    assert b[0].ptr != a_ptr and h.heap.calls["create"] == 3 and h.heap.calls["map"] == 5
+    assert h.heap.held == h.memory.in_use == 3 * PAGE
+    assert h.heap.stale == 2  # their old mappings, dropped at the boundary
+    assert h.checker.free(b)
+    del b
+    assert h.checker.corrupted == h.checker.overlaps == 0
+
+
+def test_a_dead_run_of_the_same_size_is_handed_out_as_it_lies_without_a_call():
+    h = Heap(runs_from=0)
+    a = h.alloc(4 * MiB)
+    a_ptr = a[0].ptr
+    h.checker.free(a)
+    del a
+    before = dict(h.heap.calls)
+    b = h.alloc(4 * MiB)
+    assert b[0].ptr == a_ptr and h.heap.calls == before
+    h.checker.free(b)
+
+
+def test_small_requests_share_a_page_recycled_once_all_its_blocks_died():
+    h = Heap()
+    small = [h.alloc(10_000) for _ in range(100)]
+    assert h.heap.held == PAGE and h.heap.calls["create"] == 1
+    for block in small:
+        assert h.checker.free(block)
+    del small, block
+    assert h.heap.used == 0
+    again = [h.alloc(10_000) for _ in range(100)]  # the same page, from its start
+    assert h.heap.held == PAGE and h.heap.calls["create"] == 1
+    for block in again:
+        assert h.checker.free(block)
+
+
+def test_a_large_block_goes_on_from_the_last_ones_page_and_that_page_lives_while_either_does():
+    h = Heap(runs_from=1)
+    a = h.alloc(3 * MiB)  # two pages, 1 MiB free in the second
+    b = h.alloc(3 * MiB)  # that 1 MiB, then one fresh page after it: three pages, not four
+    assert b[0].ptr == a[0].ptr + 3 * MiB and h.heap.held == 3 * PAGE
+    h.checker.free(a)
+    del a
+    assert h.heap.used == 2 * PAGE  # the page the two share stays
+    h.boundary()
+    assert h.heap.held == 2 * PAGE and h.checker.intact(b)
+    h.checker.free(b)
+
+
+def test_small_blocks_are_placed_best_fit_in_the_pages_they_hold():
+    h = Heap()
+    blocks = [h.alloc(MiB // 2) for _ in range(8)]  # two pages
+    freed, blocks = blocks[::2], blocks[1::2]
+    for block in freed:
+        h.checker.free(block)
+    del freed, block
+    again = [h.alloc(MiB // 2) for _ in range(4)]  # in the holes: no page more
+    assert h.heap.held == 2 * PAGE and h.heap.calls["create"] == 2
+    assert h.checker.corrupted == h.checker.overlaps == 0
+    del blocks, again
+
+
+@pytest.mark.parametrize("runs_from", [0, 16])
+def test_at_a_boundary_the_pages_held_are_those_with_live_bytes_and_no_block_is_lent_twice(
+        runs_from):
+    h = Heap(runs_from=runs_from)
+    rnd = random.Random(7)
+    live = []
+    for step in range(3000):
+        if live and rnd.random() < 0.5:
+            assert h.checker.free(live.pop(rnd.randrange(len(live))))
+        else:
+            size = rnd.choice([rnd.randrange(1, 4096), rnd.randrange(1, MiB),
+                               rnd.randrange(MiB, 9 * MiB)])
+            live.append(h.alloc(size))
+        if step % 300 == 299:
+            calls = dict(h.heap.calls)
+            h.boundary()
+            assert h.heap.held == h.heap.used == pages_with_live_bytes(live) * PAGE
+            assert h.heap.stale == 0 and h.memory.in_use == h.heap.held
+            # the boundary's calls: one unmap per stale mapping, one release per idle page
+            assert sum(h.heap.boundary_calls.values()) == \
+                sum(h.heap.calls.values()) - sum(calls.values())
+    assert all(h.checker.intact(block) for block in live)
+    assert h.checker.corrupted == h.checker.overlaps == 0
+    assert h.heap.requests == h.checker.serial
+
+
+def test_the_heap_makes_a_page_only_when_no_idle_one_is_left():
+    """Runs of their own: within an iteration, the pages held never pass the most pages
+    live at once."""
+    h = Heap(runs_from=0)
+    rnd = random.Random(3)
+    live, most = [], 0
+    for _ in range(2000):
+        if live and rnd.random() < 0.5:
+            h.checker.free(live.pop(rnd.randrange(len(live))))
+        else:
+            live.append(h.alloc(rnd.randrange(MiB, 9 * MiB)))
+        most = max(most, pages_with_live_bytes(live))
+        assert h.heap.held <= most * PAGE
+    assert h.checker.corrupted == 0
+
+
+@pytest.mark.parametrize("error", [MemoryError("device full"),
+                                   DeviceError("cuMemMap", 2, "refused")])
+@pytest.mark.parametrize("runs_from", [0, 16])
+def test_a_refused_map_lends_nothing_and_the_heap_goes_on(error, runs_from):
+    h = Heap(wrap=lambda rng: Refusing(rng, "map_page", {3}, error), runs_from=runs_from)
+    a = h.alloc(4 * MiB)  # maps 0 and 1
+    with pytest.raises(type(error)):
+        h.alloc(6 * MiB)  # maps 2, then 3 is refused
+    b = h.alloc(6 * MiB)
+    c = h.alloc(100)
+    assert h.checker.corrupted == h.checker.overlaps == 0
+    for block in (a, b, c):
+        assert h.checker.free(block)
+    del a, b, c, block
+    h.boundary()
+    assert h.heap.held == h.heap.used == h.memory.in_use == 0
+
+
+@pytest.mark.parametrize("runs_from", [0, 16])
+def test_a_full_device_refuses_a_new_page_and_keeps_the_idle_ones_for_the_next_request(
+        runs_from):
+    h = Heap(capacity=4 * PAGE, runs_from=runs_from)
+    a = h.alloc(6 * MiB)  # three pages
+    with pytest.raises(MemoryError):
+        h.alloc(4 * MiB)  # one idle page is missing: one made, the device refuses
+    assert h.heap.held <= 4 * PAGE
+    h.checker.free(a)
+    del a
+    b = h.alloc(8 * MiB)  # the three idle pages and the one made
+    assert h.heap.held == 4 * PAGE and h.checker.corrupted == 0
+    h.checker.free(b)
+
+
+def test_a_refused_unmap_keeps_the_mapping_listed_and_the_next_boundary_drops_it():
+    h = Heap(wrap=lambda rng: Refusing(rng, "unmap_page", {0}, DeviceError("cuMemUnmap", 1,
+                                                                           "refused")),
+             runs_from=0)
+    a = h.alloc(4 * MiB)
+    h.checker.free(a)
+    del a
+    b = h.alloc(6 * MiB)  # two remapped: two stale mappings
+    with pytest.raises(DeviceError):
+        h.boundary()
+    assert h.heap.stale == 2  # nothing was dropped
+    h.boundary()
+    assert h.heap.stale == 0 and h.heap.held == h.heap.used == 3 * PAGE
+    assert h.checker.free(b)
+
+
+def test_a_death_on_another_stream_is_reused_only_after_a_device_sync():
+    current = [1]
+    h = Heap(stream=lambda: current[0])
+    a = h.heap.malloc(4 * MiB)
+    a_ptr = a.ptr
+    current[0] = 2
+    syncs = h.memory.sync_calls
+    b = h.heap.malloc(MiB)  # the heap moves to stream 2: one device sync
+    assert h.memory.sync_calls == syncs + 1
+    current[0] = 1
+    c = h.heap.malloc(MiB)  # back to stream 1 (one more sync)
+    del a  # dies on stream 1 while the heap serves stream 1: reusable at once
+    d = h.heap.malloc(4 * MiB)
+    assert d.ptr == a_ptr
+    current[0] = 2
+    e = h.heap.malloc(MiB)
+    del d  # died on stream 1 while the heap serves stream 2
+    f = h.heap.malloc(4 * MiB)
+    assert f.ptr != a_ptr  # quarantined until the next sync
+    del b, c, e, f
+
+
+@pytest.mark.parametrize("name", ["h100-alexnet-train-b32", "serving"])
+def test_a_whole_run_on_the_page_heap_keeps_every_block_intact(name):
+    from pgmo import workloads
+
+    from .test_footprint import real_run
+
+    run = workloads.make(name) if name in workloads.names() \
+        else real_run(name.removeprefix("h100-"), iterations=4)
+    pool = footprint.pgmo_pool(replan="sync", method="bestfit", heap="pages")(None)
+    assert pool.stats().heap_kind == "page heap (recycled pages)"
+    mine = footprint.measure(run, pool, write="ends")
+    own_pool = footprint.pgmo_pool(replan="sync", method="bestfit", heap="own")(None)
+    own = footprint.measure(run, own_pool, write=False)
+    pool.close()
+    own_pool.close()
+    assert mine.completed and mine.corrupted == 0
+    assert mine.peak <= own.peak  # the first iterations hold no packing, only live pages
+
+
+def test_heap_pages_is_a_pool_option_and_says_which_heap_serves():
+    from pgmo.engine import pool_options
+
+    assert pool_options(heap="pages").heap == "pages"
+    with pytest.raises(ValueError, match="unknown heap 'paged'; choose one of own, driver, pages"):
+        pool_options(heap="paged")
+
+
+def test_a_range_that_maps_no_pages_of_their_own_falls_back_to_the_own_heap_with_its_reason():
+    from pgmo.engine import Engine, pool_options
+    from pgmo.measure.hosts import host_backend
+
+    backend = host_backend()
+    reserve = backend.reserve
+    assert reserve is not None
+
+    class Plain:  # a reserved range without create_page / map_page / ...
+        def __init__(self, size):
+            self._rng = reserve(size)
+
+        def __getattr__(self, name):
+            if name in ("create_page", "map_page", "unmap_page", "release_page",
+                        "pages_held"):
+                raise AttributeError(name)
+            return getattr(self._rng, name)
+
+    import dataclasses
+
+    engine = Engine(dataclasses.replace(backend, reserve=Plain),
+                    pool_options(heap="pages", replan="sync", method="bestfit"))
+    block = engine.malloc(4 * MiB)
+    stats = engine.stats()
+    assert stats.heap_kind == "own heap (reserved range)"
+    assert "maps no pages of their own" in stats.device_reasons["heap"]
+    del block
+    engine.close()
+
+
+def test_while_a_plan_is_awaited_each_boundary_drops_the_old_mappings_after_one_sync():
+    """Rule 1 of memory.py: a repeating run waiting for its plan keeps its pages for the next
+    iteration, and the mappings its remapped pages left go at the boundary."""
+    from pgmo.measure.hosts import host_engine
+
+    engine = host_engine(heap="pages", warmup=3, replan="sync", method="bestfit")
+    device = engine.host_device
+    for _ in range(2):
+        with engine.iteration():
+            blocks = [engine.malloc(size * MiB) for size in (40, 2, 40)]
+            del blocks[0]  # its pages back the next block where the first one's were
+            blocks.append(engine.malloc(60 * MiB))
+            del blocks
+            heap = engine.memory.heap
+            stale = heap.stale  # pages remapped into the 60 MiB block: their old mappings
+        assert stale >= 20 and heap.stale == 0 and heap.boundary_calls == {"unmap": stale}
+    syncs = device.sync_calls
+    held = heap.held
+    with engine.iteration():
+        blocks = [engine.malloc(size * MiB) for size in (40, 2, 40)]
+        del blocks[0]
+        blocks.append(engine.malloc(60 * MiB))
+        del blocks
+    assert device.sync_calls - syncs <= 1 and heap.held == held  # its pages kept, no new one
+    engine.close()
+
+
+def test_the_address_helpers_the_page_heap_uses():
+    from pgmo.placement import PagedSpace, Placer
+
+    p = Placer(100, [(10, 20)])
+    assert p.largest() == (20, 80) and p.gap_at(0) == 10 and p.gap_at(5) == 0
+    space = PagedSpace(8 * PAGE, PAGE)
+    lo = space.place(3 * PAGE)
+    space.set_backed(0, 3, True)
+    space.free.release(lo, lo + PAGE)  # page 0 wholly free, pages 1-2 still used
+    assert space.take_idle(5) == [0]  # taken out of the free space, no longer backed
+    assert space.place(PAGE) != 0 and not space.backed[0]
