@@ -178,6 +178,9 @@ class PoolOptions:
     # address space, page by page) or "driver" (the driver's stream-ordered pool, which
     # grows and trims in 32 MiB steps); see engine/memory.py and engine/own_heap.py
     heap: str = "own"
+    # keep each plan in the user's cache folder and start a later run on it, warm-up
+    # included (see pgmo.plan_cache); off where the pool is given a plan_path
+    plan_cache: bool = True
     solver: SolverOptions = field(default_factory=SolverOptions)
 
     def __post_init__(self) -> None:

@@ -47,11 +47,16 @@ def pgmo_pool(**options: Any) -> PoolMaker:
     moments: the pool adds CuPy's conventions (memory objects, hooks, CuPy's
     ``OutOfMemoryError``), not memory.  Either has ``stats()``, ``close()`` and, as
     ``engine`` for the pool, the engine itself.
+
+    The plan cache (:mod:`pgmo.plan_cache`) is off unless ``plan_cache=True``: a
+    measurement is of a run as its first (a second run of the same workload, started
+    from the plan the first kept, passes ``plan_cache=True`` to both; the pool's face
+    keeps and reads plans, so that needs CuPy).
     """
     def make(capacity: int | None = None):
         from . import hosts
 
-        settings = {"replan": "background", "method": "best", **options}
+        settings = {"replan": "background", "method": "best", "plan_cache": False, **options}
         if has_cupy():
             return hosts.host_pool(capacity, **settings)
         return hosts.host_engine(capacity, **settings)
