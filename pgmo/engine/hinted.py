@@ -131,6 +131,10 @@ class HintedStart(EngineParts):
             return None
         self.memory.fit(max([schedule.arena_size, *(s.arena_size for s in openings)]))
         self.schedule, self._openings, self._hinted = schedule, openings, True
+        if not self._plan_ready():  # the device refused its arena: no plan to wait for
+            log.info("pgmo: the device cannot hold the cached plan's arena; profiling")
+            self._reset_plan()
+            return None
         self.opening_profiles = [(p, q) for p, q in list(hint.warmup)[:self.warmup]]
         if self.warmup:
             return self._opening()
