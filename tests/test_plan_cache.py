@@ -57,7 +57,7 @@ def train(pool, iterations=4, scale=1, checker=None):
 def pool(**options):
     from pgmo.measure.hosts import host_pool
 
-    return host_pool(page=512, **options)
+    return host_pool(page=512, **{"plan_cache": True, **options})
 
 
 # -------------------------------------------------------------------- the folder and keys
@@ -172,8 +172,8 @@ def test_an_entry_of_another_device_is_not_offered():
     needs_cupy()
     from pgmo.measure.hosts import host_pool
 
-    train(host_pool(8 << 30, page=512))
-    modes, _ = train(host_pool(16 << 30, page=512))  # another memory size: another device
+    train(host_pool(8 << 30, page=512, plan_cache=True))
+    modes, _ = train(host_pool(16 << 30, page=512, plan_cache=True))  # another memory size: another device
     assert "profiling" in modes
     assert len({e.path.parent for e in plan_cache.entries()}) == 2
 
