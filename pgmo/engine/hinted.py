@@ -12,11 +12,15 @@ plan from that request on.
 
 A hint is never trusted: every request is checked as any plan's are
 (:mod:`.schedule`'s safety rule; a larger or extra request departs, a block
-freed late sends the request planned on it to memory of its own), and an
-iteration that departs from a hinted plan drops it: the pool forgets it and
-profiles afresh, as if no hint had come.  A hint that is damaged, does not
-fit its profile or needs an arena the device refuses costs nothing but the
-warm-up it would have planned.
+freed late sends the request planned on it to memory of its own).  A
+warm-up iteration, the one the entry was chosen by, that departs from its
+hinted plan shows the entry is another workload's: the pool forgets both
+plans and profiles afresh, as if no hint had come.  A steady iteration that
+departs is what a varying workload's iterations do: it takes the existing
+departure path (merged into the profile and re-planned), as it would in the
+run that made the plan.  A hint that is damaged, does not fit its profile or
+needs an arena the device refuses costs nothing but the warm-up it would
+have planned.
 
 The warm-up iterations' profiles are kept (:attr:`HintedStart.opening_profiles`)
 so that the plan cache can store them beside the steady plan.
@@ -65,7 +69,7 @@ class HintedStart(EngineParts):
     #: The warm-up iterations' profiles, and their plans where a hint gave them.
     opening_profiles: list[tuple[Trace, Plan | None]]
     _hinting: bool  # the open iteration's first request is to ask the hints
-    _hinted: bool  # the main plan is a hint that no iteration has departed from
+    _hinted: bool  # a hint is followed, and no steady iteration has run on it yet
     _openings: list[Schedule]  # the hint's warm-up plans, by iteration
 
     def _init_hints(self) -> None:
@@ -146,14 +150,17 @@ class HintedStart(EngineParts):
             self.opening_profiles.append((to_profile(run_log), None))
 
     def _hinted_end(self, departed: bool) -> bool:
-        """A planned iteration ended: True when it departed from a hinted plan, which is then
-        dropped (the next iteration after the warm-up is profiled afresh).  A steady
-        iteration that held confirms the hint: from then on it is a plan like any other."""
+        """A planned iteration ended: True when it was a warm-up that departed from its
+        hinted plan, which is then dropped with the steady one (the run is another
+        workload's: the next iteration after the warm-up is profiled afresh).  The first
+        steady iteration ends the hint: from then on the plan is one like any other (a
+        departure is merged and re-planned, as today)."""
         if not self._hinted:
             return False
+        if self.current is self.schedule:
+            self._hinted = False
+            return False
         if not departed:
-            if self.current is self.schedule:
-                self._hinted = False
             return False
         log.info("pgmo: the cached plan does not fit this run; profiling afresh")
         k = self.completed - 1  # this iteration's number
