@@ -4,11 +4,10 @@ A pool (``plan_cache=True``, the default, unless ``plan_path`` is given)
 keeps each plan it installs in a folder of the user's cache, and a later
 process on the same device starts from it, warm-up included, instead of
 profiling.  A cached plan is a hint, never a promise: the engine checks every
-request against it as the iteration runs (a request that differs departs; a
-warm-up that departs from its plan drops the entry for a fresh profile, a
-later iteration that departs is re-planned as in any run; see
-:mod:`pgmo.engine.hinted`), so a stale, foreign or damaged entry costs at
-most the profiling it replaces.
+request against it as the iteration runs (a request that differs departs,
+and a plan that departs before an iteration has held on it is replaced by a
+fresh profile; see :mod:`pgmo.engine.hinted`), so a stale, foreign or
+damaged entry costs at most the profiling it replaces.
 
 Where: ``$PGMO_CACHE_DIR`` when set, else the platform's cache folder
 (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS,

@@ -160,8 +160,8 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         cache folder (:mod:`pgmo.plan_cache`: ``$PGMO_CACHE_DIR``, else
         the platform's) and start a later run of the same workload on
         the same device on it, its warm-up iteration included; a
-        cached plan is checked request by request, and one whose
-        warm-up does not hold is replaced by a fresh profile.
+        cached plan is checked request by request, and one that does
+        not hold is replaced by a fresh profile.
     ``device_id``, ``context``, ``total_memory``
         for non-CUDA backends
         (:func:`pgmo.measure.hosts.host_pool`); by default the current device,

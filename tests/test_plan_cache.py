@@ -27,10 +27,10 @@ def needs_cupy():
     pytest.importorskip("cupy")  # the pool's face keeps and reads the plans
 
 
-def train(pool, iterations=4, scale=1, checker=None):
+def train(pool, iterations=4, scale=1, checker=None, later=1):
     """A training loop: parameters and optimizer state made in the first iteration (kept),
-    activations made and freed in each; every block checked.  The pool's modes, and the
-    checker."""
+    activations made and freed in each (``later`` times larger from the third on); every
+    block checked.  The pool's modes, and the checker."""
     checker = checker or Checker(host=True, device=pool.host_device, write=True)
     kept, modes = [], []
     for it in range(iterations):
@@ -39,7 +39,7 @@ def train(pool, iterations=4, scale=1, checker=None):
             live = {"x": checker.alloc(pool, 4 * MiB)}
             if it == 0:
                 kept.append(checker.alloc(pool, 3 * MiB * scale))  # parameters
-            live["a"] = checker.alloc(pool, 8 * MiB * scale)
+            live["a"] = checker.alloc(pool, 8 * MiB * scale * (later if it >= 2 else 1))
             live["b"] = checker.alloc(pool, 2 * MiB)
             assert checker.free(live.pop("a"))
             if it == 0:
@@ -153,6 +153,22 @@ def test_another_workload_with_the_same_first_request_is_profiled_afresh(scale, 
     third = pool()
     modes, _ = train(third, scale=scale)
     assert "profiling" not in modes
+
+
+def test_a_steady_iteration_that_departs_is_re_planned_as_in_any_run(caplog):
+    """The warm-up holds (the entry is this workload's); a later, larger iteration departs
+    from the steady plan: merged and re-planned as the run that made it would, not
+    profiled from scratch; every block intact."""
+    needs_cupy()
+    train(pool())
+    second = pool()
+    with caplog.at_level(logging.INFO, logger="pgmo.pool"):
+        modes, checker = train(second, iterations=6, later=2)
+    assert "profiling" not in modes and modes[1:] == ["optimized"] * 5
+    assert not any("does not fit this run" in r.message for r in caplog.records)
+    st = second.stats()
+    assert st.departures >= 1 and st.reoptimizations >= 1
+    assert checker.corrupted == 0 and checker.overlaps == 0
 
 
 def test_a_damaged_entry_is_ignored_with_one_log_line(caplog):

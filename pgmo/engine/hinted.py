@@ -12,15 +12,17 @@ plan from that request on.
 
 A hint is never trusted: every request is checked as any plan's are
 (:mod:`.schedule`'s safety rule; a larger or extra request departs, a block
-freed late sends the request planned on it to memory of its own).  A
-warm-up iteration, the one the entry was chosen by, that departs from its
-hinted plan shows the entry is another workload's: the pool forgets both
-plans and profiles afresh, as if no hint had come.  A steady iteration that
-departs is what a varying workload's iterations do: it takes the existing
-departure path (merged into the profile and re-planned), as it would in the
-run that made the plan.  A hint that is damaged, does not fit its profile or
-needs an arena the device refuses costs nothing but the warm-up it would
-have planned.
+freed late sends the request planned on it to memory of its own).  An
+iteration that departs from a hinted plan (the warm-up's, or the steady one
+before an iteration has held on it) drops the hint: the pool forgets both
+plans and profiles afresh, as if no hint had come.  Merging the departed log
+into the hinted profile instead would keep the earlier run's largest
+iteration in every later plan (on the CPU model, LSTM runs of varying
+lengths then held 1.05-1.07x their limit, against 1.00-1.01x profiled
+afresh).  Once a steady iteration has held, the plan is one like any other: a
+departure takes the existing path (merged, re-planned).  A hint that is
+damaged, does not fit its profile or needs an arena the device
+refuses costs nothing but the warm-up it would have planned.
 
 The warm-up iterations' profiles are kept (:attr:`HintedStart.opening_profiles`)
 so that the plan cache can store them beside the steady plan.
@@ -150,17 +152,15 @@ class HintedStart(EngineParts):
             self.opening_profiles.append((to_profile(run_log), None))
 
     def _hinted_end(self, departed: bool) -> bool:
-        """A planned iteration ended: True when it was a warm-up that departed from its
-        hinted plan, which is then dropped with the steady one (the run is another
-        workload's: the next iteration after the warm-up is profiled afresh).  The first
-        steady iteration ends the hint: from then on the plan is one like any other (a
-        departure is merged and re-planned, as today)."""
+        """A planned iteration ended: True when it departed from a hinted plan, which is
+        then dropped (the next iteration after the warm-up is profiled afresh).  A steady
+        iteration that held confirms the hint: from then on the plan is one like any other
+        (a departure is merged and re-planned, as today)."""
         if not self._hinted:
             return False
-        if self.current is self.schedule:
-            self._hinted = False
-            return False
         if not departed:
+            if self.current is self.schedule:
+                self._hinted = False
             return False
         log.info("pgmo: the cached plan does not fit this run; profiling afresh")
         k = self.completed - 1  # this iteration's number
