@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import itertools
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -28,6 +30,7 @@ settings.load_profile("pgmo-ci" if os.environ.get("CI") else "pgmo")
 # (a test's plans are not the next test's hints).  Child processes inherit it.
 _SESSION_CACHE = tempfile.mkdtemp(prefix="pgmo-test-plan-cache-")
 os.environ["PGMO_CACHE_DIR"] = _SESSION_CACHE
+atexit.register(shutil.rmtree, _SESSION_CACHE, True)
 
 
 def _more_examples(items) -> None:
