@@ -93,6 +93,17 @@ def test_an_entry_is_named_by_its_first_size_and_the_hash_of_its_first_sizes():
     assert plan_cache.entry_name(many) == plan_cache.entry_name(many[:plan_cache.KEY_SIZES])
 
 
+def test_a_gpu_is_keyed_by_its_name_and_cupys_version(monkeypatch):
+    cupy = pytest.importorskip("cupy")
+    from pgmo.pool_plans import cache_key
+
+    monkeypatch.setattr(cupy.cuda.runtime, "getDeviceProperties",
+                        lambda device: {"name": b"NVIDIA H100 80GB HBM3"})
+    key = cache_key(None, 0, 80 * 2 ** 30)
+    assert key == plan_cache.DeviceKey("NVIDIA H100 80GB HBM3", 80 * 2 ** 30, cupy.__version__)
+    assert cache_key(object(), 0, 1 << 30).cupy is None  # a raw allocator: its class
+
+
 # ------------------------------------------------------------------ a second run
 def test_a_second_run_starts_on_its_plan_from_its_first_iteration():
     needs_cupy()
