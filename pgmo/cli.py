@@ -198,6 +198,39 @@ def cmd_traces(args) -> int:
     return list_traces(verbose=args.verbose)
 
 
+def cmd_cache(args) -> int:
+    from . import plan_cache
+
+    folder = plan_cache.cache_dir()
+    if args.clear or args.action == "clear":
+        removed = plan_cache.clear(folder)
+        print(f"removed {removed} cached plan{'s' if removed != 1 else ''} from {folder}")
+        return 0
+    found = plan_cache.entries(folder)
+    if not found:
+        print(f"no cached plans in {folder}")
+        return 0
+    print(f"{len(found)} cached plan{'s' if len(found) != 1 else ''} in {folder} "
+          f"(newest first):")
+    for e in found:
+        if e.error:
+            print(f"  {e.path.name}: unusable ({e.error})")
+            continue
+        first = ", ".join(bytes_text(s) for s in e.first_sizes[:3])
+        more = ", ..." if len(e.first_sizes) > 3 else ""
+        print(f"  {e.device}; first requests {first}{more}; peak {bytes_text(e.peak)}; "
+              f"{e.warmup_plans} warm-up plan{'s' if e.warmup_plans != 1 else ''}; "
+              f"{bytes_text(e.bytes)} on disk; {_age(e.age)} old")
+    return 0
+
+
+def _age(seconds: float) -> str:
+    for unit, span in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= span:
+            return f"{seconds / span:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -285,6 +318,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                    help="also each trace's file, checksum and recorded metadata")
     p.set_defaults(func=cmd_traces)
+
+    p = sub.add_parser("cache", help="list or clear the plans pools keep between runs",
+                       description=_paragraph(
+                           "List the plans that pools kept in the plan cache (each: its "
+                           "device, its first requests, its peak, its size and age), or "
+                           "clear them.  The cache is $PGMO_CACHE_DIR, else the platform's "
+                           "cache folder followed by pgmo/plans; a pool made with "
+                           "plan_cache=False neither reads nor writes it."))
+    p.add_argument("action", nargs="?", choices=("list", "clear"), default="list",
+                   help="list the entries (default) or clear them")
+    p.add_argument("--clear", action="store_true", help="remove every entry (as `clear`)")
+    p.set_defaults(func=cmd_cache)
 
     p = sub.add_parser("demo",
                        help="solve a bundled trace, compare with the paper's method, "

@@ -23,7 +23,6 @@ from __future__ import annotations
 import enum
 import logging
 import os
-import threading
 import weakref
 from typing import Any, Callable
 
@@ -38,7 +37,9 @@ from .engine.memory import RawListener
 from .engine.options import StockPool
 from .engine.schedule import Schedule
 from .errors import NoGPUError, PlanError, PlanFileError
+from . import plan_cache
 from .formats import planfile
+from .pool_plans import PlanKeeper, cache_key
 from .hooks import FreeReport, call_hooks, hooks_active, thread_hooks
 from .plan import Plan
 from .stats import PoolStats
@@ -153,7 +154,15 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         ``time_limit``, ``seed``, ``budget``...
     ``plan_path``
         load a saved plan from here when the file exists (a bad
-        file is logged and ignored) and save every new plan there.
+        file is logged and ignored) and save every new plan there;
+        the plan cache is then not used.
+    ``plan_cache``
+        (an option, True by default) keep every plan in the user's
+        cache folder (:mod:`pgmo.plan_cache`: ``$PGMO_CACHE_DIR``, else
+        the platform's) and start a later run of the same workload on
+        the same device on it, its warm-up iteration included; a
+        cached plan is checked request by request, and one that does
+        not hold is replaced by a fresh profile.
     ``device_id``, ``context``, ``total_memory``
         for non-CUDA backends
         (:func:`pgmo.measure.hosts.host_pool`); by default the current device,
@@ -222,6 +231,11 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         setattr(self, "malloc", engine.malloc)  # noqa: B010
         self._previous_allocators: list[Any] = []
         self.set_limit(**_memory._parse_limit_string())
+        cache = None
+        if self._plan_path is None and engine.options.plan_cache:
+            cache = plan_cache.attach(engine, cache_key(allocator, device_id,
+                                                        self._device_memory()))
+        self._keeper = PlanKeeper(self._plan_path, cache)
         if self._plan_path is not None and os.path.exists(self._plan_path):
             try:
                 self.load(self._plan_path)
@@ -453,28 +467,8 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         return plan
 
     def _plan_installed(self, schedule: Schedule) -> None:
-        """Keep ``plan_path`` up to date.
-
-        With background re-planning the file is written by a thread, off the
-        training loop (a large profile takes milliseconds to write); with
-        ``replan="sync"`` it is written at once, for reproducible runs.
-        """
-        if self._plan_path is None:
-            return
-        from . import __version__
-
-        profile, plan, path = schedule.profile, schedule.plan, self._plan_path
-
-        def write() -> None:
-            try:
-                planfile.save(path, profile, plan.offsets, plan.method, {"pgmo": __version__})
-            except OSError as e:
-                log.warning("cannot save the plan to %s: %s", path, e)
-
-        if self._engine.planner.mode == "background":
-            threading.Thread(target=write, name="pgmo-save-plan").start()
-        else:
-            write()
+        """Keep ``plan_path`` (or the plan cache) up to date (:mod:`pgmo.pool_plans`)."""
+        self._keeper.installed(schedule, self._engine)
 
     def __repr__(self) -> str:
         plan = self._engine.plan

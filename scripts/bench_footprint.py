@@ -296,6 +296,12 @@ def bench(w: Workload, args) -> dict:
     for col in columns(args):
         row["modes"][col] = measure_mode(w, col, stock, args)
         say(col)
+        if args.second_run:  # the run again, started from the plan the first one kept
+            pools = footprint.pgmo_pool(time_limit=args.time_limit, seed=0, plan_cache=True,
+                                        **HEAP_MODELS[_split(col)[1]], **MODES[_split(col)[0]][0])
+            first, second = footprint.second_run(w.run, pools, step_seconds=_step(col, args))
+            row["modes"][col]["second"] = (first.peak, second.peak, second.completed)
+            say(f"{col}: second run")
     if not args.no_limits:
         row["stock_smallest"] = footprint.smallest_capacity(
             w.run, footprint.stock_pool, strict, int(limit * GRID[-1]), tolerance=0.01)
@@ -340,6 +346,15 @@ def tables(rows: list[dict], modes: list[str]) -> list[str]:
         out.append(f"| {r['name']} | {'variable' if r['variable'] else 'repeating'} | "
                    f"{mib(r['limit'])} ({mib(r['strict'])}) | {ratio(r['stock'], r['limit'])} | "
                    + " | ".join(cells) + " |")
+    if any("second" in m for r in rows for m in r["modes"].values()):
+        out += ["", "## A second run, from the plan the first kept (the plan cache): whole-run "
+                "peak / the limit, first run -> second run", "",
+                "| workload | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
+        for r in rows:
+            cells = [f"{ratio(m['second'][0], r['limit'])} -> {ratio(m['second'][1], r['limit'])}"
+                     + ("" if m["second"][2] else " FAILED") if "second" in m else "-"
+                     for m in (r["modes"][x] for x in modes)]
+            out.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     out += ["", "## pgmo / CuPy's pool, and moments above it after the third iteration", "",
             "| workload | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
     for r in rows:
@@ -454,6 +469,9 @@ def parse_args(argv=None):
                         help="time each iteration computes besides allocating, ms")
     parser.add_argument("--no-limits", action="store_true",
                         help="skip the capacity grid and the smallest-device searches")
+    parser.add_argument("--second-run", action="store_true",
+                        help="also run each workload a second time, started from the plan the "
+                             "first run kept in a plan cache of its own (needs CuPy)")
     parser.add_argument("--jobs", type=int, default=1, help="workloads measured at once")
     parser.add_argument("-o", "--output", type=programs.output_file,
                         help="also write the report here")

@@ -156,7 +156,8 @@ def gpu_table(n: int, iterations: int, repeat: int):
                  best_of(repeat, lambda: run(stock.malloc, sizes, evs, iterations)))]
         # pgmo's fallback is such a pool: it is also the fallback paths' floor
         rows += pool_rows(lambda **kw: pgmo.ProfileGuidedMemoryPool(
-            method="bestfit", replan="sync", **kw), sizes, evs, iterations, repeat)
+            method="bestfit", replan="sync", plan_cache=False, **kw), sizes, evs, iterations,
+            repeat)
         table[name] = rows
         cupy.cuda.Device().synchronize()
     return table, "cupy MemoryPool", "cupy MemoryPool"

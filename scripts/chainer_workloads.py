@@ -196,7 +196,11 @@ def pool_defaults() -> dict:
 
 
 def new_pool(device_id: int, **options):
-    """A pgmo pool with its own defaults: CuPy's on a GPU, on host memory in a CPU dry run."""
+    """A pgmo pool with its own defaults: CuPy's on a GPU, on host memory in a CPU dry run.
+
+    Without the plan cache (``plan_cache=False`` unless given): each recording and
+    measurement is a cold run, whatever ran before it on this machine."""
+    options = {"plan_cache": False, **options}
     if device_id < 0:
         from pgmo.measure.hosts import host_pool
 

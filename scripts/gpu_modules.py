@@ -110,7 +110,7 @@ def real_modules(device_id: int) -> SimpleNamespace:
     def pgmo_pool(**options: Any):
         from pgmo import ProfileGuidedMemoryPool
 
-        return ProfileGuidedMemoryPool(**options)
+        return ProfileGuidedMemoryPool(**{"plan_cache": False, **options})  # cold: a check
 
     return SimpleNamespace(
         runtime=runtime, driver=driver, driver_why=why, nvml=nvml, nvml_why=nvml_why,

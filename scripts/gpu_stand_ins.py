@@ -592,7 +592,8 @@ def _pgmo_pool(gpu: SimpleNamespace, **options: Any):
     pool = ProfileGuidedMemoryPool(
         device.memory, fallback=HostStockPool(device.memory, OutOfMemoryError),
         device_id=0, context=lambda: (0, device.current_stream().ptr),
-        total_memory=device.total, device_layer=fields, **options)
+        total_memory=device.total, device_layer=fields,
+        **{"plan_cache": False, **options})  # a cold pool, as on the GPU (gpu_modules)
     pool.host_memory = True
     pool.host_device = device.memory
     return pool

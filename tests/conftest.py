@@ -1,10 +1,15 @@
 """Shared test set-up: Hypothesis profiles, CuPy's allocator restored after every test,
-``gpu`` tests skipped without a device."""
+``gpu`` tests skipped without a device, and the plan cache in a folder of each test's own
+(never the user's)."""
 
 from __future__ import annotations
 
+import atexit
 import functools
+import itertools
 import os
+import shutil
+import tempfile
 
 import pytest
 from hypothesis import settings
@@ -19,6 +24,13 @@ NIGHTLY_FACTOR = 10
 settings.register_profile("pgmo-nightly", parent=settings.get_profile("pgmo"),
                           derandomize=False, max_examples=100 * NIGHTLY_FACTOR)
 settings.load_profile("pgmo-ci" if os.environ.get("CI") else "pgmo")
+
+# The plan cache (pgmo.plan_cache) never writes the user's cache folder from the suite: the
+# whole session points it at a folder of its own, and each test at an empty one below it
+# (a test's plans are not the next test's hints).  Child processes inherit it.
+_SESSION_CACHE = tempfile.mkdtemp(prefix="pgmo-test-plan-cache-")
+os.environ["PGMO_CACHE_DIR"] = _SESSION_CACHE
+atexit.register(shutil.rmtree, _SESSION_CACHE, True)
 
 
 def _more_examples(items) -> None:
@@ -69,3 +81,14 @@ def _restore_cupy_allocator():
     previous = cupy.cuda.get_allocator()
     yield
     cupy.cuda.set_allocator(previous)
+
+
+_cache_folders = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _own_plan_cache(monkeypatch):
+    """Each test starts with an empty plan cache of its own (under the session's)."""
+    folder = os.path.join(_SESSION_CACHE, f"test-{next(_cache_folders)}")
+    monkeypatch.setenv("PGMO_CACHE_DIR", folder)
+    yield folder

@@ -353,7 +353,8 @@ def test_the_cuda_layer_and_its_host_model_hold_the_same(heap):
         pool = pgmo.ProfileGuidedMemoryPool(memory, fallback=HostStockPool(memory),
                                             device_id=0, context=None, device_layer=layer,
                                             total_memory=1 << 40, replan="sync",
-                                            method="bestfit", heap=heap)
+                                            method="bestfit", heap=heap,
+                                            plan_cache=False)  # both runs cold, compared
         pool.host_memory, pool.host_device = True, memory
         result = footprint.measure(run, pool)
         assert result.completed and result.corrupted == 0

@@ -18,7 +18,7 @@ from .import_graph import find_cycle
 PACKAGE = Path(__file__).resolve().parents[1] / "pgmo"
 
 #: Modules that talk to CuPy, Chainer or the user: the core never imports them.
-ADAPTERS = {"pgmo.pool", "pgmo.device.cuda", "pgmo.cuda_device", "pgmo.hooks", "pgmo.testing", "pgmo.footprint", "pgmo.trace_recorder",
+ADAPTERS = {"pgmo.pool", "pgmo.pool_plans", "pgmo.device.cuda", "pgmo.cuda_device", "pgmo.hooks", "pgmo.testing", "pgmo.footprint", "pgmo.trace_recorder",
             "pgmo.measure.hosts", "pgmo.measure.replay", "pgmo.measure.footprint",
             "pgmo.chainer", "pgmo.chainermn", "pgmo._chainer_compat", "pgmo.cli", "pgmo.demo", "pgmo.__main__"}
 #: The device layer: below the engine's Backend, it never imports the engine.

@@ -117,7 +117,8 @@ class Engine(PlanChoice, PoolQueries):
     * views: :attr:`mode`, :attr:`in_iteration`, :attr:`iteration_source`.
 
     The plan calls come from :class:`~.plan_choice.PlanChoice`, the pool queries
-    and views from :class:`~.pool_queries.PoolQueries`.
+    and views from :class:`~.pool_queries.PoolQueries` (a start from a plan of an earlier
+    run, ``hints``: :class:`~.hinted.HintedStart`, which ``PlanChoice`` extends).
 
     Its parts, read by tests and the pool: ``hot`` (:class:`~.handout.HotPath`),
     ``memory`` (:class:`~.memory.DeviceMemory`), ``planner``, ``state``,
@@ -183,6 +184,8 @@ class Engine(PlanChoice, PoolQueries):
         self._awaited: tuple[Trace, int] | None = None  # (profile, its arena's least size)
         self._deferred: Schedule | None = None  # a plan whose arena the device refused
         self._opener: Callable[[], object] | None = None  # the open iteration's scope, weakly
+        self._began_auto = False  # the open iteration was detected (its length is known)
+        self._init_hints()  # no plan of an earlier run yet (hinted.py)
 
     # ------------------------------------------------------------ exclusivity
     # Every entry but the owner's inline malloc runs as ``with self._lock: self._admit()``:
@@ -354,26 +357,35 @@ class Engine(PlanChoice, PoolQueries):
         self.memory.release_cached()  # what is idle goes back before an arena is taken
         self._at_boundary()
         elsewhere = not self._on_own_device()  # its requests go to CuPy's pool for its device
-        on_plan = self._plan_ready() and self.completed >= self.warmup and not elsewhere
+        opening = None if elsewhere else self._opening()  # a hinted warm-up's plan
+        on_plan = not elsewhere and (opening is not None or (
+            self._plan_ready() and self.completed >= self.warmup))
         # A varying workload's first request names the iteration's shape (it goes to the
-        # slow path, once per iteration): its plan, if the shape recurs.
-        choosing = on_plan and self.options.shape_plans and (
-            len(self.shapes) > 0 or self.planner.varying > 0)
+        # slow path, once per iteration): its plan, if the shape recurs.  The first
+        # iteration's first request may name a plan of an earlier run (hinted.py).
+        choosing = (not elsewhere and self._hint_wanted()) or (
+            on_plan and opening is None and self.options.shape_plans
+            and (len(self.shapes) > 0 or self.planner.varying > 0))
         self._opener = weakref.ref(opener) if opener is not None else None
         state.begin("fallback" if elsewhere else self._next_mode(), on_plan, choosing,
                     elsewhere)
         self._first_request = 0
+        follow = opening or (None if choosing else self.schedule)
         if on_plan:
-            self._follow(None if choosing else self.schedule)
-        # Planned iterations log into arrays sized for the plan (+1 for the
-        # request that goes beyond it); others grow theirs as they go.
-        period = self.watch.period  # a detected iteration's length (auto: it has one)
+            self._follow(follow)
+        self._began_auto = auto
+        self._start_hot(on_plan, follow)
+        self._refresh_kind()
+
+    def _start_hot(self, on_plan: bool, follow: Schedule | None) -> None:
+        """Begin the hot path's iteration; a planned one logs into arrays sized for its plans
+        (+1 for the request beyond), others grow theirs as they go."""
+        hot, period = self.hot, self.watch.period  # a detected iteration's length
+        most = max([s.n for s in (self.schedule, follow) if s] + [self.shapes.most_requests()])
         hot.begin(_get_ident(), self._thread_hooks() if self._thread_hooks is not None else None,
                   self._context() if self._context is not None else None, on_plan,
-                  period if auto and period is not None else _NO_LIMIT,
-                  max(self.schedule.n, self.shapes.most_requests()) + 1
-                  if on_plan and self.schedule is not None else max(64, hot.n))
-        self._refresh_kind()
+                  period if self._began_auto and period is not None else _NO_LIMIT,
+                  most + 1 if on_plan else max(64, hot.n))
 
     def end_iteration(self, aborted: bool = False) -> None:
         """Close the iteration; profile or re-plan as needed.
@@ -411,6 +423,8 @@ class Engine(PlanChoice, PoolQueries):
             assert current is not None  # a planned iteration with requests follows a plan
             if not set(survivors_of(hot, n)) <= current.pinned:
                 state.departed = True  # planned blocks outlived the iteration
+            if self._hinted_end(state.departed):  # an earlier run's plan that did not hold
+                return True
             if not state.departed:  # the usual case: its log is not needed
                 self._at_boundary()
                 return False
@@ -421,6 +435,7 @@ class Engine(PlanChoice, PoolQueries):
         else:
             previous = self._last_log if self.completed > self.warmup + 1 else None
             run_log = self._last_log = log_of(hot, n)
+            self._keep_opening(run_log)
             # Unplanned iterations after the warm-up that differ from one another: the next
             # may not fit the memory the heap holds the way this one did (memory.awaiting_plan).
             self._unplanned_varied = previous is not None and previous.sizes != run_log.sizes

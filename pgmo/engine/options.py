@@ -201,6 +201,9 @@ class PoolOptions:
     # stream-ordered pool, which grows and trims in 32 MiB steps); see engine/memory.py,
     # engine/own_heap.py and engine/page_heap.py
     heap: str = "own"
+    # keep each plan in the user's cache folder and start a later run on it, warm-up
+    # included (see pgmo.plan_cache); off where the pool is given a plan_path
+    plan_cache: bool = True
     solver: SolverOptions = field(default_factory=SolverOptions)
 
     def __post_init__(self) -> None:

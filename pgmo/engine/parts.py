@@ -63,6 +63,22 @@ class EngineParts:
         """What an iteration starting now does (:meth:`.pool_queries.PoolQueries._next_mode`)."""
         raise NotImplementedError
 
+    def _follow(self, schedule: Schedule | None) -> None:
+        """Answer this iteration from ``schedule`` (:meth:`.plan_choice.PlanChoice._follow`)."""
+        raise NotImplementedError
+
+    def _start_hot(self, on_plan: bool, follow: Schedule | None) -> None:
+        """Begin the hot path's iteration (:meth:`.core.Engine._start_hot`)."""
+        raise NotImplementedError
+
+    def _reset_plan(self) -> None:
+        """Forget profile and plan (:meth:`.plan_choice.PlanChoice._reset_plan`)."""
+        raise NotImplementedError
+
+    def _at_boundary(self) -> None:
+        """Install a ready plan or fit the arena (:meth:`.plan_choice.PlanChoice._at_boundary`)."""
+        raise NotImplementedError
+
     def _plan_ready(self) -> bool:
         """A plan is installed and its arena holds it
         (:meth:`.plan_choice.PlanChoice._plan_ready`)."""

@@ -19,14 +19,14 @@ from __future__ import annotations
 from ..plan import Plan
 from ..trace import Trace
 from ..units import round_size
-from .parts import EngineParts
+from .hinted import HintedStart
 from .profiles import Log, absorb
 from .schedule import Schedule
 
 __all__ = ["PlanChoice"]
 
 
-class PlanChoice(EngineParts):
+class PlanChoice(HintedStart):
     """The engine's plan choice and plan calls (see the module's docstring)."""
 
     def _at_boundary(self) -> None:
@@ -39,7 +39,8 @@ class PlanChoice(EngineParts):
             self._install(ready)
         elif self.schedule is not None:
             self.memory.fit(max(self.schedule.arena_size, self._awaited_size(),
-                                self.shapes.arena_size()), self.planner.varying > 0)
+                                self.shapes.arena_size(), self._openings_arena()),
+                            self.planner.varying > 0)
         else:
             self.memory.awaiting_plan(varied)  # rule 4 of memory.py decides what goes back
 
@@ -50,7 +51,11 @@ class PlanChoice(EngineParts):
         return blocks[0].size if blocks else -1
 
     def _choose(self, rs: int) -> None:
-        """The iteration's first request (``rs`` bytes) names its shape: follow its plan."""
+        """The iteration's first request (``rs`` bytes) names its shape: follow its plan
+        (the first iteration's may name a plan of an earlier run: :mod:`.hinted`)."""
+        if self._hinting:
+            self._choose_hint(rs)
+            return
         self.state.choosing = False
         self._first_request = rs
         chosen = None
@@ -116,8 +121,8 @@ class PlanChoice(EngineParts):
         """Use ``schedule`` from this boundary on; the arena grows or shrinks here only."""
         hot = self.hot
         hot.retire()
-        self.memory.fit(max(schedule.arena_size, self.shapes.arena_size()),
-                        self.planner.varying > 0)
+        self.memory.fit(max(schedule.arena_size, self.shapes.arena_size(),
+                            self._openings_arena()), self.planner.varying > 0)
         old = self.schedule
         arena = hot.arena
         if old is not None and old is not schedule and arena is not None \
@@ -189,6 +194,7 @@ class PlanChoice(EngineParts):
         self.hot.retire()
         self.schedule = self._pending = self.current = self._deferred = None
         self.shapes.clear()
+        self._forget_hint()
         self._addresses.clear()
         state.choosing = False
         self.hot.install(None)

@@ -27,7 +27,7 @@ from ..device.host_memory import HostMemory
 from ..device.host_stock_pool import HostStockPool
 from ..runs import Run
 
-__all__ = ["Footprint", "measure", "completes", "stock_pool", "pgmo_pool", "smallest_capacity",
+__all__ = ["Footprint", "measure", "second_run", "completes", "stock_pool", "pgmo_pool", "smallest_capacity",
            "largest_scale", "physical_scale", "moments_above", "profiling_candidates"]
 
 #: Makes a pool on a host device of the given capacity (None: unbounded); returns the pool.
@@ -47,16 +47,55 @@ def pgmo_pool(**options: Any) -> PoolMaker:
     moments: the pool adds CuPy's conventions (memory objects, hooks, CuPy's
     ``OutOfMemoryError``), not memory.  Either has ``stats()``, ``close()`` and, as
     ``engine`` for the pool, the engine itself.
+
+    The plan cache (:mod:`pgmo.plan_cache`) is off unless ``plan_cache=True``: a
+    measurement is of a run as its first (a second run of the same workload, started
+    from the plan the first kept, passes ``plan_cache=True`` to both; the pool's face
+    keeps and reads plans, so that needs CuPy).
     """
     def make(capacity: int | None = None):
         from . import hosts
 
-        settings = {"replan": "background", "method": "best", **options}
+        settings = {"replan": "background", "method": "best", "plan_cache": False, **options}
         if has_cupy():
             return hosts.host_pool(capacity, **settings)
         return hosts.host_engine(capacity, **settings)
 
     return make
+
+
+def second_run(run: Run, make: PoolMaker, *, step_seconds: float = 0.0) -> tuple[Footprint,
+                                                                                  Footprint]:
+    """``run`` twice, the second pool started from the plans the first kept (the plan cache,
+    :mod:`pgmo.plan_cache`, in a temporary folder of its own: the user's is never touched):
+    the first run's footprint and the second's.  ``make`` makes pools with
+    ``plan_cache=True`` (which needs CuPy: the pool's face keeps the plans)."""
+    import os
+    import tempfile
+    import threading
+
+    from ..plan_cache import ENV
+
+    before = os.environ.get(ENV)
+    with tempfile.TemporaryDirectory(prefix="pgmo-second-run-") as folder:
+        os.environ[ENV] = folder
+        try:
+            found = []
+            for _ in range(2):
+                pool = make(None)
+                found.append(measure(run, pool, step_seconds=step_seconds))
+                pool.close()
+                for thread in threading.enumerate():  # plans still being written
+                    if thread.name == "pgmo-save-plan":
+                        thread.join()
+                del pool
+                gc.collect()
+        finally:
+            if before is None:
+                os.environ.pop(ENV, None)
+            else:
+                os.environ[ENV] = before
+    return found[0], found[1]
 
 
 def has_cupy() -> bool:

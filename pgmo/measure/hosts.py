@@ -26,10 +26,12 @@ __all__ = ["HostFallback", "host_pool", "host_engine", "host_backend", "device_s
            "TEST_DEFAULTS"]
 
 #: What the host backends use unless told otherwise: plans made at the
-#: boundary (deterministic) by the fast paper's best-fit.  The pool's own
-#: defaults (``replan="background", method="best"``) and every other mode are
-#: covered by ``tests/test_pool_properties.py``.
-TEST_DEFAULTS = {"replan": "sync", "method": "bestfit"}
+#: boundary (deterministic) by the fast paper's best-fit, and no plan cache (a run
+#: on host memory is the same run every time: ``plan_cache=True`` to keep plans
+#: between runs, see :mod:`pgmo.plan_cache`).  The pool's own defaults
+#: (``replan="background", method="best"``, the plan cache on) and every other
+#: mode are covered by ``tests/test_pool_properties.py`` and ``tests/test_plan_cache.py``.
+TEST_DEFAULTS = {"replan": "sync", "method": "bestfit", "plan_cache": False}
 
 
 #: The stock pool the host backends fall back on (the name scripts use).

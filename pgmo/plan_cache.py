@@ -1,0 +1,314 @@
+"""The plan cache: plans that outlive the process, so a run planned before starts on its plan.
+
+A pool (``plan_cache=True``, the default, unless ``plan_path`` is given)
+keeps each plan it installs in a folder of the user's cache, and a later
+process on the same device starts from it, warm-up included, instead of
+profiling.  A cached plan is a hint, never a promise: the engine checks every
+request against it as the iteration runs (a request that differs departs,
+and a plan that departs before an iteration has held on it is replaced by a
+fresh profile; see :mod:`pgmo.engine.hinted`), so a stale, foreign or
+damaged entry costs at most the profiling it replaces.
+
+Where: ``$PGMO_CACHE_DIR`` when set, else the platform's cache folder
+(``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS,
+``%LOCALAPPDATA%`` on Windows) followed by ``pgmo/plans`` (see
+:func:`cache_dir`).
+
+What identifies a workload (the key):
+
+* the device (:class:`DeviceKey`: its name and memory size, the CuPy version,
+  pgmo's plan-file version), a folder of its own whose name is their hash, so
+  a plan is never offered to another device or version;
+* the first :data:`KEY_SIZES` request sizes of the first iteration a pool
+  sees (the warm-up's), in the entry's file name: the first one in clear, all
+  of them hashed.
+
+How a starting pool finds its entry: it lists its device's folder when it is
+made (the folder is the index: no index file to keep consistent between
+processes).  The first iteration's first request then picks the newest entry
+whose first size is that request's (as a recurring shape's plan is chosen by
+its first request, :mod:`pgmo.engine.shapes`); only that file is read and
+checked.
+
+An entry holds the steady plan and one plan per warm-up iteration (its
+long-lived blocks, parameters and optimizer state, kept apart as the steady
+plan's survivors are), each a pgmo plan file (:mod:`pgmo.formats.planfile`,
+with its own checksum).  Writes go to a temporary file in the same folder
+and replace the entry in one step (``os.replace``): data-parallel ranks that
+write the same key at once leave one whole file.  A damaged entry is ignored
+with one log line.
+
+Core module: no CuPy.  Tested in ``tests/test_plan_cache.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Sequence
+
+from .errors import PlanFileError, TraceFormatError
+from .formats import planfile
+from .formats.files import read_bytes, write_bytes_atomically
+from .plan import Plan
+from .solver import SolverOptions, solve
+from .trace import Trace
+
+__all__ = ["ENV", "KEY_SIZES", "FORMAT", "VERSION", "DeviceKey", "CachedPlan", "Entry",
+           "cache_dir", "entry_name", "dumps", "loads", "PlanCache", "attach", "entries", "clear"]
+
+log = logging.getLogger("pgmo.cache")
+
+#: The environment variable that names the cache folder (tests point it at a tmp dir).
+ENV = "PGMO_CACHE_DIR"
+#: Request sizes of the first iteration that name a workload.
+KEY_SIZES = 16
+FORMAT = "pgmo-plan-cache"
+VERSION = 1
+_SUFFIX = ".plan.json"
+
+
+def cache_dir() -> Path:
+    """The folder of cached plans: ``$PGMO_CACHE_DIR``, else the platform's cache folder
+    followed by ``pgmo/plans``."""
+    chosen = os.environ.get(ENV)
+    if chosen:
+        return Path(chosen)
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "pgmo" / "plans"
+
+
+@dataclass(frozen=True)
+class DeviceKey:
+    """The device and versions a plan was made for: ``device`` (the GPU's name, or the
+    host backend's class), its ``memory`` in bytes, the ``cupy`` version (None on host
+    memory) and pgmo's plan-file version."""
+
+    device: str
+    memory: int
+    cupy: str | None
+    plan_format: int = planfile.VERSION
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "memory": self.memory, "cupy": self.cupy,
+                "plan_format": self.plan_format}
+
+    @property
+    def folder(self) -> str:
+        """The name of this device's folder in the cache: a hash of the key."""
+        canon = json.dumps(self.as_dict(), sort_keys=True)
+        return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+    def summary(self) -> str:
+        gib = self.memory / 2 ** 30
+        cupy = f"CuPy {self.cupy}" if self.cupy else "no CuPy"
+        return f"{self.device}, {gib:.1f} GiB, {cupy}"
+
+
+def entry_name(first_sizes: Sequence[int]) -> str:
+    """An entry's file name: the first size in clear (a starting pool chooses by it), then a
+    hash of the first :data:`KEY_SIZES` sizes."""
+    sizes = [int(s) for s in first_sizes[:KEY_SIZES]]
+    digest = hashlib.sha256(json.dumps(sizes).encode()).hexdigest()[:16]
+    return f"{sizes[0] if sizes else 0}-{digest}{_SUFFIX}"
+
+
+class CachedPlan(NamedTuple):
+    """A cache entry, read and checked: the steady plan and its profile, one
+    ``(profile, plan)`` per warm-up iteration, the key's first sizes."""
+
+    profile: Trace
+    plan: Plan
+    warmup: tuple[tuple[Trace, Plan], ...]
+    first_sizes: tuple[int, ...]
+    device: dict
+
+
+def _document(profile: Trace, plan: Plan) -> Any:
+    return json.loads(planfile.dumps(profile, plan.offsets, plan.method))
+
+
+def dumps(device: DeviceKey, first_sizes: Sequence[int], profile: Trace, plan: Plan,
+          warmup: Sequence[tuple[Trace, Plan]] = ()) -> bytes:
+    """An entry's bytes: the key, the steady plan, the warm-up plans (each a plan file)."""
+    doc = {"format": FORMAT, "version": VERSION, "device": device.as_dict(),
+           "first_sizes": [int(s) for s in first_sizes[:KEY_SIZES]],
+           "created": time.time(), "peak": plan.peak,
+           "plan": _document(profile, plan),
+           "warmup": [_document(p, q) for p, q in warmup]}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _plan_of(doc: Any, source: str) -> tuple[Trace, Plan]:
+    saved = planfile.loads(json.dumps(doc).encode(), source)
+    return saved.profile, Plan(saved.profile.without_open(), tuple(saved.offsets),
+                               method=saved.method)
+
+
+def loads(data: bytes, source: str = "<bytes>") -> CachedPlan:
+    """Parse and check an entry; :class:`~pgmo.errors.PlanFileError` naming ``source`` and
+    the reason when it is damaged (each plan in it is checked as a plan file is)."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise PlanFileError(f"{source}: not a pgmo plan cache entry ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise PlanFileError(f"{source}: not a pgmo plan cache entry")
+    if doc.get("version") != VERSION:
+        raise PlanFileError(f"{source}: plan cache entry version {doc.get('version')!r} is "
+                            f"not supported (this pgmo reads version {VERSION})")
+    sizes, warmup, device = doc.get("first_sizes"), doc.get("warmup"), doc.get("device")
+    if not isinstance(sizes, list) or not all(isinstance(s, int) for s in sizes) \
+            or not isinstance(warmup, list) or not isinstance(device, dict):
+        raise PlanFileError(f"{source}: plan cache entry has no valid key")
+    profile, plan = _plan_of(doc.get("plan"), f"{source} (steady plan)")
+    opening = tuple(_plan_of(w, f"{source} (warm-up plan {k})") for k, w in enumerate(warmup))
+    return CachedPlan(profile, plan, opening, tuple(sizes), device)
+
+
+class PlanCache:
+    """One device's entries, as a pool uses them: listed when it starts, one read when the
+    first iteration's first request names it, written when a plan is installed."""
+
+    def __init__(self, device: DeviceKey, folder: Path | None = None):
+        self.device = device
+        self.folder = (folder if folder is not None else cache_dir()) / device.folder
+        self._by_first: dict[int, list[Path]] = {}
+        try:
+            files = [p for p in self.folder.iterdir()
+                     if p.name.endswith(_SUFFIX) and not p.name.startswith(".")]
+        except OSError:  # no folder yet (or none to be had): no entries
+            files = []
+        stamped = []
+        for path in files:
+            try:
+                stamped.append((path.stat().st_mtime, path))
+            except OSError:
+                continue  # removed meanwhile
+        for _, path in sorted(stamped, reverse=True):  # the newest first
+            head = path.name.split("-", 1)[0]
+            if head.isdigit():
+                self._by_first.setdefault(int(head), []).append(path)
+
+    def __len__(self) -> int:
+        return sum(map(len, self._by_first.values()))
+
+    def find(self, first_size: int) -> CachedPlan | None:
+        """The newest intact entry whose first request was ``first_size`` bytes (None: none).
+        A damaged one is ignored with one log line."""
+        for path in self._by_first.get(first_size, ()):
+            try:
+                return loads(read_bytes(path), str(path))
+            except (PlanFileError, TraceFormatError, OSError) as e:
+                log.warning("ignoring cached plan, profiling instead: %s", e)
+        return None
+
+    def store(self, first_sizes: Sequence[int], profile: Trace, plan: Plan,
+              warmup: Sequence[tuple[Trace, Plan]] = ()) -> Path | None:
+        """Write (atomically) the entry for ``first_sizes``; its path, or None when the
+        folder cannot be written (one log line)."""
+        if not first_sizes:
+            return None
+        path = self.folder / entry_name(first_sizes)
+        try:
+            write_bytes_atomically(path, dumps(self.device, first_sizes, profile, plan,
+                                               warmup))
+        except OSError as e:
+            log.warning("cannot keep the plan in the plan cache (%s): %s", self.folder, e)
+            return None
+        return path
+
+
+    def keep(self, profile: Trace, plan: Plan,
+             openings: Sequence[tuple[Trace, Plan | None]] = ()) -> Path | None:
+        """Store an installed plan with the warm-up iterations' profiles (``openings``), each
+        planned with best-fit where it has no plan yet; the key's first sizes are the first
+        iteration's (the warm-up's, else the steady profile's)."""
+        warmup = []
+        for opening, opening_plan in openings:
+            if opening_plan is None:
+                opening_plan = solve(opening.without_open(), SolverOptions(method="bestfit"))
+            warmup.append((opening, opening_plan))
+        first = openings[0][0] if openings else profile
+        return self.store([b.size for b in first.blocks[:KEY_SIZES]], profile, plan, warmup)
+
+
+def attach(engine: Any, device: DeviceKey) -> PlanCache:
+    """Give ``engine`` (a :class:`~pgmo.engine.Engine`) the cache of ``device`` as its
+    hints (:mod:`pgmo.engine.hinted`); the caller stores each installed plan with
+    :meth:`PlanCache.keep`."""
+    cache = PlanCache(device)
+    if len(cache):
+        engine.hints = cache.find
+    return cache
+
+
+class Entry(NamedTuple):
+    """One entry as ``pgmo cache`` lists it; ``error`` says why it cannot be used."""
+
+    path: Path
+    bytes: int
+    age: float  # seconds since it was written
+    device: str
+    first_sizes: tuple[int, ...]
+    peak: int
+    warmup_plans: int
+    error: str
+
+
+def entries(folder: Path | None = None) -> list[Entry]:
+    """Every entry in the cache (all devices), newest first; damaged ones say why."""
+    root = folder if folder is not None else cache_dir()
+    found: list[Entry] = []
+    now = time.time()
+    for path in sorted(root.glob(f"*/*{_SUFFIX}")):
+        if path.name.startswith("."):
+            continue
+        try:
+            stat = path.stat()
+            data = read_bytes(path)
+        except (OSError, TraceFormatError):
+            continue
+        age = max(0.0, now - stat.st_mtime)
+        try:
+            cached = loads(data, str(path))
+        except PlanFileError as e:
+            found.append(Entry(path, stat.st_size, age, "?", (), 0, 0, str(e)))
+            continue
+        d = cached.device
+        summary = DeviceKey(str(d.get("device")), int(d.get("memory") or 0),
+                            d.get("cupy")).summary()
+        found.append(Entry(path, stat.st_size, age, summary, cached.first_sizes,
+                           cached.plan.peak, len(cached.warmup), ""))
+    return sorted(found, key=lambda e: e.age)
+
+
+def clear(folder: Path | None = None) -> int:
+    """Remove every entry (and what a writer left half-made); the number of entries removed."""
+    root = folder if folder is not None else cache_dir()
+    removed = 0
+    for path in root.glob("*/*"):
+        if path.is_file() and (path.name.endswith(_SUFFIX) or path.name.startswith(".")):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                continue
+            removed += not path.name.startswith(".")
+    for sub in root.glob("*"):
+        if sub.is_dir():
+            try:
+                sub.rmdir()
+            except OSError:
+                pass  # not empty: files of another kind, left alone
+    return removed
