@@ -80,8 +80,11 @@ class BackgroundPlanning:
 
     # ---------------------------------------------------- the planner thread
     def _post(self, item: tuple) -> None:
-        """Hand ``item`` to the planner thread (started if need be)."""
-        self._inbox.put(item)
+        """Hand ``item`` to the planner thread (started if need be).
+
+        The thread is started before the item is queued: a Ctrl-C between the
+        two then costs this item only, where the other order could leave an
+        item queued with no thread to run it (and ``wait_idle`` waiting)."""
         thread = self._thread
         if thread is None or not thread.is_alive():
             with self._starting:  # only while there is no thread: never on a hot path
@@ -92,6 +95,7 @@ class BackgroundPlanning:
                                               daemon=True)
                     self._thread = thread
                     thread.start()
+        self._inbox.put(item)
 
     def _on_message(self, worker: Worker, message: Message | None) -> None:
         self._inbox.put(("message", worker, message))
