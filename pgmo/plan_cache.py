@@ -159,15 +159,7 @@ def _plan_of(doc: Any, source: str) -> tuple[Trace, Plan]:
 def loads(data: bytes, source: str = "<bytes>") -> CachedPlan:
     """Parse and check an entry; :class:`~pgmo.errors.PlanFileError` naming ``source`` and
     the reason when it is damaged (each plan in it is checked as a plan file is)."""
-    try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise PlanFileError(f"{source}: not a pgmo plan cache entry ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise PlanFileError(f"{source}: not a pgmo plan cache entry")
-    if doc.get("version") != VERSION:
-        raise PlanFileError(f"{source}: plan cache entry version {doc.get('version')!r} is "
-                            f"not supported (this pgmo reads version {VERSION})")
+    doc = planfile.read_document(data, source, FORMAT, VERSION, "plan cache entry")
     sizes, warmup, device = doc.get("first_sizes"), doc.get("warmup"), doc.get("device")
     if not isinstance(sizes, list) or not all(isinstance(s, int) for s in sizes) \
             or not isinstance(warmup, list) or not isinstance(device, dict):

@@ -26,7 +26,7 @@ from .files import NESTED_TOO_DEEPLY, read_bytes, write_bytes_atomically
 from .model import Loaded, ReadOptions
 
 __all__ = ["NAME", "FORMAT", "VERSION", "SavedPlan", "dumps", "loads", "save", "load",
-           "sniff", "read"]
+           "sniff", "read", "read_document"]
 
 NAME = "pgmo-plan"
 FORMAT = "pgmo-pool-plan"
@@ -74,22 +74,33 @@ def _non_negative_ints(col: Any) -> bool:
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in col)
 
 
-def loads(data: bytes, source: str = "<bytes>") -> SavedPlan:
-    """Parse and check; raise PlanFileError naming ``source`` and the reason."""
+def read_document(data: bytes, source: str, fmt: str, version: int, what: str) -> dict:
+    """``data`` parsed as a JSON document of format ``fmt`` and ``version`` (the plan file's,
+    the plan cache's entries'); :class:`~pgmo.errors.PlanFileError` naming ``source`` and
+    the reason otherwise (``what`` names the kind of file in the message)."""
     def fail(why: str) -> PlanFileError:
         return PlanFileError(f"{source}: {why}")
 
     try:
         doc = json.loads(data)
     except RecursionError:
-        raise fail(f"not a pgmo plan file ({NESTED_TOO_DEEPLY})") from None
+        raise fail(f"not a pgmo {what} ({NESTED_TOO_DEEPLY})") from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise fail(f"not a pgmo plan file (damaged or truncated JSON: {e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise fail(f"not a pgmo plan file (format is not {FORMAT!r})")
-    if doc.get("version") != VERSION:
-        raise fail(f"plan file version {doc.get('version')!r} is not supported "
-                   f"(this pgmo reads version {VERSION})")
+        raise fail(f"not a pgmo {what} (damaged or truncated JSON: {e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise fail(f"not a pgmo {what} (format is not {fmt!r})")
+    if doc.get("version") != version:
+        raise fail(f"{what} version {doc.get('version')!r} is not supported "
+                   f"(this pgmo reads version {version})")
+    return doc
+
+
+def loads(data: bytes, source: str = "<bytes>") -> SavedPlan:
+    """Parse and check; raise PlanFileError naming ``source`` and the reason."""
+    def fail(why: str) -> PlanFileError:
+        return PlanFileError(f"{source}: {why}")
+
+    doc = read_document(data, source, FORMAT, VERSION, "plan file")
     payload = doc.get("payload")
     if not isinstance(payload, dict):
         raise fail("checksum mismatch: the file was modified or damaged")
