@@ -12,23 +12,17 @@ plan from that request on.
 
 A hint is never trusted: every request is checked as any plan's are
 (:mod:`.schedule`'s safety rule; a larger or extra request departs, a block
-freed late sends the request planned on it to memory of its own).  A warm-up
-iteration that departs from its hinted plan drops the hint: the pool forgets
-both plans and profiles the next iteration, as if no hint had come.  The
-first steady iteration that departs drops the hint too, but it ran whole, so
-its own log is the profile (its requests that held the plan logged at their
-planned sizes): the plan made from it replaces the hinted one at
-a boundary (the hinted arena grown or trimmed in place meanwhile), with no
-iteration profiled again.  Dropping its arena and profiling the next
-iteration instead cost more than a run with no cache (on the CPU model, the
-recorded seq2seq run's second run held 1.058x its limit against 1.033x for
-its first); merging the departed log into the hinted profile would keep the
-earlier run's largest iteration in every later plan (LSTM runs of varying
-lengths then held 1.05-1.07x their limit, against 1.00-1.01x planned from
-their own iterations).  Once a steady iteration has held, the plan is one
-like any other: a departure takes the existing path (merged, re-planned).
-A hint that is damaged, does not fit its profile or needs an arena the
-device refuses costs nothing but the warm-up it would have planned.
+freed late sends the request planned on it to memory of its own).  An
+iteration that departs from a hinted plan (the warm-up's, or the steady one
+before an iteration has held on it) drops the hint: the pool forgets both
+plans and profiles afresh, as if no hint had come.  Merging the departed log
+into the hinted profile instead would keep the earlier run's largest
+iteration in every later plan (on the CPU model, LSTM runs of varying
+lengths then held 1.05-1.07x their limit, against 1.00-1.01x profiled
+afresh).  Once a steady iteration has held, the plan is one like any other: a
+departure takes the existing path (merged, re-planned).  A hint that is
+damaged, does not fit its profile or needs an arena the device
+refuses costs nothing but the warm-up it would have planned.
 
 The warm-up iterations' profiles are kept (:attr:`HintedStart.opening_profiles`)
 so that the plan cache can store them beside the steady plan.
@@ -159,8 +153,7 @@ class HintedStart(EngineParts):
 
     def _hinted_end(self, departed: bool) -> bool:
         """A planned iteration ended: True when it departed from a hinted plan, which is
-        then dropped (a warm-up's: the next iteration is profiled; the first steady
-        iteration's: its log is the profile).  A steady
+        then dropped (the next iteration after the warm-up is profiled afresh).  A steady
         iteration that held confirms the hint: from then on the plan is one like any other
         (a departure is merged and re-planned, as today)."""
         if not self._hinted:
@@ -169,25 +162,12 @@ class HintedStart(EngineParts):
             if self.current is self.schedule:
                 self._hinted = False
             return False
+        log.info("pgmo: the cached plan does not fit this run; profiling afresh")
         k = self.completed - 1  # this iteration's number
-        current = self.current
-        assert current is not None  # a planned iteration follows a plan
-        run_log = log_of(self.hot, self.hot.n, current.profile)  # its own log, as it ran
-        if k < self.warmup:
-            log.info("pgmo: the cached plan does not fit this run; profiling afresh")
+        if k < self.warmup and self.current is not None:  # its own log, as it ran
+            run_log = log_of(self.hot, self.hot.n, self.current.profile)
             self.opening_profiles[k:] = [(to_profile(run_log), None)]
-            self._reset_plan()
-            self._at_boundary()
-            return True
-        # A steady iteration ran whole: its log is this run's profile, as the profiled
-        # iteration's would be.  The hinted plan stays in use (its arena grown or trimmed in
-        # place) until the plan of that profile is installed at a boundary.
-        log.info("pgmo: the cached plan does not fit this run; planning from this iteration")
-        self._forget_hint()
-        self.planner.reset()
-        schedule = self.planner.record(run_log, "profile")
-        if schedule is not None:
-            self._pending = schedule
+        self._reset_plan()
         self._at_boundary()
         return True
 
