@@ -27,10 +27,10 @@ def needs_cupy():
     pytest.importorskip("cupy")  # the pool's face keeps and reads the plans
 
 
-def train(pool, iterations=4, scale=1, checker=None, later=1):
+def train(pool, iterations=4, scale=1, checker=None, later=1, later_from=2):
     """A training loop: parameters and optimizer state made in the first iteration (kept),
-    activations made and freed in each (``later`` times larger from the third on); every
-    block checked.  The pool's modes, and the checker."""
+    activations made and freed in each (``later`` times larger from iteration
+    ``later_from`` on); every block checked.  The pool's modes, and the checker."""
     checker = checker or Checker(host=True, device=pool.host_device, write=True)
     kept, modes = [], []
     for it in range(iterations):
@@ -39,7 +39,7 @@ def train(pool, iterations=4, scale=1, checker=None, later=1):
             live = {"x": checker.alloc(pool, 4 * MiB)}
             if it == 0:
                 kept.append(checker.alloc(pool, 3 * MiB * scale))  # parameters
-            live["a"] = checker.alloc(pool, 8 * MiB * scale * (later if it >= 2 else 1))
+            live["a"] = checker.alloc(pool, 8 * MiB * scale * (later if it >= later_from else 1))
             live["b"] = checker.alloc(pool, 2 * MiB)
             assert checker.free(live.pop("a"))
             if it == 0:
@@ -180,6 +180,24 @@ def test_a_steady_iteration_that_departs_is_re_planned_as_in_any_run(caplog):
     st = second.stats()
     assert st.departures >= 1 and st.reoptimizations >= 1
     assert checker.corrupted == 0 and checker.overlaps == 0
+
+
+def test_a_first_steady_iteration_that_departs_costs_one_profile_and_no_more_memory(caplog):
+    """The warm-up holds, the first steady iteration departs (this run's activations are
+    larger than the entry's): the hint is dropped with one log line, one iteration is
+    profiled, every block is intact, and the run holds no more than the same run with no
+    cache."""
+    needs_cupy()
+    train(pool())
+    cold = pool(plan_cache=False)
+    train(cold, iterations=6, later=2, later_from=1)
+    second = pool()
+    with caplog.at_level(logging.INFO, logger="pgmo.pool"):
+        modes, checker = train(second, iterations=6, later=2, later_from=1)
+    assert modes.count("profiling") == 1 and modes[-1] == "optimized"
+    assert sum("cached plan does not fit" in r.message for r in caplog.records) == 1
+    assert checker.corrupted == 0 and checker.overlaps == 0
+    assert second.host_device.peak <= cold.host_device.peak
 
 
 def test_a_damaged_entry_is_ignored_with_one_log_line(caplog):

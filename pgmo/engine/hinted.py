@@ -19,7 +19,12 @@ plans and profiles afresh, as if no hint had come.  Merging the departed log
 into the hinted profile instead would keep the earlier run's largest
 iteration in every later plan (on the CPU model, LSTM runs of varying
 lengths then held 1.05-1.07x their limit, against 1.00-1.01x profiled
-afresh).  Once a steady iteration has held, the plan is one like any other: a
+afresh).  Planning from the departed iteration's own log instead (it ran
+whole) was measured too: the recorded seq2seq run's second run went from
+1.058x to 1.022x its limit, but the LSTM runs' from 1.002-1.005x to
+1.016-1.054x, as the hot path does not log a planned request's size, so the
+log's requests up to the departure carry the hint's (the earlier run's
+largest) sizes.  Once a steady iteration has held, the plan is one like any other: a
 departure takes the existing path (merged, re-planned).  A hint that is
 damaged, does not fit its profile or needs an arena the device
 refuses costs nothing but the warm-up it would have planned.
