@@ -169,7 +169,9 @@ def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float =
     are stamped: writing every byte made a ResNet-50 run's replay 200 times
     slower (108 s instead of 0.5 s) and touched 4.8 GB of host memory,
     while address checks cover every byte either way.  A run that runs out
-    of memory is not completed.
+    of memory is not completed.  With a ``timeline``, on a pgmo pool, the peak
+    is also split between the iterations no plan served and those a plan
+    served (:attr:`Footprint.peak_unplanned`, :attr:`Footprint.peak_planned`).
     """
     from .replay import replay_run
 
