@@ -57,8 +57,8 @@ programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
 from pgmo.measure import footprint  # noqa: E402
 from pgmo.device.host_async_pool import DRIVER_POOL_CHUNK  # noqa: E402
 
-from .footprint_workloads import (PAGE, SMALL, SMALL_LIMIT, Workload, all_workloads,  # noqa: E402,F401
-                                  real_traces, search, small_goal)
+from .footprint_workloads import (  # noqa: E402
+    PAGE, SMALL_LIMIT, Workload, all_workloads, search, small_goal)
 
 MIB = 2 ** 20
 
