@@ -37,6 +37,7 @@ result), :mod:`~scripts.markdown` (writing and reading Markdown tables),
 steps), :mod:`~scripts.numpy_mirror` and :mod:`~scripts.numpy_allocations`
 (a GPU's requests made from a run on NumPy), :mod:`~scripts.dsa_instances`
 and :mod:`~scripts.bestfit_timing` (for ``bench_solver``),
+:mod:`~scripts.footprint_workloads` (the runs ``bench_footprint`` measures),
 :mod:`~scripts.bench_memory_report`, :mod:`~scripts.quick_check_report` and
 :mod:`~scripts.evidence` (the GPU reports and a session's folder),
 :mod:`~scripts.quick_check_steps`, :mod:`~scripts.allocator_costs`,

@@ -83,3 +83,29 @@ def test_peak_stats_and_their_reset(hot_path):
     assert st.peak_total_bytes == st.total_bytes
     c.iteration(HOT)  # from the arena now
     assert e.stats().peak_used_bytes == 2048 + 3072
+
+
+def test_served_by_plan_tells_the_planned_iterations_from_the_others(hot_path):
+    """What a measurement splits a run by: the iterations a plan served, and the rest
+    (before the plan, and those that left it), each read after its end."""
+    c = Checked(hot_path, warmup=1)
+    e = c.engine
+    assert not e.served_by_plan  # no iteration yet
+    served = []
+    for ops in (HOT, HOT, HOT):  # warm-up, profiled, planned
+        c.iteration(ops)
+        served.append(e.served_by_plan)
+    assert served == [False, False, True]
+    assert e.stats().planned_requests == 4
+    e.begin_iteration()
+    blocks = c.run(HOT[:2])
+    assert e.served_by_plan  # so far on plan
+    blocks.append(c.malloc(9000))  # larger than planned: off plan from here on
+    assert not e.served_by_plan
+    del blocks
+    c.live.clear()
+    e.end_iteration()
+    assert not e.served_by_plan and e.stats().departed_requests >= 1
+    for _ in range(2):  # the merged plan covers it again
+        c.iteration(HOT)
+    assert e.served_by_plan

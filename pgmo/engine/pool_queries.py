@@ -100,6 +100,23 @@ class PoolQueries(EngineParts):
             return self.state.inside
 
     @property
+    def served_by_plan(self) -> bool:
+        """Whether a plan served the open iteration so far, else the one that ended last.
+
+        True when it began following a plan (the main plan, its shape's plan or an
+        earlier run's) and has kept to it: no request placed off plan, no planned
+        block outliving it, the plan not dropped while it ran.  False for the
+        iterations before a plan landed (warm-up, profiling, planning), for those that
+        departed from their plan (a shape no plan covered) and before the first
+        iteration.  Read after ``end_iteration()`` it tells what the iteration just
+        ended was: a measurement tells the planned iterations from the others by it.
+        """
+        with self._lock:
+            self._admit()
+            state = self.state
+            return state.planned and not state.departed and not state.plan_dropped
+
+    @property
     def latest_schedule(self) -> Schedule | None:
         """The schedule in use from the next boundary: the one waiting there, else the installed one."""
         return self._pending or self.schedule

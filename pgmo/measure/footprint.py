@@ -130,6 +130,16 @@ class Footprint:
     #: Per iteration: requests, and those that reached the raw allocator (cudaMalloc).
     requests: list[int] = field(repr=False, default_factory=list)
     raw_allocations: list[int] = field(repr=False, default_factory=list)
+    #: Per iteration run: whether a plan served it (the engine's ``served_by_plan``, read
+    #: after its end; for a run cut short, the open iteration's so far); empty for a pool
+    #: that plans nothing (CuPy's).
+    served: list[bool] = field(repr=False, default_factory=list)
+    #: The most held during the iterations no plan served (and before the first iteration),
+    #: and during those a plan served, each iteration with the boundary after it: the
+    #: larger of the two is :attr:`peak`.  None for a kind the run had none of, and both
+    #: None for a pool that plans nothing or a measurement without a ``timeline``.
+    peak_unplanned: int | None = None
+    peak_planned: int | None = None
 
     def most_syncs_inside(self, after: int = 0) -> int:
         """The most synchronizing calls inside one iteration, from iteration ``after`` on."""
@@ -159,13 +169,18 @@ def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float =
     are stamped: writing every byte made a ResNet-50 run's replay 200 times
     slower (108 s instead of 0.5 s) and touched 4.8 GB of host memory,
     while address checks cover every byte either way.  A run that runs out
-    of memory is not completed.
+    of memory is not completed.  With a ``timeline``, on a pgmo pool, the peak
+    is also split between the iterations no plan served and those a plan
+    served (:attr:`Footprint.peak_unplanned`, :attr:`Footprint.peak_planned`).
     """
     from .replay import replay_run
 
     device = _device(pool)
     device.reset_peak()
     held: list[int] = []
+    served: list[bool] = []
+    engine = getattr(pool, "engine", pool)  # the pool's engine, or the engine alone
+    plans = hasattr(type(engine), "served_by_plan")
     kinds = [kind for kind, _ in run.events()]
     n = len(run.iterations)
     counts = {"inside": [0] * n, "boundary": [0] * n, "requests": [0] * n, "raw": [0] * n,
@@ -191,6 +206,8 @@ def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float =
                 counts["released at boundary"][it - 1] += releases
         elif kind == "end":
             where["inside"] = False
+            if plans:
+                served.append(engine.served_by_plan)
             counts["boundary"][it] += syncs
             counts["released at boundary"][it] += releases
             if step_seconds:
@@ -208,16 +225,44 @@ def measure(run: Run, pool: Any, *, timeline: bool = True, step_seconds: float =
     try:
         result = replay_run(run, pool, write=write, on_event=on_event)
     except MemoryError as e:
+        if plans and where["inside"]:
+            served.append(engine.served_by_plan)  # the iteration cut short, so far
+        unplanned, planned = _split_peaks(held, kinds, served, device.peak, timeline)
         return Footprint(False, max([*held, device.peak]), held, 0, str(e),
-                         time.perf_counter() - started)
+                         time.perf_counter() - started, served=served,
+                         peak_unplanned=unplanned, peak_planned=planned)
     seconds = time.perf_counter() - started
     bad = result["corrupted"] + result["overlaps"]
+    unplanned, planned = _split_peaks(held, kinds, served, device.peak, timeline)
     return Footprint(bad == 0, max([*held, device.peak]), held, bad,
                      f"{bad} blocks corrupted" if bad else "", seconds, result["stats"],
                      syncs_inside=counts["inside"], syncs_boundary=counts["boundary"],
                      releases_inside=counts["released inside"],
                      releases_boundary=counts["released at boundary"],
-                     requests=counts["requests"], raw_allocations=counts["raw"])
+                     requests=counts["requests"], raw_allocations=counts["raw"],
+                     served=served, peak_unplanned=unplanned, peak_planned=planned)
+
+
+def _split_peaks(held: list[int], kinds: list[str], served: list[bool], tail: int,
+                 timeline: bool) -> tuple[int | None, int | None]:
+    """(the most held in the iterations no plan served, in those a plan served): each
+    event counts for the iteration it belongs to (from its begin to the next one's; the
+    events before the first iteration count as unplanned), the bytes held after the last
+    event for the last."""
+    if not timeline or not served:
+        return None, None
+    peaks: dict[bool, int | None] = {False: None, True: None}
+    it = -1
+    for k, high in enumerate(held):
+        if kinds[k] == "begin":
+            it += 1
+        if k == len(held) - 1:
+            high = max(high, tail)
+        kind = 0 <= it < len(served) and served[it]
+        peaks[kind] = max(peaks[kind] or 0, high)
+    if not held:
+        peaks[False] = tail
+    return peaks[False], peaks[True]
 
 
 def completes(run: Run, make: PoolMaker, capacity: int, step_seconds: float = 0.0) -> bool:
@@ -234,18 +279,26 @@ def completes(run: Run, make: PoolMaker, capacity: int, step_seconds: float = 0.
 
 
 def smallest_capacity(run: Run, make: PoolMaker, low: int, high: int, *,
-                      tolerance: float = 0.005, step_seconds: float = 0.0) -> int | None:
+                      tolerance: float = 0.005, step_seconds: float = 0.0,
+                      unit: int = 1) -> int | None:
     """The smallest device (bytes, within ``tolerance``) on which ``run`` completes.
 
     Searched between ``low`` (which must not complete, or is the answer) and
-    ``high``; None when even ``high`` does not complete.
+    ``high``; None when even ``high`` does not complete.  ``unit``: only
+    devices of whole units are tried (``low`` rounded up to one, ``high``
+    down), and the answer is one of them: with the device's page (2 MiB),
+    the smallest device in whole pages, exactly when ``tolerance`` is 0.
     """
+    if unit > 1:
+        low, high = -(-low // unit) * unit, max(high // unit, 1) * unit
     if not completes(run, make, high, step_seconds):
         return None
+    if low >= high:
+        return high
     if completes(run, make, low, step_seconds):
         return low
-    while high - low > max(512, tolerance * low):
-        mid = (low + high) // 2
+    while high - low > max(512, tolerance * low, unit):
+        mid = (low + high) // 2 // unit * unit
         if completes(run, make, mid, step_seconds):
             high = mid
         else:
