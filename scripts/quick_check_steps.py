@@ -257,7 +257,8 @@ def teardown(gpu, options: dict) -> dict:
     wait for them before it unmaps.  After the run, one more iteration's first blocks are
     read by long kernels and dropped, the iteration ends (a boundary: pgmo may give memory
     back) and the pool is dropped; then a device sync, ``cudaGetLastError``, and the
-    device's used memory against what it was before the pool."""
+    device's used memory against what it was before the pool.  The long kernels take
+    ``last_touch_ms`` (default: ten touches' time)."""
     run = _run(options)
     other = gpu.new_stream()
     gc.collect()
@@ -271,7 +272,8 @@ def teardown(gpu, options: dict) -> dict:
     sizes = [b.size for b in run.trace.blocks[:8] if b.size]
     last = [pool.malloc(size) for size in sizes]
     for memptr, size in zip(last, sizes):
-        gpu.touch(memptr.ptr, size, 10 * options["touch_ms"], other)
+        gpu.touch(memptr.ptr, size, options.get("last_touch_ms", 10 * options["touch_ms"]),
+                  other)
     del last, memptr
     out["pending_at_boundary"] = gpu.runtime.streamQuery(other.ptr) != 0
     pool.end_iteration()

@@ -258,13 +258,15 @@ def test_kernels_on_a_second_stream_across_boundaries_pass_and_are_exercised():
 
 
 def test_the_teardown_check_fails_a_pool_that_unmaps_without_waiting(monkeypatch):
-    result = run_step("teardown")
+    # The last eight kernels run 150 ms each (wall clock, on the stand-in's stream): long
+    # enough to be running still at the boundary and the drop on a loaded machine.
+    result = run_step("teardown", last_touch_ms=150.0)
     assert result["pending_at_boundary"] and result["left_bytes"] == 0
     data = {"steps": [{"name": "t", "status": "done"}], "results": {"teardown": result}}
     assert failed(data) == []
     _no_device_sync(monkeypatch)
     gpu = stand_ins.modules()
-    result = run_step("teardown", gpu)
+    result = run_step("teardown", gpu, last_touch_ms=150.0)
     assert result["violations"] and result["last_error"] == 700
     data = {"steps": [{"name": "t", "status": "done"}], "results": {"teardown": result}}
     assert "teardown: the pool dropped while kernels use its memory" in failed(data)
