@@ -7,6 +7,7 @@ infeasibility just below it.
 
 from __future__ import annotations
 
+import importlib.util
 import random
 
 import pytest
@@ -17,6 +18,7 @@ import pgmo
 from pgmo.solver.budget import Budget
 from pgmo.solver.canonical_search import (FOUND, INFEASIBLE, ORDER_RULES, STOPPED,
                                           CanonicalSearch, sections_of)
+from pgmo.solver import search_nodes
 from pgmo.solver.bestfit import bestfit_offsets
 from pgmo.solver.peak_core import core_packings, peak_tick
 from pgmo.solver.tightening import tighten
@@ -193,7 +195,23 @@ PINNED_RUNS = [
 ]
 
 
-def test_the_search_visits_the_same_nodes_and_finds_the_same_packings():
+def _plain_loops():
+    """search_nodes.Nodes run as plain Python (the compiled module's source, where compiled)."""
+    if not search_nodes.COMPILED:
+        return search_nodes.Nodes
+    spec = importlib.util.spec_from_file_location("_plain_search_nodes", search_nodes.__file__
+                                                  .rsplit("search_nodes", 1)[0] + "search_nodes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert not module.COMPILED
+    return module.Nodes
+
+
+@pytest.mark.parametrize("kind", ["default", "numpy", "plain loops"])
+def test_the_search_visits_the_same_nodes_and_finds_the_same_packings(kind):
+    """Each way of doing the nodes' work (compiled where built) gives the pinned answers."""
+    kernel = {"default": search_nodes.default_kind(), "numpy": search_nodes.NumpyNodes,
+              "plain loops": _plain_loops()}[kind]
     got = []
     for seed in range(3):
         trace = _pinned_instance(seed)
@@ -205,6 +223,7 @@ def test_the_search_visits_the_same_nodes_and_finds_the_same_packings():
             for cap, pins in ((lb, None), (lb + 3, None),
                               (peak, {i: known[i] for i in range(0, 80, 7)})):
                 search = CanonicalSearch(*cols, rule, seed=seed or None)
+                search.kernel_kind = kernel
                 status, offsets = search.run(cap, 3000, pinned=pins)
                 checksum = None if offsets is None else sum(o * (i + 1) for i, o in enumerate(offsets))
                 got.append((seed, rule, cap - lb, pins is not None, status, search.nodes, checksum))

@@ -1,0 +1,295 @@
+"""The canonical search's work per node: its choices, and placing one block.
+
+:mod:`.canonical_search` walks the tree; this module does what each node and
+each child costs, on the search's arrays, in one of two ways that give the
+same answers (the same nodes, the same packings):
+
+- :class:`Nodes`: plain loops over the blocks, which Cython compiles (with
+  the C types in ``search_nodes.pxd``) into C when pgmo is built with a
+  compiler (see ``setup.py``); then a node costs a few hundred nanoseconds
+  instead of the dozen NumPy calls (about a microsecond each) of
+- :class:`NumpyNodes`: the same steps as NumPy calls, the fastest way in
+  plain Python.  The search uses it when this module is not compiled, or
+  when ``PGMO_PURE_PYTHON=1`` is set (to debug, or to compare).
+
+Tested in ``tests/test_canonical_search.py`` (both kinds, and :class:`Nodes`
+run as plain Python, against the search's pinned nodes and packings).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .canonical_search import CanonicalSearch
+
+try:
+    import cython
+
+    COMPILED: bool = cython.compiled
+except ImportError:  # Cython is a build dependency only
+    COMPILED = False
+
+__all__ = ["Nodes", "NumpyNodes", "COMPILED", "default_kind"]
+
+#: A placed block's floor (as :mod:`.canonical_search`'s).
+BIG = 1 << 62
+#: ``need & LOW`` maps a section with no unplaced block to 0 (see :mod:`.canonical_search`).
+LOW = (1 << 62) - 1
+_BIG = np.int64(BIG)
+_LOW = np.int64(LOW)
+_MIN = np.minimum.reduce
+_MAX = np.maximum.reduce
+_MIN_AT = np.minimum.reduceat
+
+
+def default_kind() -> type[Nodes] | type[NumpyNodes]:
+    """The compiled loops when this module is compiled (unless ``PGMO_PURE_PYTHON``), else NumPy."""
+    return Nodes if COMPILED and not os.environ.get("PGMO_PURE_PYTHON") else NumpyNodes
+
+
+class Nodes:
+    """A search's per-node work as loops (compiled to C when built).
+
+    It shares the search's arrays (floor, rank, load, ...): what one changes,
+    the other sees.  Placing pushes what it changed on a stack that
+    :meth:`unplace` pops, so calls must nest (the search is depth-first).
+    """
+
+    def __init__(self, search: CanonicalSearch):
+        n = search.n
+        self.n, self.capacity, self.any_pinned = n, search.capacity, search.any_pinned
+        self.floor, self.rank, self.load = search.floor, search.rank, search.load
+        self.size, self.cuts = search.size, search.cuts
+        self.members, self.starts = search.members, search.starts
+        self.pinned = search.pinned.view(np.uint8)
+        self.first, self.last = search.first_arr, search.last_arr
+        reach = np.array(search.reach, dtype=np.int64).reshape(n, 2)
+        self.reach_lo, self.reach_hi = reach[:, 0].copy(), reach[:, 1].copy()
+        # Block k's neighbours: near[near_start[k]:near_start[k + 1]].
+        counts = np.array([len(near) for near in search.neighbours], dtype=np.int64)
+        near_start = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=near_start[1:])
+        self.near_start = near_start
+        self.near = (np.concatenate(search.neighbours).astype(np.int64) if n
+                     else np.zeros(0, dtype=np.int64))
+        # Each placement pushes (block, old floor) per raised block, then their count.
+        self.saved = np.zeros(2 * int(counts.sum()) + n + 1, dtype=np.int64)
+        self.depth = 0
+
+    def choices(self, part: np.ndarray, s_lo: int, s_hi: int, last_offset: int,
+                last_block: int) -> list[tuple[int, int]] | None:
+        """The children of a node: ``(floor * n + rank, block)`` in the order to try them.
+
+        None: every block of ``part`` is placed.  Only the unplaced blocks
+        below the lowest top, after the last block placed (in that key), not
+        above a pinned block, and low enough that the load of sections
+        ``[s_lo, s_hi)`` fits on them under the capacity.  An empty list: none.
+        """
+        floor, size, rank, pinned = self.floor, self.size, self.rank, self.pinned
+        n, m = self.n, len(part)
+        lowest_top = BIG
+        pin_min = BIG
+        for j in range(m):
+            i = part[j]
+            top = floor[i] + size[i]
+            if top < lowest_top:
+                lowest_top = top
+            if pinned[i] and floor[i] < pin_min:
+                pin_min = floor[i]
+        if lowest_top >= BIG:
+            return None
+        if pin_min < BIG and pin_min < last_offset:
+            return []  # a pinned block was passed: it can never be placed
+        max_load = 0
+        for c in range(s_lo, s_hi):
+            if self.load[c] > max_load:
+                max_load = self.load[c]
+        last_key = last_offset * n + (rank[last_block] if last_block >= 0 else n - 1)
+        highest = min(pin_min, self.capacity - max_load)  # the later choices start no lower
+        found = []
+        for j in range(m):
+            i = part[j]
+            f = floor[i]
+            if f < lowest_top and f <= highest:
+                key = f * n + rank[i]
+                if key > last_key:
+                    found.append((int(key), int(i)))
+        found.sort()
+        return found
+
+    def place(self, b: int, o: int, s_lo: int, s_hi: int) -> int:
+        """Place block ``b`` at ``o``, raising its neighbours' floors: 1 when the bound holds.
+
+        0: placed, but some section of ``[s_lo, s_hi)`` can no longer fit
+        under the capacity.  -1: it would push a pinned block up; nothing
+        changed.  After 0 or 1, :meth:`unplace` undoes it.
+        """
+        floor, near, pinned, saved = self.floor, self.near, self.pinned, self.saved
+        top = o + self.size[b]
+        lo, hi = self.near_start[b], self.near_start[b + 1]
+        if self.any_pinned:
+            for j in range(lo, hi):
+                k = near[j]
+                if floor[k] < top and pinned[k]:
+                    return -1
+        depth = self.depth
+        raised = 0
+        for j in range(lo, hi):
+            k = near[j]
+            if floor[k] < top:  # placed neighbours have floor BIG
+                saved[depth] = k
+                saved[depth + 1] = floor[k]
+                depth += 2
+                floor[k] = top
+                raised += 1
+        saved[depth] = raised
+        self.depth = depth + 1
+        floor[b] = BIG
+        s = self.size[b]
+        for c in range(self.first[b], self.last[b]):
+            self.load[c] -= s
+        # Only sections where a block was placed or raised can break the bound.
+        c_lo, c_hi = max(self.reach_lo[b], s_lo), min(self.reach_hi[b], s_hi)
+        members, starts, load = self.members, self.starts, self.load
+        for c in range(c_lo, c_hi):
+            lowest = BIG
+            for j in range(starts[c], starts[c + 1]):
+                if floor[members[j]] < lowest:
+                    lowest = floor[members[j]]
+            if (lowest + load[c]) & LOW > self.capacity:
+                return 0
+        return 1
+
+    def unplace(self, b: int, o: int) -> None:
+        """Undo the last :meth:`place` (of block ``b`` at ``o``)."""
+        floor, saved = self.floor, self.saved
+        depth = self.depth - 1
+        count = saved[depth]
+        while count > 0:
+            count -= 1
+            depth -= 2
+            floor[saved[depth]] = saved[depth + 1]
+        self.depth = depth
+        s = self.size[b]
+        for c in range(self.first[b], self.last[b]):
+            self.load[c] += s
+        floor[b] = o
+
+
+    def cut(self, b: int) -> list[int]:
+        """Block ``b`` is placed: the sections ``c`` it no longer ties to ``c + 1``, if last.
+
+        Each ``c`` in its span (but its last section) that no other unplaced
+        block spans to ``c + 1`` either; :meth:`uncut` undoes it.
+        """
+        cuts = self.cuts
+        zero = []
+        for c in range(self.first[b], self.last[b] - 1):
+            cuts[c] -= 1
+            if cuts[c] == 0:
+                zero.append(c)
+        return zero
+
+    def uncut(self, b: int) -> None:
+        """Undo :meth:`cut` (of block ``b``)."""
+        cuts = self.cuts
+        for c in range(self.first[b], self.last[b] - 1):
+            cuts[c] += 1
+
+
+class NumpyNodes:
+    """The same work as :class:`Nodes`, as NumPy calls (the fastest way in plain Python)."""
+
+    def __init__(self, search: CanonicalSearch):
+        self.search = search
+        self.n, self.capacity, self.any_pinned = search.n, search.capacity, search.any_pinned
+        self.floor, self.rank, self.load, self.size = (search.floor, search.rank, search.load,
+                                                       search.size)
+        self.pinned = search.pinned
+        self.saved: list[Any] = []
+
+    def choices(self, part: np.ndarray, s_lo: int, s_hi: int, last_offset: int,
+                last_block: int) -> list[tuple[int, int]] | None:
+        """As :meth:`Nodes.choices`."""
+        floor, rank, n = self.floor, self.rank, self.n
+        part_floor = floor[part]
+        # Placed blocks have floor _BIG, so their tops are above every unplaced one's.
+        lowest_top = _MIN(part_floor + self.size[part])
+        if lowest_top >= _BIG:
+            return None
+        # The key floor * n + rank orders by floor, then rank (ranks are 0..n-1),
+        # so "later than the last block placed" is one comparison.
+        low = part_floor < lowest_top
+        low_blocks = part[low]
+        low_floor = part_floor[low]
+        key = low_floor * n + rank[low_blocks]
+        last_key = last_offset * n + (int(rank[last_block]) if last_block >= 0 else n - 1)
+        ok = key > last_key
+        if self.any_pinned:
+            pinned_floor = part_floor[self.pinned[part] & (part_floor < _BIG)]
+            if pinned_floor.size:
+                if int(pinned_floor.min()) < last_offset:
+                    return []  # a pinned block was passed: it can never be placed
+                ok &= low_floor <= pinned_floor.min()
+        ok &= low_floor <= self.capacity - int(_MAX(self.load[s_lo:s_hi]))
+        choices, keys = low_blocks[ok], key[ok]
+        if choices.size > 1:
+            by_key = keys.argsort()
+            choices, keys = choices[by_key], keys[by_key]
+        return list(zip(keys.tolist(), choices.tolist()))
+
+    def place(self, b: int, o: int, s_lo: int, s_hi: int) -> int:
+        """As :meth:`Nodes.place`."""
+        search, floor, load = self.search, self.floor, self.load
+        s = search.sizes[b]
+        top = o + s
+        near = search.neighbours[b]
+        raised = near[floor[near] < top]  # placed neighbours have floor _BIG
+        if self.any_pinned and self.pinned[raised].any():
+            return -1
+        floor[b] = _BIG
+        load[search.first[b]:search.last[b]] -= s
+        self.saved.append((raised, floor[raised]))
+        floor[raised] = top
+        r_lo, r_hi = search.reach[b]  # the raised blocks live in these sections only
+        # There, o + load <= capacity (see choices), so the lowest floor of a
+        # block live there alone decides.  A section with no unplaced block
+        # has floor BIG and load 0 (need & _LOW is 0 there).
+        if r_lo >= s_lo and r_hi <= s_hi:
+            c_lo, c_hi = r_lo, r_hi
+            first_cell, cells = search.reach_cells[b]
+        else:
+            c_lo, c_hi = max(r_lo, s_lo), min(r_hi, s_hi)
+            first_cell = search.starts_list[c_lo] if c_lo < c_hi else 0
+            cells = search.starts[c_lo:c_hi] - first_cell
+        if c_lo >= c_hi:
+            return 1
+        need = _MIN_AT(floor[search.members[first_cell:search.starts_list[c_hi]]], cells)
+        need += load[c_lo:c_hi]
+        need &= _LOW
+        return 1 if _MAX(need) <= self.capacity else 0
+
+    def cut(self, b: int) -> list[int]:
+        """As :meth:`Nodes.cut`."""
+        f, l = self.search.first[b], self.search.last[b]
+        cuts = self.search.cuts[f:l - 1]
+        cuts -= 1
+        return (np.flatnonzero(cuts == 0) + f).tolist()
+
+    def uncut(self, b: int) -> None:
+        """As :meth:`Nodes.uncut`."""
+        f, l = self.search.first[b], self.search.last[b]
+        self.search.cuts[f:l - 1] += 1
+
+    def unplace(self, b: int, o: int) -> None:
+        """As :meth:`Nodes.unplace`."""
+        raised, old_floor = self.saved.pop()
+        floor = self.floor
+        floor[raised] = old_floor
+        s = self.search.sizes[b]
+        self.load[self.search.first[b]:self.search.last[b]] += s
+        floor[b] = o
