@@ -70,7 +70,6 @@ MAX_CELLS = 4_000_000
 #: (CPython 3.11 crashes near 40 000).
 MAX_BLOCKS = 4000
 _BIG = np.int64(1 << 62)
-_MAX_AT = np.maximum.reduceat
 #: A search's state while it runs: a generator that yields when it pauses
 #: and returns its status.
 Walk = Generator[None, None, str]
@@ -384,15 +383,9 @@ class CanonicalSearch:
         what is left of it, and the order by those finds packings far sooner
         (MiniMalloc's I: within 2 000 nodes, none in 600 000 with the first order).
         """
-        spans = self.first_arr[piece], self.last_arr[piece]
-        # Each block's max load: maxima over [first, last), the ranges between them dropped.
-        bounds = np.empty(2 * piece.size, dtype=np.int64)
-        bounds[0::2], bounds[1::2] = spans
-        t = _MAX_AT(np.append(self.load, 0), bounds)[0::2]
-        t[spans[1] <= spans[0]] = 0
-        keys = dict(self.key_ranks, T=t)
-        keys["W"], keys["A"], keys["Z"] = (keys[c][piece] for c in "WAZ")
-        by_rule = np.lexsort([piece] + [-keys[c] for c in reversed(self.rule)])
+        t, ranks = self.kernel.peak_loads(piece), self.key_ranks
+        by_rule = np.lexsort([piece] + [-(t if c == "T" else ranks[c][piece])
+                                        for c in reversed(self.rule)])
         self.rank[piece[by_rule]] = np.arange(piece.size, dtype=np.int64)
 
     def _search_pieces(self, part, s_lo, s_hi, cuts_at) -> Walk:

@@ -60,3 +60,8 @@ cdef class Nodes:
 
     @cython.locals(c=Py_ssize_t, cuts=cython.longlong[::1])
     cpdef void uncut(self, long long b)
+
+    @cython.locals(m=Py_ssize_t, j=Py_ssize_t, i=cython.longlong, c=Py_ssize_t,
+                   peak=cython.longlong, peaks=cython.longlong[::1], load=cython.longlong[::1],
+                   first=cython.longlong[::1], last=cython.longlong[::1])
+    cpdef object peak_loads(self, long long[::1] piece)

@@ -44,6 +44,7 @@ _LOW = np.int64(LOW)
 _MIN = np.minimum.reduce
 _MAX = np.maximum.reduce
 _MIN_AT = np.minimum.reduceat
+_MAX_AT = np.maximum.reduceat
 
 
 def default_kind() -> type[Nodes] | type[NumpyNodes]:
@@ -201,6 +202,23 @@ class Nodes:
             cuts[c] += 1
 
 
+    def peak_loads(self, piece: np.ndarray) -> np.ndarray:
+        """The largest load (of the unplaced blocks) each block of ``piece`` lives through."""
+        m = len(piece)
+        out = np.zeros(m, dtype=np.int64)
+        peaks = out
+        load, first, last = self.load, self.first, self.last
+        for j in range(m):
+            i = piece[j]
+            if last[i] > first[i]:
+                peak = load[first[i]]
+                for c in range(first[i] + 1, last[i]):
+                    if load[c] > peak:
+                        peak = load[c]
+                peaks[j] = peak
+        return out
+
+
 class NumpyNodes:
     """The same work as :class:`Nodes`, as NumPy calls (the fastest way in plain Python)."""
 
@@ -272,6 +290,16 @@ class NumpyNodes:
         need += load[c_lo:c_hi]
         need &= _LOW
         return 1 if _MAX(need) <= self.capacity else 0
+
+    def peak_loads(self, piece: np.ndarray) -> np.ndarray:
+        """As :meth:`Nodes.peak_loads`."""
+        spans = self.search.first_arr[piece], self.search.last_arr[piece]
+        # Maxima over [first, last), the ranges between them dropped.
+        bounds = np.empty(2 * piece.size, dtype=np.int64)
+        bounds[0::2], bounds[1::2] = spans
+        peaks = _MAX_AT(np.append(self.load, 0), bounds)[0::2]
+        peaks[spans[1] <= spans[0]] = 0
+        return peaks
 
     def cut(self, b: int) -> list[int]:
         """As :meth:`Nodes.cut`."""
