@@ -18,7 +18,10 @@ run as plain Python, against the search's pinned nodes and packings).
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,6 +38,8 @@ except ImportError:  # Cython is a build dependency only
 
 __all__ = ["Nodes", "NumpyNodes", "COMPILED", "default_kind"]
 
+log = logging.getLogger(__name__)
+
 #: A placed block's floor (as :mod:`.canonical_search`'s).
 BIG = 1 << 62
 #: ``need & LOW`` maps a section with no unplaced block to 0 (see :mod:`.canonical_search`).
@@ -48,8 +53,27 @@ _MAX_AT = np.maximum.reduceat
 
 
 def default_kind() -> type[Nodes] | type[NumpyNodes]:
-    """The compiled loops when this module is compiled (unless ``PGMO_PURE_PYTHON``), else NumPy."""
-    return Nodes if COMPILED and not os.environ.get("PGMO_PURE_PYTHON") else NumpyNodes
+    """The compiled loops when this module is compiled (unless ``PGMO_PURE_PYTHON``), else NumPy.
+
+    A compiled module older than its source (edited, not rebuilt) is not
+    trusted: NumPy then, with a warning.
+    """
+    if not COMPILED or os.environ.get("PGMO_PURE_PYTHON") or _stale():
+        return NumpyNodes
+    return Nodes
+
+
+@functools.cache
+def _stale() -> bool:
+    built = Path(__file__)
+    try:
+        stale = built.with_name("search_nodes.py").stat().st_mtime > built.stat().st_mtime
+    except OSError:
+        return False
+    if stale:
+        log.warning("pgmo's compiled search (%s) is older than its source; running the "
+                    "plain-Python one (rebuild with: pip install -e .)", built.name)
+    return stale
 
 
 class Nodes:
