@@ -7,7 +7,6 @@ infeasibility just below it.
 
 from __future__ import annotations
 
-import importlib.util
 import random
 
 import pytest
@@ -195,23 +194,12 @@ PINNED_RUNS = [
 ]
 
 
-def _plain_loops():
-    """search_nodes.Nodes run as plain Python (the compiled module's source, where compiled)."""
-    if not search_nodes.COMPILED:
-        return search_nodes.Nodes
-    spec = importlib.util.spec_from_file_location("_plain_search_nodes", search_nodes.__file__
-                                                  .rsplit("search_nodes", 1)[0] + "search_nodes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert not module.COMPILED
-    return module.Nodes
-
-
 @pytest.mark.parametrize("kind", ["default", "numpy", "plain loops"])
 def test_the_search_visits_the_same_nodes_and_finds_the_same_packings(kind):
     """Each way of doing the nodes' work (compiled where built) gives the pinned answers."""
     kernel = {"default": search_nodes.default_kind(), "numpy": search_nodes.NumpyNodes,
-              "plain loops": _plain_loops()}[kind]
+              "plain loops": search_nodes.plain_module().Nodes}[kind]
+    assert kind != "plain loops" or not search_nodes.plain_module().COMPILED
     got = []
     for seed in range(3):
         trace = _pinned_instance(seed)

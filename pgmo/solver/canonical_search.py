@@ -397,19 +397,15 @@ class CanonicalSearch:
         every choice made on the other.)
         """
         bounds = [s_lo] + [c + 1 for c in cuts_at if s_lo <= c < s_hi - 1] + [s_hi]
-        rest = part[self.floor[part] < _BIG]
-        rest_first, rest_last = self.first_arr[rest], self.last_arr[rest]
-        for a, z in zip(bounds[:-1], bounds[1:]):
-            piece = rest[(rest_first < z) & (rest_last > a)]
-            if piece.size:
-                if self.reorder:
-                    old_rank = self.rank[piece]
-                    self._rerank(piece)
-                status = yield from self._search(piece, a, z, -1, -1)
-                if self.reorder:
-                    self.rank[piece] = old_rank
-                if status != FOUND:
-                    return status
+        for a, z, piece in self.kernel.pieces(part, bounds):
+            if self.reorder:
+                old_rank = self.rank[piece]
+                self._rerank(piece)
+            status = yield from self._search(piece, a, z, -1, -1)
+            if self.reorder:
+                self.rank[piece] = old_rank
+            if status != FOUND:
+                return status
         for k in part[self.floor[part] >= _BIG].tolist():  # placed before the split
             self.solution[k] = self.offset[k]
         return FOUND

@@ -65,3 +65,12 @@ cdef class Nodes:
                    peak=cython.longlong, peaks=cython.longlong[::1], load=cython.longlong[::1],
                    first=cython.longlong[::1], last=cython.longlong[::1])
     cpdef object peak_loads(self, long long[::1] piece)
+
+    @cython.locals(floor=cython.longlong[::1], first=cython.longlong[::1],
+                   last=cython.longlong[::1], m=Py_ssize_t, count=Py_ssize_t,
+                   edges=cython.longlong[::1], starts=cython.longlong[::1],
+                   spans=cython.longlong[::1], flat=cython.longlong[::1],
+                   filled=cython.longlong[::1], j=Py_ssize_t, i=cython.longlong,
+                   p=Py_ssize_t, q=Py_ssize_t, lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t,
+                   found=list)
+    cpdef list pieces(self, long long[::1] part, list bounds)

@@ -19,10 +19,13 @@ run as plain Python, against the search's pinned nodes and packings).
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import os
+import sys
+import types
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -36,7 +39,7 @@ try:
 except ImportError:  # Cython is a build dependency only
     COMPILED = False
 
-__all__ = ["Nodes", "NumpyNodes", "COMPILED", "default_kind"]
+__all__ = ["Nodes", "NumpyNodes", "COMPILED", "default_kind", "plain_module"]
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +59,26 @@ def default_kind() -> type[Nodes] | type[NumpyNodes]:
     """The compiled loops when this module is compiled (unless ``PGMO_PURE_PYTHON``), else NumPy.
 
     A compiled module older than its source (edited, not rebuilt) is not
-    trusted: NumPy then, with a warning.
+    trusted: the source's NumPy kind then, with a warning.
     """
-    if not COMPILED or os.environ.get("PGMO_PURE_PYTHON") or _stale():
+    if not COMPILED or os.environ.get("PGMO_PURE_PYTHON"):
         return NumpyNodes
+    if _stale():
+        return plain_module().NumpyNodes
     return Nodes
+
+
+@functools.cache
+def plain_module() -> types.ModuleType:
+    """This module's source run as plain Python (this very module where it is not compiled)."""
+    if not COMPILED:
+        return sys.modules[__name__]
+    spec = importlib.util.spec_from_file_location(f"{__name__}_plain",
+                                                  Path(__file__).with_name("search_nodes.py"))
+    assert spec is not None and spec.loader is not None  # the .py next to the compiled one
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @functools.cache
@@ -226,6 +244,57 @@ class Nodes:
             cuts[c] += 1
 
 
+    def pieces(self, part: np.ndarray,
+               bounds: list[int]) -> list[tuple[int, int, np.ndarray]]:
+        """The unplaced blocks of ``part`` live in sections ``[a, z)``, for each ``a, z``.
+
+        ``(a, z, blocks)`` for consecutive ``a, z`` in ``bounds`` (increasing),
+        where some unplaced block of ``part`` lives (in the order of ``part``).
+        """
+        floor, first, last = self.floor, self.first, self.last
+        m, count = len(part), len(bounds) - 1
+        edges_array = np.array(bounds, dtype=np.int64)
+        edges = edges_array
+        # Piece p's blocks will be flat[starts[p]:starts[p + 1]] (first counted at p + 1).
+        starts_array = np.zeros(count + 1, dtype=np.int64)
+        starts = starts_array
+        # Block j of part is in pieces spans[2j] to spans[2j + 1] - 1 (none if placed).
+        spans_array = np.zeros(2 * m, dtype=np.int64)
+        spans = spans_array
+        for j in range(m):
+            i = part[j]
+            p = q = 0
+            if floor[i] < BIG:
+                # The pieces that end after it starts and start before it ends.
+                lo, hi = 0, count
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if edges[mid + 1] <= first[i]:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                p = q = lo
+                while q < count and edges[q] < last[i]:
+                    starts[q + 1] += 1
+                    q += 1
+            spans[2 * j] = p
+            spans[2 * j + 1] = q
+        for p in range(count):
+            starts[p + 1] += starts[p]
+        flat_array = np.zeros(starts[count], dtype=np.int64)
+        flat = flat_array
+        filled_array = starts_array.copy()
+        filled = filled_array
+        for j in range(m):
+            for p in range(spans[2 * j], spans[2 * j + 1]):
+                flat[filled[p]] = part[j]
+                filled[p] += 1
+        found = []
+        for p in range(count):
+            if starts[p + 1] > starts[p]:
+                found.append((bounds[p], bounds[p + 1], flat_array[starts[p]:starts[p + 1]]))
+        return found
+
     def peak_loads(self, piece: np.ndarray) -> np.ndarray:
         """The largest load (of the unplaced blocks) each block of ``piece`` lives through."""
         m = len(piece)
@@ -314,6 +383,16 @@ class NumpyNodes:
         need += load[c_lo:c_hi]
         need &= _LOW
         return 1 if _MAX(need) <= self.capacity else 0
+
+    def pieces(self, part: np.ndarray,
+               bounds: list[int]) -> Iterator[tuple[int, int, np.ndarray]]:
+        """As :meth:`Nodes.pieces` (each piece when the search reaches it)."""
+        rest = part[self.floor[part] < _BIG]
+        rest_first, rest_last = self.search.first_arr[rest], self.search.last_arr[rest]
+        for a, z in zip(bounds[:-1], bounds[1:]):
+            piece = rest[(rest_first < z) & (rest_last > a)]
+            if piece.size:
+                yield a, z, piece
 
     def peak_loads(self, piece: np.ndarray) -> np.ndarray:
         """As :meth:`Nodes.peak_loads`."""
