@@ -31,6 +31,9 @@ cdef class Nodes:
     cdef long long[::1] saved
     cdef long long[::1] cuts
     cdef readonly Py_ssize_t depth
+    cdef Py_ssize_t n_keys
+    cdef long long[::1] rule_ranks
+    cdef unsigned char[::1] is_peak
 
     @cython.locals(n=cython.longlong, m=Py_ssize_t, j=Py_ssize_t, i=cython.longlong,
                    c=Py_ssize_t, top=cython.longlong, lowest_top=cython.longlong,
@@ -74,3 +77,13 @@ cdef class Nodes:
                    p=Py_ssize_t, q=Py_ssize_t, lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t,
                    found=list)
     cpdef list pieces(self, long long[::1] part, list bounds)
+
+    @cython.locals(m=Py_ssize_t, width=Py_ssize_t, n=Py_ssize_t,
+                   rule_ranks=cython.longlong[::1], is_peak=cython.uchar[::1],
+                   peaks=cython.longlong[::1], keys=cython.longlong[::1],
+                   order=cython.longlong[::1], spare=cython.longlong[::1],
+                   merged=cython.longlong[::1], rank=cython.longlong[::1],
+                   j=Py_ssize_t, l=Py_ssize_t, run=Py_ssize_t, lo=Py_ssize_t, mid=Py_ssize_t,
+                   hi=Py_ssize_t, a=Py_ssize_t, b=Py_ssize_t, out=Py_ssize_t,
+                   x=Py_ssize_t, y=Py_ssize_t, later_first=cython.bint)
+    cpdef void rerank(self, long long[::1] piece)

@@ -122,6 +122,17 @@ class Nodes:
         # Each placement pushes (block, old floor) per raised block, then their count.
         self.saved = np.zeros(2 * int(counts.sum()) + n + 1, dtype=np.int64)
         self.depth = 0
+        # The rule's keys: key l of block k is rule_ranks[l * n + k], or its peak load (T).
+        rule = search.rule
+        self.n_keys = len(rule)
+        rule_ranks = np.zeros((len(rule), n), dtype=np.int64)
+        is_peak = np.zeros(len(rule), dtype=np.uint8)
+        for l, c in enumerate(rule):
+            if c == "T":
+                is_peak[l] = 1
+            else:
+                rule_ranks[l] = search.key_ranks[c]
+        self.rule_ranks, self.is_peak = rule_ranks.ravel(), is_peak
 
     def choices(self, part: np.ndarray, s_lo: int, s_hi: int, last_offset: int,
                 last_block: int) -> list[tuple[int, int]] | None:
@@ -295,6 +306,66 @@ class Nodes:
                 found.append((bounds[p], bounds[p + 1], flat_array[starts[p]:starts[p + 1]]))
         return found
 
+    def rerank(self, piece: np.ndarray) -> None:
+        """Rank ``piece`` by the rule again, with T the load still unplaced (MiniMalloc).
+
+        Once a piece is independent, the loads its blocks live through are
+        what is left of it, and the order by those finds packings far sooner
+        (MiniMalloc's I: within 2 000 nodes, none in 600 000 with the first
+        order).  Each key largest first, then the lowest block; ``rank`` of
+        the piece's blocks becomes 0, 1, ... in that order.
+        """
+        m, width, n = len(piece), self.n_keys, self.n
+        rule_ranks, is_peak = self.rule_ranks, self.is_peak
+        peaks = self.peak_loads(piece)
+        key_array = np.empty(m * width, dtype=np.int64)
+        keys = key_array
+        for j in range(m):
+            for l in range(width):
+                keys[j * width + l] = -(peaks[j] if is_peak[l] else rule_ranks[l * n + piece[j]])
+        # A merge sort, bottom up, of the positions in piece by (keys, block).
+        order_array = np.arange(m, dtype=np.int64)
+        order = order_array
+        spare_array = np.empty(m, dtype=np.int64)
+        spare = spare_array
+        run = 1
+        while run < m:
+            lo = 0
+            while lo < m:
+                mid, hi = min(lo + run, m), min(lo + 2 * run, m)
+                a, b, out = lo, mid, lo
+                while a < mid and b < hi:
+                    x, y = order[b], order[a]
+                    for l in range(width):
+                        if keys[x * width + l] != keys[y * width + l]:
+                            later_first = keys[x * width + l] < keys[y * width + l]
+                            break
+                    else:
+                        later_first = piece[x] < piece[y]
+                    if later_first:
+                        spare[out] = x
+                        b += 1
+                    else:
+                        spare[out] = y
+                        a += 1
+                    out += 1
+                while a < mid:
+                    spare[out] = order[a]
+                    a += 1
+                    out += 1
+                while b < hi:
+                    spare[out] = order[b]
+                    b += 1
+                    out += 1
+                lo = hi
+            merged = spare
+            spare = order
+            order = merged
+            run *= 2
+        rank = self.rank
+        for j in range(m):
+            rank[piece[order[j]]] = j
+
     def peak_loads(self, piece: np.ndarray) -> np.ndarray:
         """The largest load (of the unplaced blocks) each block of ``piece`` lives through."""
         m = len(piece)
@@ -393,6 +464,13 @@ class NumpyNodes:
             piece = rest[(rest_first < z) & (rest_last > a)]
             if piece.size:
                 yield a, z, piece
+
+    def rerank(self, piece: np.ndarray) -> None:
+        """As :meth:`Nodes.rerank`."""
+        t, ranks = self.peak_loads(piece), self.search.key_ranks
+        by_rule = np.lexsort([piece] + [-(t if c == "T" else ranks[c][piece])
+                                        for c in reversed(self.search.rule)])
+        self.rank[piece[by_rule]] = np.arange(piece.size, dtype=np.int64)
 
     def peak_loads(self, piece: np.ndarray) -> np.ndarray:
         """As :meth:`Nodes.peak_loads`."""
