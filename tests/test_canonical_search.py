@@ -17,7 +17,7 @@ import pgmo
 from pgmo.solver.budget import Budget
 from pgmo.solver.canonical_search import (FOUND, INFEASIBLE, ORDER_RULES, STOPPED,
                                           CanonicalSearch, sections_of)
-from pgmo.solver import search_nodes
+from pgmo.solver import numpy_nodes, search_nodes
 from pgmo.solver.bestfit import bestfit_offsets
 from pgmo.solver.peak_core import core_packings, peak_tick
 from pgmo.solver.tightening import tighten
@@ -197,7 +197,7 @@ PINNED_RUNS = [
 @pytest.mark.parametrize("kind", ["default", "numpy", "plain loops"])
 def test_the_search_visits_the_same_nodes_and_finds_the_same_packings(kind):
     """Each way of doing the nodes' work (compiled where built) gives the pinned answers."""
-    kernel = {"default": search_nodes.default_kind(), "numpy": search_nodes.NumpyNodes,
+    kernel = {"default": search_nodes.default_kind(), "numpy": numpy_nodes.NumpyNodes,
               "plain loops": search_nodes.plain_module().Nodes}[kind]
     assert kind != "plain loops" or not search_nodes.plain_module().COMPILED
     got = []

@@ -51,7 +51,8 @@ from typing import Generator, Mapping, Sequence
 import numpy as np
 
 from .budget import WALL_CLOCK, Clock
-from .search_nodes import Nodes, NumpyNodes, default_kind
+from .numpy_nodes import NumpyNodes
+from .search_nodes import Nodes, default_kind
 
 __all__ = ["CanonicalSearch", "FOUND", "INFEASIBLE", "STOPPED", "ORDER_RULES", "MAX_CELLS",
            "MAX_BLOCKS", "sections_of", "searchable"]
