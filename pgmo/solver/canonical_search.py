@@ -144,7 +144,7 @@ class CanonicalSearch:
         self.order = order  # search index k is block order[k]
         self.rule, self.reorder = rule, reorder
         self.width = [keys["W"][i] for i in order]
-        # The fixed keys as ranks in search order (int64 whatever the values), for the re-ranking of a piece.
+        # The fixed keys as ranks in search order (int64 whatever the values), for re-ranking.
         self.key_ranks = {c: _dense_ranks([keys[c][i] for i in order]) for c in "WAZ"}
         self.n, self.n_sections = n, n_sections
         self.size = np.array([sizes[i] for i in order], dtype=np.int64)
