@@ -11,12 +11,9 @@ Tested in ``tests/test_canonical_search.py``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from .canonical_search import CanonicalSearch
 
 __all__ = ["NumpyNodes"]
 
@@ -33,7 +30,7 @@ _MAX_AT = np.maximum.reduceat
 class NumpyNodes:
     """The same work as :class:`Nodes`, as NumPy calls (the fastest way in plain Python)."""
 
-    def __init__(self, search: CanonicalSearch):
+    def __init__(self, search: Any):  # a CanonicalSearch (which imports this module)
         self.search = search
         self.n, self.capacity, self.any_pinned = search.n, search.capacity, search.any_pinned
         self.floor, self.rank, self.load, self.size = (search.floor, search.rank, search.load,

@@ -26,14 +26,11 @@ import os
 import sys
 import types
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from .numpy_nodes import NumpyNodes
-
-if TYPE_CHECKING:
-    from .canonical_search import CanonicalSearch
 
 try:
     import cython
@@ -97,7 +94,7 @@ class Nodes:
     :meth:`unplace` pops, so calls must nest (the search is depth-first).
     """
 
-    def __init__(self, search: CanonicalSearch):
+    def __init__(self, search: Any):  # a CanonicalSearch (which imports this module)
         n = search.n
         self.n, self.capacity, self.any_pinned = n, search.capacity, search.any_pinned
         self.floor, self.rank, self.load = search.floor, search.rank, search.load
