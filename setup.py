@@ -1,9 +1,9 @@
-"""Build pgmo; compile its allocation hot path with Cython when possible.
+"""Build pgmo; compile its allocation hot path and its search's nodes with Cython when possible.
 
-``pgmo/engine/handout.py`` and ``pgmo/engine/frees.py`` are plain Python that
-Cython compiles (with the types in their ``.pxd`` files) into extension
-modules of the same names.  The
-extension is optional: without a C compiler the build goes on and pgmo
+``pgmo/engine/handout.py``, ``pgmo/engine/frees.py`` and
+``pgmo/solver/search_nodes.py`` are plain Python that Cython compiles (with
+the types in their ``.pxd`` files) into extension modules of the same names.
+Each extension is optional: without a C compiler the build goes on and pgmo
 runs the same code as plain Python (see ``pgmo.engine.compiled()``).
 """
 
@@ -24,7 +24,13 @@ def extensions():
         return []
     hot_path = [Extension(f"pgmo.engine.{name}", [f"pgmo/engine/{name}.py"], optional=True)
                 for name in ("frees", "handout")]
-    return cythonize(hot_path, compiler_directives=DIRECTIVES, quiet=True)
+    # The canonical search's work per node: loops over arrays whose indices the
+    # search keeps in range (its plain-Python tests index NumPy arrays, which check).
+    search = [Extension("pgmo.solver.search_nodes", ["pgmo/solver/search_nodes.py"],
+                        optional=True)]
+    return (cythonize(hot_path, compiler_directives=DIRECTIVES, quiet=True)
+            + cythonize(search, compiler_directives=dict(DIRECTIVES, boundscheck=False,
+                                                         wraparound=False), quiet=True))
 
 
 setup(ext_modules=extensions())

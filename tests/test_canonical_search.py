@@ -17,6 +17,7 @@ import pgmo
 from pgmo.solver.budget import Budget
 from pgmo.solver.canonical_search import (FOUND, INFEASIBLE, ORDER_RULES, STOPPED,
                                           CanonicalSearch, sections_of)
+from pgmo.solver import numpy_nodes, search_nodes
 from pgmo.solver.bestfit import bestfit_offsets
 from pgmo.solver.peak_core import core_packings, peak_tick
 from pgmo.solver.tightening import tighten
@@ -193,7 +194,12 @@ PINNED_RUNS = [
 ]
 
 
-def test_the_search_visits_the_same_nodes_and_finds_the_same_packings():
+@pytest.mark.parametrize("kind", ["default", "numpy", "plain loops"])
+def test_the_search_visits_the_same_nodes_and_finds_the_same_packings(kind):
+    """Each way of doing the nodes' work (compiled where built) gives the pinned answers."""
+    kernel = {"default": search_nodes.default_kind(), "numpy": numpy_nodes.NumpyNodes,
+              "plain loops": search_nodes.plain_module().Nodes}[kind]
+    assert kind != "plain loops" or not search_nodes.plain_module().COMPILED
     got = []
     for seed in range(3):
         trace = _pinned_instance(seed)
@@ -205,6 +211,7 @@ def test_the_search_visits_the_same_nodes_and_finds_the_same_packings():
             for cap, pins in ((lb, None), (lb + 3, None),
                               (peak, {i: known[i] for i in range(0, 80, 7)})):
                 search = CanonicalSearch(*cols, rule, seed=seed or None)
+                search.kernel_kind = kernel
                 status, offsets = search.run(cap, 3000, pinned=pins)
                 checksum = None if offsets is None else sum(o * (i + 1) for i, o in enumerate(offsets))
                 got.append((seed, rule, cap - lb, pins is not None, status, search.nodes, checksum))

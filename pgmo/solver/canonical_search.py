@@ -29,9 +29,10 @@ search places one when it reaches its offset and prunes any placement that
 would push it up.  The large neighbourhood search (:mod:`.neighbourhood`)
 re-packs part of a packing that way, with the rest pinned.
 
-The section bound is computed with numpy over the blocks live in each
-section (one gather and one ``minimum.reduceat`` per child), so the search
-is meant for up to a few thousand blocks (:data:`MAX_CELLS`).  The search
+The section bound looks at the blocks live in each section the child can
+change (:mod:`.search_nodes` does each node's and each child's work, in C
+where pgmo is compiled), so the search is meant for up to a few thousand
+blocks (:data:`MAX_CELLS`).  The search
 is deterministic: the block order is fixed by a named rule (and a seed for
 tie-breaks), and it stops after a node limit, so equal limits give equal
 answers on every machine.  Every child
@@ -50,6 +51,8 @@ from typing import Generator, Mapping, Sequence
 import numpy as np
 
 from .budget import WALL_CLOCK, Clock
+from .numpy_nodes import NumpyNodes
+from .search_nodes import Nodes, default_kind
 
 __all__ = ["CanonicalSearch", "FOUND", "INFEASIBLE", "STOPPED", "ORDER_RULES", "MAX_CELLS",
            "MAX_BLOCKS", "sections_of", "searchable"]
@@ -68,13 +71,6 @@ MAX_CELLS = 4_000_000
 #: (CPython 3.11 crashes near 40 000).
 MAX_BLOCKS = 4000
 _BIG = np.int64(1 << 62)
-#: ``need & _LOW`` maps a section with no unplaced block (``need == _BIG``) to 0
-#: and leaves every other ``need`` (always below ``_BIG``) as it is.
-_LOW = np.int64((1 << 62) - 1)
-_MIN = np.minimum.reduce  # the ufunc itself: ndarray.min() goes through two wrappers
-_MAX = np.maximum.reduce
-_MIN_AT = np.minimum.reduceat
-_MAX_AT = np.maximum.reduceat
 #: A search's state while it runs: a generator that yields when it pauses
 #: and returns its status.
 Walk = Generator[None, None, str]
@@ -148,7 +144,7 @@ class CanonicalSearch:
         self.order = order  # search index k is block order[k]
         self.rule, self.reorder = rule, reorder
         self.width = [keys["W"][i] for i in order]
-        # The fixed keys as ranks in search order (int64 whatever the values), for _rerank.
+        # The fixed keys as ranks in search order (int64 whatever the values), for re-ranking.
         self.key_ranks = {c: _dense_ranks([keys[c][i] for i in order]) for c in "WAZ"}
         self.n, self.n_sections = n, n_sections
         self.size = np.array([sizes[i] for i in order], dtype=np.int64)
@@ -203,6 +199,9 @@ class CanonicalSearch:
         self.reach_cells = [(self.starts_list[lo], starts[lo:hi] - starts[lo])
                             for lo, hi in self.reach]
         self.nodes = 0
+        #: How the nodes' work is done (:func:`.search_nodes.default_kind`); equal answers.
+        self.kernel_kind: type[Nodes] | type[NumpyNodes] = default_kind()
+        self.kernel: Nodes | NumpyNodes  # made by start(), on that search's arrays
         self._walk: Walk | None = None  # the search under way, paused
         self.result: tuple[str, list[int] | None] | None = None  # its end, once known
 
@@ -267,6 +266,7 @@ class CanonicalSearch:
         elif int(self.load.max()) > capacity or int(self.size.max()) > capacity:
             self.result = (INFEASIBLE, None)
         else:
+            self.kernel = self.kernel_kind(self)
             self._walk = self._search_pieces(np.arange(n), 0, self.n_sections,
                                              np.flatnonzero(self.cuts == 0).tolist())
 
@@ -310,56 +310,27 @@ class CanonicalSearch:
     def _search(self, part: np.ndarray, s_lo: int, s_hi: int, last_offset: int,
                 last_block: int) -> Walk:
         """Place the unplaced blocks of ``part`` (sections [s_lo, s_hi)) canonically."""
-        # The hot loop: locals instead of attributes, as few NumPy calls per
-        # child as the same pruning allows (each costs about a microsecond).
+        # The hot loop: locals instead of attributes; the work per node and per
+        # child is the kernel's (:mod:`.search_nodes`).
         if self.nodes >= self.pause_at or self.clock() > self.deadline:
             yield from self._pause()
         self.nodes += 1
-        floor, rank, n = self.floor, self.rank, self.n
-        part_floor = floor[part]
-        # Placed blocks have floor _BIG, so their tops are above every unplaced one's.
-        lowest_top = _MIN(part_floor + self.size[part])
-        if lowest_top >= _BIG:  # every block of the part is placed
+        kernel, n = self.kernel, self.n
+        # Canonical order and dominance (see the module docstring): only blocks
+        # below the lowest top (placed ones are not), later than the last block
+        # placed, in the order of their keys floor * n + rank.
+        choices = kernel.choices(part, s_lo, s_hi, last_offset, last_block)
+        if choices is None:  # every block of the part is placed
             solution, offset = self.solution, self.offset
             for k in part.tolist():
                 solution[k] = offset[k]
             return FOUND
-        # Canonical order and dominance (see the module docstring): only blocks
-        # below the lowest top (placed ones are not), later than the last block
-        # placed.  The key floor * n + rank orders by floor, then rank (ranks
-        # are 0..n-1), so "later than the last block placed" is one comparison.
-        low = part_floor < lowest_top
-        low_blocks = part[low]
-        low_floor = part_floor[low]
-        key = low_floor * n + rank[low_blocks]
-        last_key = last_offset * n + (int(rank[last_block]) if last_block >= 0 else n - 1)
-        ok = key > last_key
-        any_pinned = self.any_pinned
-        if any_pinned:
-            pinned_floor = part_floor[self.pinned[part] & (part_floor < _BIG)]
-            if pinned_floor.size:
-                if int(pinned_floor.min()) < last_offset:
-                    return INFEASIBLE  # a pinned block was passed: it can never be placed
-                ok &= low_floor <= pinned_floor.min()
-        choices = low_blocks[ok]
-        if choices.size == 0:
-            return INFEASIBLE
-        keys = key[ok]
-        if choices.size > 1:
-            by_key = keys.argsort()
-            choices, keys = choices[by_key], keys[by_key]
-        load, capacity = self.load, self.capacity
-        members, starts, starts_list = self.members, self.starts, self.starts_list
-        reach_cells = self.reach_cells
-        max_load = int(_MAX(load[s_lo:s_hi]))
-        pinned, clock = self.pinned, self.clock
-        sizes, first, last, reach = self.sizes, self.first, self.last, self.reach
-        offset, group, tops, neighbours = self.offset, self.group, self.tops, self.neighbours
+        clock = self.clock
+        sizes, near_bits = self.sizes, self.near_bits
+        offset, group, tops = self.offset, self.group, self.tops
         unplaced = self.unplaced
-        for b, k in zip(choices.tolist(), keys.tolist()):
+        for k, b in choices:
             o = k // n  # the floor
-            if o + max_load > capacity:
-                break  # the later choices start no lower
             # The child is built and checked: it counts, pruned or not.
             if self.nodes >= self.pause_at or clock() > self.deadline:
                 yield from self._pause()
@@ -369,41 +340,13 @@ class CanonicalSearch:
                 below = tops.get((g, o))
                 if below and max(below) > b:
                     continue  # the same packing with the two swapped is searched instead
-            s = sizes[b]
-            top = o + s
-            f, l = first[b], last[b]
             offset[b] = o
-            near = neighbours[b]
-            raised = near[floor[near] < top]  # placed neighbours have floor _BIG
-            if any_pinned and pinned[raised].any():
+            fits = kernel.place(b, o, s_lo, s_hi)
+            if fits < 0:
                 continue  # it would push a pinned block up
-            floor[b] = _BIG
-            load[f:l] -= s
-            r_lo, r_hi = reach[b]  # the raised blocks live in these sections only
-            if raised.size:
-                old_floor = floor[raised]
-                floor[raised] = top
             status = INFEASIBLE
-            # Only sections where a block was placed or raised can break the
-            # bound; there, o + load <= capacity (checked above), so the
-            # lowest floor of a block live there alone decides.  A section
-            # with no unplaced block has floor BIG and load 0 (need & _LOW is
-            # 0 there).
-            if r_lo >= s_lo and r_hi <= s_hi:
-                c_lo, c_hi = r_lo, r_hi
-                first_cell, cells = reach_cells[b]
-            else:
-                c_lo, c_hi = max(r_lo, s_lo), min(r_hi, s_hi)
-                first_cell = starts_list[c_lo] if c_lo < c_hi else 0
-                cells = starts[c_lo:c_hi] - first_cell
-            if c_lo < c_hi:
-                need = _MIN_AT(floor[members[first_cell:starts_list[c_hi]]], cells)
-                need += load[c_lo:c_hi]
-                need &= _LOW
-                fits = _MAX(need) <= capacity
-            else:
-                fits = True
             if fits:
+                top = o + sizes[b]
                 self.unplaced = unplaced ^ (1 << b)
                 if g >= 0:
                     tops.setdefault((g, top), []).append(b)
@@ -414,48 +357,25 @@ class CanonicalSearch:
                     if not resting:
                         del tops[(g, top)]
                 self.unplaced = unplaced
-            if raised.size:
-                floor[raised] = old_floor
-            load[f:l] += s
-            floor[b] = o
+            kernel.unplace(b, o)
             if status != INFEASIBLE:
                 return status
-            if not self.near_bits[b] & unplaced:
+            if not near_bits[b] & unplaced:
                 break  # nothing above it: any other choice here fails the same way
         return INFEASIBLE
 
     def _after_placing(self, part, s_lo, s_hi, b, o) -> Walk:
         """Recurse, splitting into independent parts when ``b`` was the last link."""
-        f, l = self.first[b], self.last[b]
-        if l - 1 <= f:
+        if self.last[b] - 1 <= self.first[b]:
             return (yield from self._search(part, s_lo, s_hi, o, b))
-        cuts = self.cuts[f:l - 1]
-        cuts -= 1
+        kernel = self.kernel
+        zero = kernel.cut(b)
         try:
-            zero = np.flatnonzero(cuts == 0)
-            if zero.size == 0:
+            if not zero:
                 return (yield from self._search(part, s_lo, s_hi, o, b))
-            return (yield from self._search_pieces(part, s_lo, s_hi, (zero + f).tolist()))
+            return (yield from self._search_pieces(part, s_lo, s_hi, zero))
         finally:
-            cuts += 1
-
-    def _rerank(self, piece: np.ndarray) -> None:
-        """Order ``piece`` by the rule again, with T the load still unplaced (MiniMalloc).
-
-        Once a piece is independent, the loads its blocks live through are
-        what is left of it, and the order by those finds packings far sooner
-        (MiniMalloc's I: within 2 000 nodes, none in 600 000 with the first order).
-        """
-        spans = self.first_arr[piece], self.last_arr[piece]
-        # Each block's max load: maxima over [first, last), the ranges between them dropped.
-        bounds = np.empty(2 * piece.size, dtype=np.int64)
-        bounds[0::2], bounds[1::2] = spans
-        t = _MAX_AT(np.append(self.load, 0), bounds)[0::2]
-        t[spans[1] <= spans[0]] = 0
-        keys = dict(self.key_ranks, T=t)
-        keys["W"], keys["A"], keys["Z"] = (keys[c][piece] for c in "WAZ")
-        by_rule = np.lexsort([piece] + [-keys[c] for c in reversed(self.rule)])
-        self.rank[piece[by_rule]] = np.arange(piece.size, dtype=np.int64)
+            kernel.uncut(b)
 
     def _search_pieces(self, part, s_lo, s_hi, cuts_at) -> Walk:
         """Search the unplaced blocks of ``part`` in independent pieces, one after another.
@@ -466,19 +386,15 @@ class CanonicalSearch:
         every choice made on the other.)
         """
         bounds = [s_lo] + [c + 1 for c in cuts_at if s_lo <= c < s_hi - 1] + [s_hi]
-        rest = part[self.floor[part] < _BIG]
-        rest_first, rest_last = self.first_arr[rest], self.last_arr[rest]
-        for a, z in zip(bounds[:-1], bounds[1:]):
-            piece = rest[(rest_first < z) & (rest_last > a)]
-            if piece.size:
-                if self.reorder:
-                    old_rank = self.rank[piece]
-                    self._rerank(piece)
-                status = yield from self._search(piece, a, z, -1, -1)
-                if self.reorder:
-                    self.rank[piece] = old_rank
-                if status != FOUND:
-                    return status
+        for a, z, piece in self.kernel.pieces(part, bounds):
+            if self.reorder:
+                old_rank = self.rank[piece]
+                self.kernel.rerank(piece)  # the order by the load left (MiniMalloc)
+            status = yield from self._search(piece, a, z, -1, -1)
+            if self.reorder:
+                self.rank[piece] = old_rank
+            if status != FOUND:
+                return status
         for k in part[self.floor[part] >= _BIG].tolist():  # placed before the split
             self.solution[k] = self.offset[k]
         return FOUND
