@@ -30,7 +30,8 @@ What is fitted, from the quick check's steps (``python -m scripts.gpu_quick_chec
   the model to be changed);
 * ``call_us``: per call (``cudaMalloc``, ``cudaFree``, the pool's and the
   virtual-memory calls) a line ``fixed + per_gib x size`` through its idle
-  times (least squares over the sizes measured), and whether it waits for
+  times (least squares over the sizes measured; where that line is not a cost,
+  a negative fixed part or slope, the cheapest call as a fixed cost), and whether it waits for
   kernels queued on its stream (``waits``) or on another one
   (``waits_other``).
 
@@ -169,6 +170,12 @@ def fit_calls(results: dict, notes: list[str]) -> dict | None:
             per_gib, fixed = np.polyfit(sizes, times, 1)
         else:
             per_gib, fixed = 0.0, float(times.mean())
+        if fixed <= 0 or per_gib < 0:
+            # Not a cost (a call preempted by the machine bends the line): the cheapest
+            # call, the least disturbed, as a cost that does not grow with the size.
+            notes.append(f"call_us: {op}: the line through its times is not a cost (fixed "
+                         f"{fixed:.1f} us, {per_gib:.1f} us per GiB): its cheapest call kept")
+            per_gib, fixed = 0.0, float(times.min())
         entry = {"fixed": round(float(fixed), 2), "per_gib": round(float(per_gib), 2),
                  "sizes": len(rows)}
         for key, name in (("waited", "waits"), ("other_waited", "waits_other")):

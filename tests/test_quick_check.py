@@ -505,6 +505,25 @@ def test_the_fit_keeps_what_a_gpu_run_did_not_measure_and_says_so():
     assert new["pool_trim_step"] == 2 * MiB and any("pessimistic" in n for n in notes)
 
 
+def test_a_call_cost_line_bent_by_a_preempted_call_becomes_its_cheapest_call():
+    """A loaded machine preempts one call of the largest size: the line through the times
+    would have a negative fixed part (no call costs less than nothing); the fit keeps the
+    cheapest call as a fixed cost, says so, and keeps a line that is a cost as it is."""
+    GiB = 1 << 30
+
+    def rows(op, times):
+        return [{"op": op, "size": size, "idle_us": t, "waited": False}
+                for size, t in zip((GiB // 4, GiB // 2, GiB), times)]
+
+    results = {"costs": {"rows": rows("cuMemMap", [100.0, 110.0, 9000.0])
+                         + rows("cudaMalloc", [300.0, 500.0, 900.0])}}
+    notes: list[str] = []
+    calls = fit.fit_calls(results, notes)
+    assert calls["cuMemMap"]["fixed"] == 100.0 and calls["cuMemMap"]["per_gib"] == 0.0
+    assert calls["cudaMalloc"]["fixed"] == 100.0 and calls["cudaMalloc"]["per_gib"] == 800.0
+    assert [n.split(":")[1].strip() for n in notes] == ["cuMemMap"]
+
+
 def test_the_fit_answers_a_wrong_file_in_one_line(tmp_path):
     (tmp_path / "other.json").write_text('{"command": "x"}')
     (tmp_path / "broken.json").write_text("{")
