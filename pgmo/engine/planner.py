@@ -230,6 +230,21 @@ class Planner(BackgroundPlanning):
         method = self.options.method if self.mode == "sync" else "bestfit"
         return self._solve_now(profile, self.options.replace(method=method), generation=-1)
 
+    def improve(self, schedule: Schedule) -> Schedule | None:
+        """The full method's plan (``best`` where the method is best-fit) of a best-fit
+        ``schedule``'s profile, made here, for a plan that would hold more than the heap
+        did (:meth:`.plan_choice.PlanChoice._costs_more_than_heap`); None where a search for
+        it goes on in the worker already, where a background mode's profile is too large to
+        search here (more than :attr:`sync_blocks` requests: the training loop would wait),
+        or when the solve fails."""
+        if schedule.plan.method != "bestfit" or self.busy or schedule.generation != \
+                self.generation or (self.mode == "background"
+                                    and len(schedule.profile.blocks) > self.sync_blocks):
+            return None
+        method = "best" if self.options.method == "bestfit" else self.options.method
+        return self._solve_now(schedule.profile, self.options.replace(method=method),
+                               schedule.generation)
+
     def plan_shape(self, run_log: Log, done: ShapeDone) -> None:
         """Plan a recurring shape's iteration (``run_log``, filled) and hand the schedule (or
         None) to ``done``: at once in ``sync`` and ``bestfit`` mode (as :meth:`plan_now`),
