@@ -3,7 +3,9 @@
 At each iteration boundary :meth:`PlanChoice._at_boundary` installs a plan
 that is ready (the planner's, one the user adopted, or one whose arena the
 device refused before) or fits the arena to the plan in use; the arena grows
-or shrinks there only.  A varying workload's iteration names its shape by its
+or shrinks there only.  A first plan that would hold more than the heap did
+while it served the iterations before it is searched further, and declined
+where that finds nothing better (:meth:`PlanChoice._better_than_heap`).  A varying workload's iteration names its shape by its
 first request: :meth:`PlanChoice._choose` then follows that shape's plan
 (:mod:`.shapes`) if the arena holds it, else the main plan, and a departed
 iteration's log may give its shape a plan (:meth:`PlanChoice._observe_shape`).
@@ -11,7 +13,8 @@ The user's plan calls (``optimize``, ``adopt``, ``reset``, ``close``) end here t
 
 Part of :class:`~.core.Engine` (a mixin: its methods run on the engine, under its
 lock, and read the engine's parts); it is tested through the engine, in
-``tests/test_engine_plans.py`` and ``tests/test_variable_workloads.py``.
+``tests/test_engine_plans.py``, ``tests/test_variable_workloads.py`` and
+``tests/test_plan_against_heap.py``.
 """
 
 from __future__ import annotations
