@@ -67,11 +67,13 @@ class PlanChoice(HintedStart):
     def _costs_more_than_heap(self, schedule: Schedule) -> bool:
         """Whether a first plan would hold more than the heap did while it served the
         iterations so far: what outlives them (weights, say) plus the plan's arena, above
-        :data:`PLAN_OVER_HEAP` times the most held yet.  Only the move from the heap to a
-        first plan is judged (the arena is the workload's from then on), never a plan the
+        :data:`PLAN_OVER_HEAP` times the most held yet, where the heap is pgmo's own (a
+        cudaMalloc per request would make every iteration wait for the device, and the
+        driver's pool is not judged).  Only the move from the heap to a first plan is judged (the arena is the workload's from then on), never a plan the
         user asked for (``optimize``, ``adopt``)."""
         memory = self.memory
-        if self.schedule is not None or schedule is self._asked or memory.peak_total <= 0:
+        if self.schedule is not None or schedule is self._asked or memory.peak_total <= 0 \
+                or not memory.own_heap_serves:  # a heap whose frees wait for the device
             return False
         return memory.heap_used() + schedule.arena_size > PLAN_OVER_HEAP * memory.peak_total
 
