@@ -137,6 +137,11 @@ class MemoryAccounts:
         of their own."""
         return sum(h.held for h in self._heaps())
 
+    def heap_used(self) -> int:
+        """Bytes the live blocks of the heaps and of the stock pool hold (at a boundary:
+        what outlives the iterations, weights say)."""
+        return sum(h.used for h in self._heaps()) + self.stock.used_bytes()
+
     def kept_total(self) -> int:
         """Survivors' bytes: live, and idle buffers waiting for the next iteration."""
         return self.hot.source_bytes(KEPT) + self.kept.idle_bytes(self.hot.iteration)

@@ -443,8 +443,8 @@ class Engine(PlanChoice, PoolQueries):
                 # a plan that became ready during this (planning) iteration is the one to
                 # install: profiling the iteration again would supersede it
                 self._pending = self.planner.take_ready(None)
-            if not (self.completed > self.warmup and self.schedule is None
-                    and self._pending is None and not self.planner.busy):
+            if not (self.completed > self.warmup and self.schedule is None and self._pending
+                    is None and not self.planner.busy and not self.heap_serves_on()):
                 self._at_boundary()
                 return False
             kind = "profile"

@@ -39,6 +39,13 @@ class HeapChoice(MemoryAccounts):
             return STREAM_POOL if self._make_heap is not None else RawHeap.kind
         return str(getattr(heap, "kind", STREAM_POOL))
 
+    @property
+    def own_heap_serves(self) -> bool:
+        """Whether the heap is pgmo's own (:mod:`.own_heap` or :mod:`.page_heap`): it serves
+        an iteration with no call that waits for the device (a cudaMalloc per request frees
+        with cudaFree, which does)."""
+        return self._own_heap
+
     def _heap(self) -> StreamHeap:
         heap = self.heap
         if heap is None:
