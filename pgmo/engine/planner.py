@@ -18,9 +18,9 @@ every iteration boundary, asks for a schedule ready to install.  The mode
     profile (up to :data:`SYNC_BLOCKS` requests) that finds the worker idle
     gets its best-fit plan at the boundary instead (milliseconds), so that
     short runs are planned from the next iteration on; the worker then
-    searches for the better one (with ``method="bestfit"``, a first plan that
-    would hold more than the heap did is searched there, for
-    :data:`BOUNDARY_SEARCH` at most: :meth:`Planner.improve`).  A newer profile supersedes a running
+    searches for the better one (a first plan that would hold more than the
+    heap did is never searched at the boundary in this mode: the worker's plan
+    is awaited, :meth:`Planner.improve`).  A newer profile supersedes a running
     search: the worker stops it and plans the newest profile.  Recurring
     shapes' plans (:mod:`.shapes`) are made there too.  A worker that dies
     or stops answering (past its time limits plus
@@ -82,11 +82,6 @@ REPLAN_MODES = ("background", "sync", "bestfit")
 #: (folding, best-fit and the plan's check: about 10 us per request, a few milliseconds,
 #: well under a boundary's 20 ms); larger ones are folded and planned by the worker.
 SYNC_BLOCKS = 256
-#: In background mode, the most seconds a best-fit plan that would hold more than the heap
-#: did is searched further at the boundary (:meth:`Planner.improve`; ResNet-50 inference's
-#: 229 requests: 30 ms to the optimum).
-BOUNDARY_SEARCH = 0.1
-
 _planners: "weakref.WeakSet[Planner]" = weakref.WeakSet()
 
 
@@ -239,20 +234,15 @@ class Planner(BackgroundPlanning):
     def improve(self, schedule: Schedule) -> Schedule | None:
         """The full method's plan (``best`` where the method is best-fit) of a best-fit
         ``schedule``'s profile, made here, for a plan that would hold more than the heap
-        did (:meth:`.plan_choice.PlanChoice._costs_more_than_heap`); None where a search for
-        it goes on in the worker already, where a background mode's profile is too large to
-        search here (more than :attr:`sync_blocks` requests: the training loop would wait;
-        a smaller one is searched for :data:`BOUNDARY_SEARCH` seconds at most), or when the
-        solve fails."""
-        if schedule.plan.method != "bestfit" or self.busy or schedule.generation != \
-                self.generation or (self.mode == "background"
-                                    and len(schedule.profile.blocks) > self.sync_blocks):
+        did (:meth:`.plan_choice.PlanChoice._costs_more_than_heap`); None in ``background``
+        mode (the training loop would wait for a search: the worker's plan is awaited, and
+        judged in turn, while the heap serves), where a search for it goes on already, or
+        when the solve fails."""
+        if self.mode == "background" or schedule.plan.method != "bestfit" or self.busy \
+                or schedule.generation != self.generation:
             return None
         options = self.options.replace(
             method="best" if self.options.method == "bestfit" else self.options.method)
-        if self.mode == "background":  # the training loop waits for this one: briefly
-            options = options.replace(time_limit=min(options.time_limit or BOUNDARY_SEARCH,
-                                                     BOUNDARY_SEARCH))
         return self._solve_now(schedule.profile, options, schedule.generation)
 
     def plan_shape(self, run_log: Log, done: ShapeDone) -> None:
