@@ -291,6 +291,31 @@ def test_the_same_workload_from_its_entry_keeps_its_peak_from_the_first_iteratio
     engine.close()
 
 
+def test_a_small_warm_up_is_planned_with_the_full_method_and_once_per_profile(monkeypatch):
+    """A warm-up of a few hundred requests (serving's batch of 32, where the paper's best-fit
+    packs 1.29x the lower bound) gets the full method's plan, never above best-fit's, made
+    once per profile however many plans are kept."""
+    from pgmo.solver import SolverOptions, solve
+
+    run = workloads.make("serving", iterations=1, scale=0.05, batches=(32,))
+    lo, hi = run.iterations[0]
+    closed = [b for b in run.trace.blocks if lo <= b.lower and b.upper is not None
+              and b.upper < hi]
+    opening = Trace.from_tuples([(k, b.lower, b.upper, b.size) for k, b in enumerate(closed)])
+    best_fit = solve(opening, SolverOptions(method="bestfit"))
+    assert best_fit.peak > 1.2 * opening.lower_bound()
+    plan = plan_cache.warmup_plan(opening)
+    assert plan.is_valid() and plan.peak <= best_fit.peak
+    cache = plan_cache.PlanCache(plan_cache.DeviceKey("test", 1 << 40, None))
+    calls = []
+    monkeypatch.setattr(plan_cache, "warmup_plan",
+                        lambda o: calls.append(o) or solve(o, SolverOptions(method="bestfit")))
+    steady = Trace.from_tuples([(0, 0, 1, MiB)])
+    for _ in range(3):
+        cache.keep(steady, solve(steady, SolverOptions(method="bestfit")), [(opening, None)])
+    assert calls == [opening]
+
+
 # --------------------------------------------------------------------- atomic writes
 WRITER = textwrap.dedent("""
     import sys
