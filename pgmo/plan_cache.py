@@ -32,10 +32,11 @@ checked.
 
 An entry holds the steady plan and one plan per warm-up iteration (its
 long-lived blocks, parameters and optimizer state, kept apart as the steady
-plan's survivors are; planned by :func:`warmup_plan`), each a pgmo plan file (:mod:`pgmo.formats.planfile`,
-with its own checksum).  Writes go to a temporary file in the same folder
-and replace the entry in one step (``os.replace``): data-parallel ranks that
-write the same key at once leave one whole file.  A damaged entry is ignored
+plan's survivors are; planned by :func:`warmup_plan`), each a pgmo plan
+file (:mod:`pgmo.formats.planfile`, with its own checksum).  Writes go to a
+temporary file in the same folder and replace the entry in one step
+(``os.replace``): data-parallel ranks that write the same key at once leave
+one whole file.  A damaged entry is ignored
 with one log line.
 
 Core module: no CuPy.  Tested in ``tests/test_plan_cache.py``.

@@ -5,9 +5,10 @@ that is ready (the planner's, one the user adopted, or one whose arena the
 device refused before) or fits the arena to the plan in use; the arena grows
 or shrinks there only.  A first plan that would hold more than the heap did
 while it served the iterations before it is searched further, and declined
-where that finds nothing better (:meth:`PlanChoice._better_than_heap`).  A varying workload's iteration names its shape by its
-first request: :meth:`PlanChoice._choose` then follows that shape's plan
-(:mod:`.shapes`) if the arena holds it, else the main plan, and a departed
+where that finds nothing better (:meth:`PlanChoice._better_than_heap`).  A
+varying workload's iteration names its shape by its first request:
+:meth:`PlanChoice._choose` then follows that shape's plan (:mod:`.shapes`)
+if the arena holds it, else the main plan, and a departed
 iteration's log may give its shape a plan (:meth:`PlanChoice._observe_shape`).
 The user's plan calls (``optimize``, ``adopt``, ``reset``, ``close``) end here too.
 
@@ -69,8 +70,9 @@ class PlanChoice(HintedStart):
         iterations so far: what outlives them (weights, say) plus the plan's arena, above
         :data:`PLAN_OVER_HEAP` times the most held yet, where the heap is pgmo's own (a
         cudaMalloc per request would make every iteration wait for the device, and the
-        driver's pool is not judged).  Only the move from the heap to a first plan is judged (the arena is the workload's from then on), never a plan the
-        user asked for (``optimize``, ``adopt``)."""
+        driver's pool is not judged).  Only the move from the heap to a first plan is
+        judged (the arena is the workload's from then on), never a plan the user asked
+        for (``optimize``, ``adopt``)."""
         memory = self.memory
         if self.schedule is not None or schedule is self._asked or memory.peak_total <= 0 \
                 or not memory.own_heap_serves:  # a heap whose frees wait for the device
