@@ -60,6 +60,7 @@ from .formats.files import read_bytes, write_bytes_atomically
 from .plan import Plan
 from .solver import SolverOptions, solve
 from .trace import Trace
+from .validate import find_conflict
 
 __all__ = ["ENV", "KEY_SIZES", "FORMAT", "VERSION", "DeviceKey", "CachedPlan", "Entry",
            "cache_dir", "entry_name", "dumps", "loads", "PlanCache", "attach", "entries", "clear"]
@@ -236,6 +237,9 @@ class PlanCache:
                 if known is None or known[0] is not opening:
                     known = self._warmup_plans[id(opening)] = (opening, warmup_plan(opening))
                 opening_plan = known[1]
+                borrowed = steady_plan_for(opening, plan)
+                if borrowed is not None and borrowed.peak < opening_plan.peak:
+                    opening_plan = borrowed
             warmup.append((opening, opening_plan))
         first = openings[0][0] if openings else profile
         return self.store([b.size for b in first.blocks[:KEY_SIZES]], profile, plan, warmup)
@@ -261,6 +265,23 @@ def warmup_plan(opening: Trace) -> Plan:
         if searched.peak < plan.peak:
             plan = searched
     return plan
+
+
+def steady_plan_for(opening: Trace, plan: Plan) -> Plan | None:
+    """The steady ``plan``'s offsets as a warm-up iteration's plan, where its requests are
+    the steady profile's (same sizes, in the same order) and the offsets pack them validly
+    (None otherwise): a warm-up is often the steady iteration once more (serving's first
+    requests at one batch size), and the steady plan may be the full method's, found
+    after the warm-up's own short search."""
+    closed = opening.without_open()
+    blocks = plan.trace.blocks
+    if len(closed.blocks) != len(blocks) \
+            or any(a.size != b.size for a, b in zip(closed.blocks, blocks)):
+        return None
+    if find_conflict(closed.blocks, plan.offsets) is not None:
+        return None
+    return Plan(closed, plan.offsets, method=f"{plan.method} (the steady plan's)",
+                optimal=None)
 
 
 def attach(engine: Any, device: DeviceKey) -> PlanCache:
