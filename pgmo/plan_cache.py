@@ -6,7 +6,8 @@ process on the same device starts from it, warm-up included, instead of
 profiling.  A cached plan is a hint, never a promise: the engine checks every
 request against it as the iteration runs (a request that differs departs,
 and a plan that departs before an iteration has held on it is replaced by a
-fresh profile; see :mod:`pgmo.engine.hinted`), so a stale, foreign or
+fresh profile, unless a steady iteration departed needing about what its arena
+holds; see :mod:`pgmo.engine.hinted`), so a stale, foreign or
 damaged entry costs at most the profiling it replaces.
 
 Where: ``$PGMO_CACHE_DIR`` when set, else the platform's cache folder

@@ -162,7 +162,9 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         the platform's) and start a later run of the same workload on
         the same device on it, its warm-up iteration included; a
         cached plan is checked request by request, and one that does
-        not hold is replaced by a fresh profile.
+        not hold (its warm-up departs, or its first steady iteration
+        departs needing far more or less than its arena) is replaced by a
+        fresh profile.
     ``device_id``, ``context``, ``total_memory``
         for non-CUDA backends
         (:func:`pgmo.measure.hosts.host_pool`); by default the current device,

@@ -27,10 +27,12 @@ def needs_cupy():
     pytest.importorskip("cupy")  # the pool's face keeps and reads the plans
 
 
-def train(pool, iterations=4, scale=1, checker=None, later=1, later_from=2):
+def train(pool, iterations=4, scale=1, checker=None, later=1, later_from=2, reshape_from=None):
     """A training loop: parameters and optimizer state made in the first iteration (kept),
     activations made and freed in each (``later`` times larger from iteration
-    ``later_from`` on); every block checked.  The pool's modes, and the checker."""
+    ``later_from`` on; from iteration ``reshape_from`` on, the last one 1 MiB larger:
+    another shape, the same peak of live bytes); every block checked.  The pool's modes,
+    and the checker."""
     checker = checker or Checker(host=True, device=pool.host_device, write=True)
     kept, modes = [], []
     for it in range(iterations):
@@ -39,12 +41,13 @@ def train(pool, iterations=4, scale=1, checker=None, later=1, later_from=2):
             live = {"x": checker.alloc(pool, 4 * MiB)}
             if it == 0:
                 kept.append(checker.alloc(pool, 3 * MiB * scale))  # parameters
+            reshaped = reshape_from is not None and it >= reshape_from
             live["a"] = checker.alloc(pool, 8 * MiB * scale * (later if it >= later_from else 1))
             live["b"] = checker.alloc(pool, 2 * MiB)
             assert checker.free(live.pop("a"))
             if it == 0:
                 kept.append(checker.alloc(pool, 5 * MiB))  # optimizer state
-            live["c"] = checker.alloc(pool, 6 * MiB)
+            live["c"] = checker.alloc(pool, (7 if reshaped else 6) * MiB)
             for name in ("b", "c", "x"):
                 assert checker.free(live.pop(name))
     for handle in kept:
@@ -196,6 +199,27 @@ def test_a_first_steady_iteration_that_departs_costs_one_profile_and_no_more_mem
         modes, checker = train(second, iterations=6, later=2, later_from=1)
     assert modes.count("profiling") == 1 and modes[-1] == "optimized"
     assert sum("cached plan does not fit" in r.message for r in caplog.records) == 1
+    assert checker.corrupted == 0 and checker.overlaps == 0
+    assert second.host_device.peak <= cold.host_device.peak
+
+
+def test_a_first_steady_iteration_of_another_shape_and_the_same_size_keeps_the_plan(caplog):
+    """The warm-up holds, the first steady iteration departs (its last activation is 1 MiB
+    larger) but needs what the cached plan's arena holds: the plan stays, and each such
+    departure is placed in the arena's gaps as in any run; no iteration is profiled,
+    every block is intact, and the run holds no more than the same run with no cache (a
+    fresh profile's heap beside the arena cost more)."""
+    needs_cupy()
+    train(pool())
+    cold = pool(plan_cache=False)
+    train(cold, iterations=6, reshape_from=1)
+    second = pool()
+    with caplog.at_level(logging.INFO, logger="pgmo.pool"):
+        modes, checker = train(second, iterations=6, reshape_from=1)
+    assert "profiling" not in modes and modes[1:] == ["optimized"] * 5
+    assert not any("does not fit this run" in r.message for r in caplog.records)
+    st = second.stats()
+    assert st.profiled_requests == 0 and st.departures >= 1
     assert checker.corrupted == 0 and checker.overlaps == 0
     assert second.host_device.peak <= cold.host_device.peak
 

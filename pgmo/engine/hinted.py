@@ -12,21 +12,34 @@ plan from that request on.
 
 A hint is never trusted: every request is checked as any plan's are
 (:mod:`.schedule`'s safety rule; a larger or extra request departs, a block
-freed late sends the request planned on it to memory of its own).  An
-iteration that departs from a hinted plan (the warm-up's, or the steady one
-before an iteration has held on it) drops the hint: the pool forgets both
-plans and profiles afresh, as if no hint had come.  Merging the departed log
-into the hinted profile instead would keep the earlier run's largest
-iteration in every later plan (on the CPU model, LSTM runs of varying
-lengths then held 1.05-1.07x their limit, against 1.00-1.01x profiled
-afresh).  Planning from the departed iteration's own log instead (it ran
-whole) was measured too: the recorded seq2seq run's second run went from
-1.058x to 1.022x its limit, but the LSTM runs' from 1.002-1.005x to
-1.016-1.054x, as the hot path does not log a planned request's size, so the
-log's requests up to the departure carry the hint's (the earlier run's
-largest) sizes.  Once a steady iteration has held, the plan is one like any other: a
-departure takes the existing path (merged, re-planned).  A hint that is
-damaged, does not fit its profile or needs an arena the device
+freed late sends the request planned on it to memory of its own).  A warm-up
+iteration that departs from its hinted plan drops the hint: the pool forgets
+both plans and profiles afresh, as if no hint had come.  The first steady
+iteration that departs is judged by what it needed: the lower bound of its
+blocks freed within it (its requests that held the plan at their planned
+sizes) against the hinted plan's arena.  Within :data:`HINT_NEAR` (1.10x)
+of each other, it is this workload's iteration of another shape, as a
+varying run's iterations are: the hint stays and is a plan like any other
+(the departure was placed in the arena's gaps; its log is merged and
+re-planned).  Otherwise the hint is dropped and the run profiles afresh.
+Dropping it for a near iteration cost more than the profile: the recorded
+seq2seq run (every iteration within 7% of the largest) departs from its
+cached plan within its first 80 requests in every iteration, yet the cached
+arena holds each one; profiled afresh, its second run held 1.058x its limit
+(sync, best-fit, on the CPU model: the fresh profile's survivors on 388 MiB
+of heap pages beside the new arena, and later iterations outgrowing the
+smaller plans made from it), kept, 1.001x (in background mode 1.021x ->
+1.001x).  Keeping every departed hint instead (merging it as any departure)
+keeps the earlier run's largest iteration in every later plan: LSTM runs of
+varying lengths, whose first steady iteration needs 0.05-0.8x the hinted
+arena, then held 1.05-1.07x their limit, as their shorter iterations placed
+in its gaps outgrew it, against 1.00-1.01x profiled afresh.  Planning from
+the departed iteration's own log instead was measured too (seq2seq 1.022x,
+LSTM runs 1.016-1.054x): the hot path does not log a planned request's size,
+so the log's requests up to the departure carry the hint's sizes.  Once a
+steady iteration has held, or a near one has departed, the plan is one like
+any other: a departure takes the existing path (merged, re-planned).  A hint
+that is damaged, does not fit its profile or needs an arena the device
 refuses costs nothing but the warm-up it would have planned.
 
 The warm-up iterations' profiles are kept (:attr:`HintedStart.opening_profiles`)
@@ -43,14 +56,19 @@ from typing import Callable, Protocol, Sequence
 
 from ..errors import PlanError
 from ..plan import Plan
-from ..trace import Trace
+from ..trace import Trace, max_load
 from .parts import EngineParts
 from .profiles import Log, log_of, to_profile
 from .schedule import Schedule, compile_schedule
 
-__all__ = ["Hint", "HintedStart"]
+__all__ = ["Hint", "HintedStart", "HINT_NEAR"]
 
 log = logging.getLogger("pgmo.pool")
+
+#: A first steady iteration that departs from the hinted plan keeps it where what it needed
+#: and the hinted arena are within this factor of each other (see the module's docstring;
+#: the factor a first plan may hold over the heap, :data:`.plan_choice.PLAN_OVER_HEAP`).
+HINT_NEAR = 1.10
 
 
 class Hint(Protocol):
@@ -158,23 +176,42 @@ class HintedStart(EngineParts):
 
     def _hinted_end(self, departed: bool) -> bool:
         """A planned iteration ended: True when it departed from a hinted plan, which is
-        then dropped (the next iteration after the warm-up is profiled afresh).  A steady
-        iteration that held confirms the hint: from then on the plan is one like any other
-        (a departure is merged and re-planned, as today)."""
+        then dropped (the next iteration after the warm-up is profiled afresh): a warm-up,
+        or the first steady iteration when what it needed is not near the hinted arena
+        (:meth:`_near_hint`).  A steady iteration that held, or departed near it, confirms
+        the hint: from then on the plan is one like any other (a departure is merged and
+        re-planned)."""
         if not self._hinted:
             return False
         if not departed:
             if self.current is self.schedule:
                 self._hinted = False
             return False
-        log.info("pgmo: the cached plan does not fit this run; profiling afresh")
         k = self.completed - 1  # this iteration's number
+        if k >= self.warmup and self.current is self.schedule and self._near_hint():
+            self._hinted = False  # a plan like any other: the caller merges and re-plans
+            return False
+        log.info("pgmo: the cached plan does not fit this run; profiling afresh")
         if k < self.warmup and self.current is not None:  # its own log, as it ran
             run_log = log_of(self.hot, self.hot.n, self.current.profile)
             self.opening_profiles[k:] = [(to_profile(run_log), None)]
         self._reset_plan()
         self._at_boundary()
         return True
+
+    def _near_hint(self) -> bool:
+        """The first steady iteration departed from the hinted plan: whether what it needed
+        (the lower bound of its blocks freed within it, planned requests at their planned
+        sizes) and the hinted plan's arena are within :data:`HINT_NEAR` of each other.
+        Once per run, at that boundary (about 15 ms for seq2seq's 12,500 requests)."""
+        schedule = self.schedule
+        assert schedule is not None  # a hinted steady plan is followed
+        closed = [(lo, up, size) for lo, up, size in zip(*log_of(self.hot, self.hot.n,
+                                                                  schedule.profile))
+                  if up is not None]
+        need = max_load(*zip(*closed)) if closed else 0
+        arena = schedule.arena_size
+        return max(need, arena) <= HINT_NEAR * min(need, arena)
 
     def _forget_hint(self) -> None:
         """The plan is reset: no hinted plan remains."""
