@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Callable
 from ..plan import Plan
 from ..solver import SolverOptions, solve
 from ..trace import Trace
-from .background import BackgroundPlanning, ShapeDone
+from .background import KEEP_WAIT, BackgroundPlanning, ShapeDone
 from .profiles import Log, absorb, to_profile
 from .schedule import Schedule, compile_schedule
 
@@ -134,6 +134,8 @@ class Planner(BackgroundPlanning):
         self._stale_taken = 0  # stale plans found by take_ready (engine's thread)
         self._stale_answers = 0  # stale plans and stopped searches (planner thread)
         self._shapes: dict[int, tuple[Log, ShapeDone]] = {}  # shape requests sent
+        self._keeps: set[int] = set()  # plans to keep (plan cache), handed over, not done
+        self._keep_next = None  # the newest plan to keep, not sent yet: (job, request, here)
         self._thread: threading.Thread | None = None
         self._worker: Worker | None = None
         self._worker_gen = -1  # the generation of the profile the worker holds (-1: none)
@@ -326,9 +328,11 @@ class Planner(BackgroundPlanning):
         worker.stop()
 
     def shutdown(self) -> None:
-        """Stop the thread and the worker (the pool is going away)."""
+        """Stop the thread and the worker (the pool is going away); plans handed over to be
+        kept (:meth:`keep`) are written first, for up to :data:`KEEP_WAIT` seconds."""
         if self._pid != os.getpid():
             return  # a forked child: those belong to the parent
+        self._finish_keeps(KEEP_WAIT)
         self._stop = True
         worker, self._worker = self._worker, None
         self._inbox.put(None)  # wakes the planner thread, which ends
