@@ -74,6 +74,7 @@ class BackgroundPlanning:
     _taken: int
     _forget_below: int
     _in_flight: set[int]
+    _unfolded: set[int]
     _slot: dict[str, Schedule]
     _stale_answers: int
     _shapes: dict[int, tuple[Log, ShapeDone]]
@@ -177,6 +178,7 @@ class BackgroundPlanning:
                         known = item[4]  # folded and planned with best-fit already
                         job = next(self._numbers) if known is None else known[0]
                         self._in_flight.add(job)
+                        self._unfolded.add(job)
                         self._taken = max(self._taken, item[1] + 1)
                         self._send_fold(job, *item[1:])
                     elif item[0] == "chore":
@@ -192,6 +194,7 @@ class BackgroundPlanning:
                     worker = self._worker
                     if job is not None and (worker is None or job not in worker.pending):
                         self._in_flight.discard(job)  # a log it did not send is not awaited
+                        self._unfolded.discard(job)
                         self._keeps.discard(job)
                     self._worker_failed(None, "the planner thread failed")
                     log.debug("planner thread error", exc_info=True)
@@ -246,6 +249,7 @@ class BackgroundPlanning:
         worker = self._ensure_worker()
         if worker is None:
             self._in_flight.discard(job)  # this log's plan is lost
+            self._unfolded.discard(job)
             return
         base = None
         generation, profile = (self.generation, self.profile) if known is None else known[1:]
@@ -276,6 +280,7 @@ class BackgroundPlanning:
     def _handle(self, worker: Worker, message: Message | None) -> None:
         if message is None:  # the worker is gone: what it was making is lost
             self._in_flight.difference_update(worker.pending)
+            self._unfolded.difference_update(worker.pending)
             self._keeps.difference_update(worker.pending)
             if worker is self._worker:
                 self._worker_failed(worker, f"it exited with status {worker.proc.poll()}")
@@ -288,6 +293,7 @@ class BackgroundPlanning:
         elif op == "done":
             worker.finished(job)
             self._in_flight.discard(job)
+            self._unfolded.discard(job)
             self._keeps.discard(job)
             if message.get("cancelled"):
                 self._stale_answers += 1
@@ -311,6 +317,7 @@ class BackgroundPlanning:
     def _on_profile(self, message: Message) -> None:
         """The worker folded a log: the new profile, if it changed, is the current one."""
         job = message["job"]
+        self._unfolded.discard(job)
         if "error" in message:
             self.solve_failures += 1
             log.warning("pgmo's planner could not fold an iteration into the profile (%s); "
@@ -386,6 +393,7 @@ class BackgroundPlanning:
             if self._worker is worker:
                 self._worker = None
             self._in_flight.difference_update(worker.pending)
+            self._unfolded.difference_update(worker.pending)
             self._keeps.difference_update(worker.pending)
             worker.stop()
             shapes, self._shapes = self._shapes, {}

@@ -71,7 +71,7 @@ from .schedule import Schedule, compile_schedule
 if TYPE_CHECKING:  # imported where a worker starts: see BackgroundPlanning._ensure_worker
     from .worker import Worker
 
-__all__ = ["Planner", "REPLAN_MODES", "SYNC_BLOCKS"]
+__all__ = ["Planner", "FOLDS_WAITING", "REPLAN_MODES", "SYNC_BLOCKS"]
 
 log = logging.getLogger("pgmo.pool")
 
@@ -82,6 +82,11 @@ REPLAN_MODES = ("background", "sync", "bestfit")
 #: (folding, best-fit and the plan's check: about 10 us per request, a few milliseconds,
 #: well under a boundary's 20 ms); larger ones are folded and planned by the worker.
 SYNC_BLOCKS = 256
+#: Background mode: a departed iteration's log is not handed over while this many are still
+#: to be folded by the worker (a worker starved of CPU, or iterations far shorter than a
+#: fold): the queue stays bounded, and an iteration that departs the same way again brings
+#: its log once the worker has caught up.
+FOLDS_WAITING = 4
 _planners: "weakref.WeakSet[Planner]" = weakref.WeakSet()
 
 
@@ -110,6 +115,9 @@ class Planner(BackgroundPlanning):
         self.solve_failures = 0  # solves that raised (the plan stays as it was)
         self.background_solves = 0  # plans of the full method made by the worker
         self.worker_failures = 0  # worker crashed or overran its time
+        #: Departed iterations' logs not handed to the worker, which had :data:`FOLDS_WAITING`
+        #: still to fold.
+        self.logs_dropped = 0
         self._warned = False
         #: Numbers generations and requests, increasing (``next`` is atomic).
         self._numbers = itertools.count(1)
@@ -130,6 +138,7 @@ class Planner(BackgroundPlanning):
         self._forget_below = 0  # logs handed over before this count are dropped (reset, adopt)
         self._taken = 0  # logs the planner thread took from the inbox
         self._in_flight: set[int] = set()  # logs sent to the worker, not answered to the end
+        self._unfolded: set[int] = set()  # logs sent to the worker, not folded yet
         self._slot: dict[str, Schedule] = {}  # "ready": a schedule for take_ready (popped)
         self._stale_taken = 0  # stale plans found by take_ready (engine's thread)
         self._stale_answers = 0  # stale plans and stopped searches (planner thread)
@@ -181,6 +190,10 @@ class Planner(BackgroundPlanning):
             method = "bestfit" if self.mode == "bestfit" else self.options.method
             return self._solve_now(profile, self.options.replace(method=method))
         known = schedule = None
+        if kind == "merge" and (self._recorded - self._taken) + len(self._unfolded) \
+                >= FOLDS_WAITING:
+            self.logs_dropped += 1  # the worker is behind: a later departure brings it again
+            return None
         before = self.profile
         if self._recorded <= self._taken and not self._in_flight \
                 and len(run_log.sizes) <= self.sync_blocks \
