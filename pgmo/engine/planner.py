@@ -21,7 +21,11 @@ every iteration boundary, asks for a schedule ready to install.  The mode
     searches for the better one (a first plan that would hold more than the
     heap did is never searched at the boundary in this mode: the worker's plan
     is awaited, :meth:`Planner.improve`).  A newer profile supersedes a running
-    search: the worker stops it and plans the newest profile.  Recurring
+    search: the worker stops it and plans the newest profile.  A departed
+    iteration's log waits while :data:`FOLDS_WAITING` are still to be folded
+    (dropped and counted in ``logs_dropped``: an iteration that departs the
+    same way brings it again).  The plans installed go to the plan cache from
+    the worker too (:meth:`Planner.keep`).  Recurring
     shapes' plans (:mod:`.shapes`) are made there too.  A worker that dies
     or stops answering (past its time limits plus
     :data:`.worker.WORKER_GRACE` in the CPU time it got, or

@@ -44,6 +44,10 @@ warning level or above goes to the planner as ``{"op": "log", "logger": name,
 write, say).  A
 fold that arrives while an older one is being searched stops that search
 (its remaining stages are dropped): the newer profile is the one to plan.
+The same log again, after it was folded without change, is answered at once
+(no fold): a plan that lands late is departed from the same way at every
+iteration, and the planner sends at most a few logs ahead of the folds
+(:data:`~.planner.FOLDS_WAITING`).
 
 It exits when its input closes (the pool is gone) and, on Linux, when its
 parent dies.  It never imports CuPy.
