@@ -33,8 +33,13 @@ checked.
 
 An entry holds the steady plan and one plan per warm-up iteration (its
 long-lived blocks, parameters and optimizer state, kept apart as the steady
-plan's survivors are; planned by :func:`warmup_plan`), each a pgmo plan
-file (:mod:`pgmo.formats.planfile`, with its own checksum).  Writes go to a
+plan's survivors are; planned by :func:`warmup_plan`, or given the steady
+plan's offsets where it repeats the steady iteration and they hold less:
+:func:`steady_plan_for`), each a pgmo plan file
+(:mod:`pgmo.formats.planfile`, with its own checksum).  With background
+re-planning the entry is made in the planner's worker process
+(:func:`keep_from_request`), so that its planning and encoding never take
+the training process's interpreter.  Writes go to a
 temporary file in the same folder and replace the entry in one step
 (``os.replace``): data-parallel ranks that write the same key at once leave
 one whole file.  A damaged entry is ignored
@@ -64,7 +69,8 @@ from .trace import Trace
 from .validate import find_conflict
 
 __all__ = ["ENV", "KEY_SIZES", "FORMAT", "VERSION", "DeviceKey", "CachedPlan", "Entry",
-           "cache_dir", "entry_name", "dumps", "loads", "PlanCache", "attach", "entries", "clear"]
+           "cache_dir", "entry_name", "dumps", "loads", "PlanCache", "attach", "entries", "clear",
+           "keep_from_request", "steady_plan_for", "warmup_plan"]
 
 log = logging.getLogger("pgmo.cache")
 
@@ -179,7 +185,7 @@ class PlanCache:
     def __init__(self, device: DeviceKey, folder: Path | None = None):
         self.device = device
         self.folder = (folder if folder is not None else cache_dir()) / device.folder
-        self._warmup_plans: dict[int, tuple[Trace, Plan]] = {}  # by id: (profile, its plan)
+        self._warmup_plans: dict[tuple, Plan] = {}  # a warm-up's blocks -> its plan
         self._by_first: dict[int, list[Path]] = {}
         try:
             files = [p for p in self.folder.iterdir()
@@ -234,16 +240,60 @@ class PlanCache:
         warmup = []
         for opening, opening_plan in openings:
             if opening_plan is None:
-                known = self._warmup_plans.get(id(opening))
-                if known is None or known[0] is not opening:
-                    known = self._warmup_plans[id(opening)] = (opening, warmup_plan(opening))
-                opening_plan = known[1]
+                known = self._warmup_plans.get(opening.blocks)
+                if known is None:
+                    known = self._warmup_plans[opening.blocks] = warmup_plan(opening)
+                opening_plan = known
                 borrowed = steady_plan_for(opening, plan)
                 if borrowed is not None and borrowed.peak < opening_plan.peak:
                     opening_plan = borrowed
             warmup.append((opening, opening_plan))
         first = openings[0][0] if openings else profile
         return self.store([b.size for b in first.blocks[:KEY_SIZES]], profile, plan, warmup)
+
+
+    def keep_request(self, profile: Trace, plan: Plan,
+                     openings: Sequence[tuple[Trace, Plan | None]] = ()) -> dict[str, Any]:
+        """What :func:`keep_from_request` needs to do :meth:`keep` in another process (plain
+        data): background planning keeps its plans from its worker process, so that the
+        warm-up plans and the file's encoding never take the training process's
+        interpreter."""
+        return {"root": str(self.folder.parent), "device": self.device.as_dict(),
+                "profile": _raw(profile), "offsets": list(plan.offsets),
+                "method": plan.method,
+                "openings": [(_raw(o), None if p is None else (list(p.offsets), p.method))
+                             for o, p in openings]}
+
+
+def _raw(trace: Trace) -> tuple[list, list, list, dict]:
+    """A trace as plain data: lowers, uppers (None: open), sizes, metadata."""
+    blocks = trace.blocks
+    return ([b.lower for b in blocks], [b.upper for b in blocks], [b.size for b in blocks],
+            dict(trace.metadata))
+
+
+def _trace(raw: Sequence) -> Trace:
+    lowers, uppers, sizes, metadata = raw
+    return Trace.from_columns(lowers, uppers, sizes, metadata)
+
+
+def keep_from_request(request: dict[str, Any], caches: dict[tuple, "PlanCache"]) -> Path | None:
+    """:meth:`PlanCache.keep` of a :meth:`PlanCache.keep_request`, in the process that got it
+    (``caches``: this process's caches, kept between requests so that each warm-up is
+    planned once)."""
+    device = DeviceKey(**request["device"])
+    root = Path(request["root"])
+    cache = caches.get((root, device))
+    if cache is None:
+        cache = caches[(root, device)] = PlanCache(device, root)
+    profile = _trace(request["profile"])
+    plan = Plan(profile.without_open(), tuple(request["offsets"]), method=request["method"])
+    openings = []
+    for raw, given in request["openings"]:
+        opening = _trace(raw)
+        openings.append((opening, None if given is None else
+                         Plan(opening.without_open(), tuple(given[0]), method=given[1])))
+    return cache.keep(profile, plan, openings)
 
 
 #: Warm-up profiles up to this many requests are planned with the full method (``best``) for

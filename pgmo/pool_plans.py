@@ -50,9 +50,11 @@ class PlanKeeper:
     def installed(self, schedule: Schedule, engine: Engine) -> None:
         """Keep ``schedule`` (just installed by ``engine``).
 
-        With background re-planning the file is written by a thread, off the
-        training loop (a large profile takes milliseconds to write); with
-        ``replan="sync"`` it is written at once, for reproducible runs.
+        With background re-planning a plan cache entry is made by the worker
+        process (its warm-up plans and its encoding never take the training
+        process's interpreter) and a ``plan_path`` file is written by a thread,
+        off the training loop (a large profile takes milliseconds to write); with
+        ``replan="sync"`` either is written at once, for reproducible runs.
         """
         from . import __version__
 
@@ -70,7 +72,9 @@ class PlanKeeper:
             except OSError as e:
                 log.warning("cannot save the plan to %s: %s", path, e)
 
-        if engine.planner.mode == "background":
+        if engine.planner.mode == "background" and cache is not None:
+            engine.planner.keep(lambda: cache.keep_request(profile, plan, openings), write)
+        elif engine.planner.mode == "background":
             threading.Thread(target=write, name="pgmo-save-plan").start()
         else:
             write()

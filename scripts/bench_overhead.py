@@ -176,14 +176,23 @@ class _GcTimer:
         gc.callbacks.remove(self)
 
 
-def replay(ops: Ops, mode: str, time_limit: float, launches: int) -> dict:
-    """One replay of ``ops`` through a fresh host pool in ``mode``: what the parent tabulates."""
+def replay(ops: Ops, mode: str, time_limit: float, launches: int,
+           plan_cache: str | None = None) -> dict:
+    """One replay of ``ops`` through a fresh host pool in ``mode``: what the parent tabulates
+    (``plan_cache``: a folder, in which the pool keeps its plans, as by default, in an
+    empty folder of its own: a first run)."""
     import numpy as np
 
     from pgmo.testing import host_pool  # a path every checkout has (see --compare)
 
+    cache = {}
+    if plan_cache:
+        os.makedirs(plan_cache, exist_ok=True)
+        os.environ["PGMO_CACHE_DIR"] = tempfile.mkdtemp(dir=plan_cache)
+        cache = {"plan_cache": True}
     made = time.perf_counter()
-    pool = host_pool(warmup=1, replan=mode, method="best", time_limit=time_limit, seed=0)
+    pool = host_pool(warmup=1, replan=mode, method="best", time_limit=time_limit, seed=0,
+                     **cache)
     engine = pool.engine
     planner = engine.planner
     # A training job sets its model up before its first step: the pool's planner (a worker
@@ -310,7 +319,7 @@ def child(spec_path: str) -> None:
         ops.codes, ops.indices, ops.sizes = pickle.load(f)  # plain data: no class to import
     results = []
     for mode in spec["modes"]:
-        r = replay(ops, mode, spec["time_limit"], spec["launches"])
+        r = replay(ops, mode, spec["time_limit"], spec["launches"], spec.get("plan_cache"))
         r["latency"] = latencies(r.pop("starts"), r.pop("installs"))
         results.append(r)
     Path(spec["out"]).write_text(json.dumps(results))
@@ -322,7 +331,9 @@ def run_child(root: Path, ops_file: str, modes: list[str], args, workdir: str) -
     spec = os.path.join(workdir, "spec.json")
     Path(spec).write_text(json.dumps({"ops": ops_file, "modes": modes,
                                       "time_limit": args.time_limit,
-                                      "launches": args.launches, "out": out}))
+                                      "launches": args.launches, "out": out,
+                                      "plan_cache": os.path.join(workdir, "cache")
+                                      if args.plan_cache else None}))
     code = ("import runpy, sys; mod = runpy.run_path(sys.argv[1], run_name='bench_child'); "
             "mod['child'](sys.argv[2])")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -427,6 +438,10 @@ def main(argv=None) -> None:
                     help="small NumPy calls between two iterations (default: 1000)")
     ap.add_argument("--compare", type=Path, action="append", default=[], metavar="DIR",
                     help="another checkout of pgmo to run interleaved with this one")
+    ap.add_argument("--plan-cache", action="store_true",
+                    help="pools keep their plans in the plan cache, as by default (an empty "
+                         "folder per run: every run is a first run); without it they keep "
+                         "none")
     ap.add_argument("--raw", type=Path, help="also write every run's numbers to this JSON file")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

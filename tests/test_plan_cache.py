@@ -130,6 +130,76 @@ def test_a_second_run_starts_on_its_plan_from_its_first_iteration():
     second.close()
 
 
+def test_background_planning_keeps_its_plans_from_the_worker_process(monkeypatch):
+    """In background mode the entry (its warm-up plan and its encoding) is made by the worker
+    process, never by the training process; a pool closed at once still leaves it, and
+    the next run starts on it."""
+    needs_cupy()
+    made_here = []
+
+    def here(*args, **kwargs):
+        made_here.append(args)
+        raise AssertionError("planned in the training process")
+
+    originals = {name: getattr(plan_cache, name) for name in ("warmup_plan", "dumps")}
+    for name in originals:
+        monkeypatch.setattr(plan_cache, name, here)
+    first = pool(replan="background", method="best")
+    train(first, iterations=6)
+    first.close()  # at once: the worker's entry is waited for
+    entries = plan_cache.entries()
+    assert made_here == []
+    assert len(entries) == 1 and entries[0].warmup_plans == 1 and not entries[0].error
+    for name, original in originals.items():
+        monkeypatch.setattr(plan_cache, name, original)
+    second = pool()
+    modes, _ = train(second)
+    assert "profiling" not in modes
+    second.close()
+
+
+def test_a_plan_to_keep_that_a_newer_one_replaces_before_it_leaves_is_never_made():
+    """Plans installed in a row (re-plans): only the newest is made and written (it
+    supersedes the others), and the pool's close waits for it."""
+    import threading
+
+    from pgmo.engine.planner import Planner
+    from pgmo.plan import Plan
+    from pgmo.solver import SolverOptions
+
+    planner = Planner(SolverOptions(method="bestfit"), mode="background")
+    cache = plan_cache.PlanCache(plan_cache.DeviceKey("newest", 1 << 30, None))
+    made = []
+    profiles = [Trace.from_tuples([(0, 0, 1, 512 * k)]) for k in (1, 2, 3)]
+    gate = threading.Event()
+    planner.later(gate.wait)  # the planner thread waits: three plans queue behind it
+    for profile in profiles:
+        plan = Plan(profile, (0,), method="test")
+        planner.keep(lambda p=profile, q=plan: made.append(p) or cache.keep_request(p, q),
+                     lambda: made.append("here"))
+    gate.set()
+    planner.shutdown()
+    assert made == [profiles[-1]]
+    written = plan_cache.PlanCache(cache.device)  # lists the folder afresh
+    assert len(written) == 1
+    entry = written.find(3 * 512)
+    assert entry is not None and entry.profile.blocks[0].size == 3 * 512
+
+
+def test_a_worker_that_cannot_write_the_cache_says_so_here_in_one_line(tmp_path, monkeypatch,
+                                                                      caplog):
+    needs_cupy()
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(plan_cache.ENV, str(blocker))
+    with caplog.at_level(logging.WARNING, logger="pgmo.cache"):
+        first = pool(replan="background", method="best")
+        train(first, iterations=6)
+        first.close()
+    said = [r for r in caplog.records if r.name == "pgmo.cache"]
+    assert said and all("cannot keep the plan" in r.getMessage() for r in said)
+
+
 def test_plan_cache_false_neither_reads_nor_writes():
     needs_cupy()
     train(pool())

@@ -407,3 +407,48 @@ def test_a_plan_that_arrives_during_a_planning_iteration_is_kept():
         assert engine.stats().departures == 0
     finally:
         engine.close()
+
+
+def test_the_worker_answers_a_log_it_folded_without_change_at_once(monkeypatch):
+    """A plan that lands late is departed from the same way at every iteration: the worker
+    folds such a log once, and answers it again at once (a fold of thousands of requests
+    takes milliseconds; iterations that come faster would queue their logs without end)."""
+    import io
+
+    from pgmo.engine import profiles, worker as worker_module
+
+    folds = []
+    real_absorb = profiles.absorb
+    monkeypatch.setattr(profiles, "absorb", lambda p, log: folds.append(log) or real_absorb(p, log))
+    planning = worker_module._Planning(io.BytesIO())
+    sent = []
+    planning.send = sent.append
+    first = ([0, 1, 2], [3, 2, 4], [512, 1024, 512])
+    grown = ([0, 1, 2], [3, 2, 4], [512, 2048, 512])
+    planning.take({"op": "fold", "job": 1, "kind": "profile", "log": first, "stages": []})
+    for job in (2, 3, 4):
+        planning.take({"op": "fold", "job": job, "kind": "merge", "log": grown, "stages": []})
+    answers = [m for m in sent if m["op"] == "profile"]
+    assert [m["changed"] for m in answers] == [True, True, False, False]
+    assert len(folds) == 2  # the grown log: folded (changed), folded again (no change), then not
+    assert planning.profile.blocks[1].size == 2048
+
+
+def test_departed_logs_wait_for_a_worker_that_is_behind_at_most_a_few_at_a_time():
+    from pgmo.engine.planner import FOLDS_WAITING, Planner
+    from pgmo.engine.profiles import Log
+    from pgmo.solver import SolverOptions
+
+    planner = Planner(SolverOptions(method="bestfit"), mode="background")
+    planner.sync_blocks = 0  # every log goes to the worker
+    gate = threading.Event()
+    planner.later(gate.wait)  # the planner thread is held: logs queue up
+    log = Log([0, 1], [2, 3], [512, 512])
+    planner.record(log, "profile")
+    for _ in range(FOLDS_WAITING + 2):
+        planner.record(Log([0, 1], [2, 3], [512, 1024]), "merge")
+    assert planner.logs_dropped == 3  # the profile and three merges wait; three are dropped
+    gate.set()
+    assert planner.wait_idle(60)
+    assert planner.profile is not None and planner.profile.blocks[1].size == 1024
+    planner.shutdown()

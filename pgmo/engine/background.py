@@ -21,6 +21,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..plan import Plan
@@ -32,9 +33,14 @@ from .schedule import Schedule
 if TYPE_CHECKING:  # imported where a worker starts, see _ensure_worker
     from .worker import Message, Worker
 
-__all__ = ["BackgroundPlanning", "ShapeDone"]
+__all__ = ["BackgroundPlanning", "ShapeDone", "KEEP_SECONDS", "KEEP_WAIT"]
 
 log = logging.getLogger("pgmo.pool")
+
+#: Seconds the worker may take to keep a plan in the plan cache (warm-up plans, the write).
+KEEP_SECONDS = 30.0
+#: Seconds a pool going away waits for the plans it handed over to be kept.
+KEEP_WAIT = 10.0
 
 #: What a recurring shape's plan is handed to (None: no plan).
 ShapeDone = Callable[[Schedule | None], None]
@@ -68,9 +74,12 @@ class BackgroundPlanning:
     _taken: int
     _forget_below: int
     _in_flight: set[int]
+    _unfolded: set[int]
     _slot: dict[str, Schedule]
     _stale_answers: int
     _shapes: dict[int, tuple[Log, ShapeDone]]
+    _keeps: set[int]
+    _keep_next: tuple[int, Callable[[], dict[str, Any]], Callable[[], None]] | None
     _thread: threading.Thread | None
     _worker: Worker | None
     _worker_gen: int
@@ -96,6 +105,48 @@ class BackgroundPlanning:
                     self._thread = thread
                     thread.start()
         self._inbox.put(item)
+
+    def keep(self, request: Callable[[], dict[str, Any]], here: Callable[[], None]) -> None:
+        """Keep an installed plan in the plan cache from the worker: ``request()`` (made on
+        the planner thread) is :meth:`pgmo.plan_cache.PlanCache.keep_request`'s; ``here()``
+        keeps it on the planner thread where no worker can be had.  Not stopped by a newer
+        profile, but replaced by a newer plan to keep while it waits (the newer plan
+        supersedes it); :meth:`~.planner.Planner.shutdown` waits for it (see
+        :data:`KEEP_WAIT`)."""
+        job = next(self._numbers)
+        self._keeps.add(job)  # before it is queued: shutdown never misses it
+        self._keep_next = (job, request, here)  # one store: a newer plan replaces it
+        self._post(("keep", job))
+
+    def _send_keep(self, job: int) -> None:
+        """Send the newest plan to keep (a newer plan supersedes an older one: one that
+        has not left yet is dropped)."""
+        newest = self._keep_next
+        if newest is None or newest[0] != job:
+            self._keeps.discard(job)
+            return
+        self._keep_next = None
+        _, request, here = newest
+        worker = self._ensure_worker()
+        if worker is None:
+            try:
+                here()
+            finally:
+                self._keeps.discard(job)
+            return
+        worker.submit(job, {**request(), "op": "keep", "job": job}, KEEP_SECONDS)
+
+    def _finish_keeps(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` seconds) for the plans handed over to be kept; the
+        worker's searches are stopped meanwhile (the pool is going away)."""
+        if not self._keeps or threading.current_thread() is self._thread:
+            return
+        worker = self._worker
+        if worker is not None:
+            worker.finish()
+        deadline = time.monotonic() + timeout
+        while self._keeps and time.monotonic() < deadline and not self._stop:
+            time.sleep(0.005)
 
     def _on_message(self, worker: Worker, message: Message | None) -> None:
         self._inbox.put(("message", worker, message))
@@ -127,6 +178,7 @@ class BackgroundPlanning:
                         known = item[4]  # folded and planned with best-fit already
                         job = next(self._numbers) if known is None else known[0]
                         self._in_flight.add(job)
+                        self._unfolded.add(job)
                         self._taken = max(self._taken, item[1] + 1)
                         self._send_fold(job, *item[1:])
                     elif item[0] == "chore":
@@ -135,10 +187,15 @@ class BackgroundPlanning:
                         self._handle(item[1], item[2])
                     elif item[0] == "shape":
                         self._send_shape(item[1], item[2])
+                    elif item[0] == "keep":
+                        job = item[1]
+                        self._send_keep(job)
                 except Exception:  # never let the thread die silently
                     worker = self._worker
                     if job is not None and (worker is None or job not in worker.pending):
                         self._in_flight.discard(job)  # a log it did not send is not awaited
+                        self._unfolded.discard(job)
+                        self._keeps.discard(job)
                     self._worker_failed(None, "the planner thread failed")
                     log.debug("planner thread error", exc_info=True)
             worker = self._worker
@@ -192,6 +249,7 @@ class BackgroundPlanning:
         worker = self._ensure_worker()
         if worker is None:
             self._in_flight.discard(job)  # this log's plan is lost
+            self._unfolded.discard(job)
             return
         base = None
         generation, profile = (self.generation, self.profile) if known is None else known[1:]
@@ -222,6 +280,8 @@ class BackgroundPlanning:
     def _handle(self, worker: Worker, message: Message | None) -> None:
         if message is None:  # the worker is gone: what it was making is lost
             self._in_flight.difference_update(worker.pending)
+            self._unfolded.difference_update(worker.pending)
+            self._keeps.difference_update(worker.pending)
             if worker is self._worker:
                 self._worker_failed(worker, f"it exited with status {worker.proc.poll()}")
             return
@@ -233,11 +293,16 @@ class BackgroundPlanning:
         elif op == "done":
             worker.finished(job)
             self._in_flight.discard(job)
+            self._unfolded.discard(job)
+            self._keeps.discard(job)
             if message.get("cancelled"):
                 self._stale_answers += 1
             shape = self._shapes.pop(job, None)
             if shape is not None:  # answered without a plan
                 shape[1](None)
+        elif op == "log":  # the worker's warning, logged here (see the worker's module)
+            logging.getLogger(str(message.get("logger", "pgmo"))).log(
+                int(message.get("level", logging.WARNING)), "%s", message.get("message"))
         elif op == "profile":
             self._on_profile(message)
         elif op == "plan":
@@ -252,6 +317,7 @@ class BackgroundPlanning:
     def _on_profile(self, message: Message) -> None:
         """The worker folded a log: the new profile, if it changed, is the current one."""
         job = message["job"]
+        self._unfolded.discard(job)
         if "error" in message:
             self.solve_failures += 1
             log.warning("pgmo's planner could not fold an iteration into the profile (%s); "
@@ -327,6 +393,8 @@ class BackgroundPlanning:
             if self._worker is worker:
                 self._worker = None
             self._in_flight.difference_update(worker.pending)
+            self._unfolded.difference_update(worker.pending)
+            self._keeps.difference_update(worker.pending)
             worker.stop()
             shapes, self._shapes = self._shapes, {}
             for _, done in shapes.values():

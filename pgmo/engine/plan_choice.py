@@ -29,7 +29,7 @@ from .hinted import HintedStart
 from .profiles import Log, absorb
 from .schedule import Schedule
 
-__all__ = ["PlanChoice", "PLAN_OVER_HEAP", "PLAN_OVER_BOUND"]
+__all__ = ["PlanChoice", "PLAN_OVER_HEAP"]
 
 log = logging.getLogger("pgmo.pool")
 
@@ -37,10 +37,6 @@ log = logging.getLogger("pgmo.pool")
 #: its arena would hold more than this times the most the heap held while it served them (a
 #: plan may hold a little more than the heap: it costs no call, no search at a request).
 PLAN_OVER_HEAP = 1.10
-#: A first best-fit plan whose arena is above this times its lower bound is searched further
-#: at the boundary where the planner plans there (``replan="sync"``; in ``background`` mode
-#: the worker's full method follows best-fit anyway).
-PLAN_OVER_BOUND = 1.10
 
 
 class PlanChoice(HintedStart):
@@ -60,8 +56,6 @@ class PlanChoice(HintedStart):
         varied, self._unplanned_varied = self._unplanned_varied, False
         if ready is not None and self._costs_more_than_heap(ready):
             ready = self._better_than_heap(ready)  # None: the heap goes on serving
-        elif ready is not None and self._loose_first_plan(ready):
-            ready = self.planner.improve(ready) or ready
         if ready is not None:
             self._install(ready)
         elif self.schedule is not None:
@@ -84,16 +78,6 @@ class PlanChoice(HintedStart):
                 or not memory.own_heap_serves:  # a heap whose frees wait for the device
             return False
         return memory.heap_used() + schedule.arena_size > PLAN_OVER_HEAP * memory.peak_total
-
-    def _loose_first_plan(self, schedule: Schedule) -> bool:
-        """Whether a first plan's arena is above :data:`PLAN_OVER_BOUND` times its lower
-        bound: searched further with the full method where the planner plans at the
-        boundary (:meth:`~.planner.Planner.improve`: ``sync`` mode with best-fit), since
-        the arena is sized to it and the plan cache keeps it for later runs (ResNet-50
-        inference: best-fit 1.29x, the full method at the bound in 0.15 s).  A plan the
-        user asked for is never changed."""
-        return self.schedule is None and schedule is not self._asked \
-            and schedule.plan.peak > PLAN_OVER_BOUND * schedule.plan.lower_bound
 
     def _better_than_heap(self, schedule: Schedule) -> Schedule | None:
         """A best-fit plan that would hold more than the heap did is searched further, here,

@@ -21,7 +21,11 @@ every iteration boundary, asks for a schedule ready to install.  The mode
     searches for the better one (a first plan that would hold more than the
     heap did is never searched at the boundary in this mode: the worker's plan
     is awaited, :meth:`Planner.improve`).  A newer profile supersedes a running
-    search: the worker stops it and plans the newest profile.  Recurring
+    search: the worker stops it and plans the newest profile.  A departed
+    iteration's log waits while :data:`FOLDS_WAITING` are still to be folded
+    (dropped and counted in ``logs_dropped``: an iteration that departs the
+    same way brings it again).  The plans installed go to the plan cache from
+    the worker too (:meth:`Planner.keep`).  Recurring
     shapes' plans (:mod:`.shapes`) are made there too.  A worker that dies
     or stops answering (past its time limits plus
     :data:`.worker.WORKER_GRACE` in the CPU time it got, or
@@ -64,14 +68,14 @@ from typing import TYPE_CHECKING, Callable
 from ..plan import Plan
 from ..solver import SolverOptions, solve
 from ..trace import Trace
-from .background import BackgroundPlanning, ShapeDone
+from .background import KEEP_WAIT, BackgroundPlanning, ShapeDone
 from .profiles import Log, absorb, to_profile
 from .schedule import Schedule, compile_schedule
 
 if TYPE_CHECKING:  # imported where a worker starts: see BackgroundPlanning._ensure_worker
     from .worker import Worker
 
-__all__ = ["Planner", "REPLAN_MODES", "SYNC_BLOCKS"]
+__all__ = ["Planner", "FOLDS_WAITING", "REPLAN_MODES", "SYNC_BLOCKS"]
 
 log = logging.getLogger("pgmo.pool")
 
@@ -82,6 +86,11 @@ REPLAN_MODES = ("background", "sync", "bestfit")
 #: (folding, best-fit and the plan's check: about 10 us per request, a few milliseconds,
 #: well under a boundary's 20 ms); larger ones are folded and planned by the worker.
 SYNC_BLOCKS = 256
+#: Background mode: a departed iteration's log is not handed over while this many are still
+#: to be folded by the worker (a worker starved of CPU, or iterations far shorter than a
+#: fold): the queue stays bounded, and an iteration that departs the same way again brings
+#: its log once the worker has caught up.
+FOLDS_WAITING = 4
 _planners: "weakref.WeakSet[Planner]" = weakref.WeakSet()
 
 
@@ -110,6 +119,9 @@ class Planner(BackgroundPlanning):
         self.solve_failures = 0  # solves that raised (the plan stays as it was)
         self.background_solves = 0  # plans of the full method made by the worker
         self.worker_failures = 0  # worker crashed or overran its time
+        #: Departed iterations' logs not handed to the worker, which had :data:`FOLDS_WAITING`
+        #: still to fold.
+        self.logs_dropped = 0
         self._warned = False
         #: Numbers generations and requests, increasing (``next`` is atomic).
         self._numbers = itertools.count(1)
@@ -130,10 +142,13 @@ class Planner(BackgroundPlanning):
         self._forget_below = 0  # logs handed over before this count are dropped (reset, adopt)
         self._taken = 0  # logs the planner thread took from the inbox
         self._in_flight: set[int] = set()  # logs sent to the worker, not answered to the end
+        self._unfolded: set[int] = set()  # logs sent to the worker, not folded yet
         self._slot: dict[str, Schedule] = {}  # "ready": a schedule for take_ready (popped)
         self._stale_taken = 0  # stale plans found by take_ready (engine's thread)
         self._stale_answers = 0  # stale plans and stopped searches (planner thread)
         self._shapes: dict[int, tuple[Log, ShapeDone]] = {}  # shape requests sent
+        self._keeps: set[int] = set()  # plans to keep (plan cache), handed over, not done
+        self._keep_next = None  # the newest plan to keep, not sent yet: (job, request, here)
         self._thread: threading.Thread | None = None
         self._worker: Worker | None = None
         self._worker_gen = -1  # the generation of the profile the worker holds (-1: none)
@@ -179,6 +194,10 @@ class Planner(BackgroundPlanning):
             method = "bestfit" if self.mode == "bestfit" else self.options.method
             return self._solve_now(profile, self.options.replace(method=method))
         known = schedule = None
+        if kind == "merge" and (self._recorded - self._taken) + len(self._unfolded) \
+                >= FOLDS_WAITING:
+            self.logs_dropped += 1  # the worker is behind: a later departure brings it again
+            return None
         before = self.profile
         if self._recorded <= self._taken and not self._in_flight \
                 and len(run_log.sizes) <= self.sync_blocks \
@@ -326,9 +345,11 @@ class Planner(BackgroundPlanning):
         worker.stop()
 
     def shutdown(self) -> None:
-        """Stop the thread and the worker (the pool is going away)."""
+        """Stop the thread and the worker (the pool is going away); plans handed over to be
+        kept (:meth:`keep`) are written first, for up to :data:`KEEP_WAIT` seconds."""
         if self._pid != os.getpid():
             return  # a forked child: those belong to the parent
+        self._finish_keeps(KEEP_WAIT)
         self._stop = True
         worker, self._worker = self._worker, None
         self._inbox.put(None)  # wakes the planner thread, which ends

@@ -25,14 +25,29 @@ in order:
     stopping at the lower bound) and answer each stage with a ``"plan"``.
 ``{"op": "solve", "job": j, "columns": (lowers, uppers, sizes), "stages": [...]}``
     Plan a profile of its own (a recurring shape's), stage by stage.
+``{"op": "finish"}``
+    The pool is going away: searches stop (their requests end ``cancelled``),
+    what is queued is answered, plans to keep are kept.
+``{"op": "keep", "job": j, ...}``
+    Keep an installed plan in the plan cache (:func:`pgmo.plan_cache.keep_from_request`:
+    the warm-up plans are made, and the entry written, here); answered with ``done``
+    alone.  Not stopped by ``finish``; one that a newer keep follows in the queue is
+    dropped (a pool's newer plan supersedes its older ones).
 
 A ``"plan"`` answer is ``{"op": "plan", "job": j, "stage": k, "offsets": [...],
 "method": ..., "seconds": s, "optimal": ..., "info": {...}, "rows": [...],
 "pinned": [...]}`` or ``{"op": "plan", "job": j, "stage": k, "error": "..."}``;
 every request ends with ``{"op": "done", "job": j, "cancelled": bool}``.  Once
-started and ready to plan, the worker says ``{"op": "ready"}``.  A
+started and ready to plan, the worker says ``{"op": "ready"}``.  What it logs at
+warning level or above goes to the planner as ``{"op": "log", "logger": name,
+"level": n, "message": text}``, logged there (a folder the plan cache cannot
+write, say).  A
 fold that arrives while an older one is being searched stops that search
 (its remaining stages are dropped): the newer profile is the one to plan.
+The same log again, after it was folded without change, is answered at once
+(no fold): a plan that lands late is departed from the same way at every
+iteration, and the planner sends at most a few logs ahead of the folds
+(:data:`~.planner.FOLDS_WAITING`).
 
 It exits when its input closes (the pool is gone) and, on Linux, when its
 parent dies.  It never imports CuPy.
@@ -45,6 +60,7 @@ Tested in ``tests/test_planner.py`` and ``tests/test_planner_failures.py``.
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import signal
@@ -221,6 +237,11 @@ class Worker:
     def idle(self) -> bool:
         return not self.pending
 
+    def finish(self) -> None:
+        """Ask the worker to stop its searches and answer what is queued (the pool is going
+        away: plans to keep are still kept)."""
+        self._outbox.put({"op": "finish"})
+
     def stop(self) -> None:
         self.stopping = True
         self._outbox.put(None)
@@ -270,6 +291,13 @@ class _Planning:
         self.newest: int | None = None  # the job that made the profile
         self.closed = False  # the planner is gone: whatever runs may stop
         self.plans: queue.SimpleQueue = queue.SimpleQueue()  # work for the main thread
+        self.caches: dict = {}  # the plan caches written to, by (folder, device)
+        self.newest_keep: int | None = None  # the newest plan to keep that arrived
+        #: (profile, log, varying): the last log folded into ``profile`` without changing it.
+        #: The same log again (a plan that lands late is departed from the same way each
+        #: iteration) is answered at once: comparing lists costs microseconds where a fold of
+        #: a few thousand requests costs milliseconds, and the logs would queue up.
+        self._same: tuple[Any, Any, bool] | None = None
 
     def send(self, message: dict) -> None:
         with self._send_lock:
@@ -280,8 +308,13 @@ class _Planning:
         op = request.get("op")
         if op == "fold":
             self._fold(request)
+        elif op == "keep":
+            self.newest_keep = request.get("job")  # an older one still queued is dropped
+            self.plans.put(request)
         elif op == "solve":
             self.plans.put(request)
+        elif op == "finish":  # the pool is going away: searches stop, plans are kept
+            self.closed = True
         else:
             self.send({"op": "done", "job": request.get("job"), "cancelled": False,
                        "error": f"unknown request {op!r}"})
@@ -298,10 +331,15 @@ class _Planning:
                 self.profile = Trace.from_columns(lowers, uppers, sizes, {"recorded_by": "pgmo"})
             log = Log(*request["log"])
             before = self.profile
+            same = self._same
             if request["kind"] == "profile" or before is None:
                 profile, varying = to_profile(log), False
+            elif same is not None and same[0] is before and same[1] == log:
+                profile, varying = before, same[2]  # folded already: it changes nothing
             else:
                 profile, varying = absorb(before, log)
+                if profile is before:
+                    self._same = (before, log, varying)
         except Exception as exc:  # a log this process cannot fold: reported, nothing planned
             self.send({"op": "profile", "job": job, "error": f"{type(exc).__name__}: {exc}"})
             self.send({"op": "done", "job": job, "cancelled": False})
@@ -336,6 +374,12 @@ class _Planning:
                 self._plan(job, request["profile"], request["stages"],
                            lambda: self.closed or self.newest != job)
                 continue
+            if request["op"] == "keep":
+                if job == self.newest_keep:  # else a newer plan replaces it in the entry
+                    self._keep(job, request)
+                else:
+                    self.send({"op": "done", "job": job, "cancelled": False})
+                continue
             try:
                 lowers, uppers, sizes = request["columns"]
                 profile = Trace.from_columns(lowers, uppers, sizes, {"recorded_by": "pgmo"})
@@ -345,6 +389,17 @@ class _Planning:
                 self.send({"op": "done", "job": job, "cancelled": False})
                 continue
             self._plan(job, profile, request["stages"], lambda: self.closed)
+
+    def _keep(self, job: int, request: dict) -> None:
+        """Keep a plan in the plan cache (what goes wrong is logged, hence reported)."""
+        from ..plan_cache import keep_from_request
+
+        try:
+            keep_from_request(request, self.caches)
+        except Exception as exc:  # a plan not kept costs the next run its profile only
+            logging.getLogger("pgmo.cache").warning("cannot keep the plan in the plan "
+                                                    "cache: %s: %s", type(exc).__name__, exc)
+        self.send({"op": "done", "job": job, "cancelled": False})
 
     def _plan(self, job: int, profile: Any, stages: list[dict],
               cancelled: Callable[[], bool]) -> None:
@@ -385,6 +440,21 @@ class _Planning:
         self.send({"op": "done", "job": job, "cancelled": stopped})
 
 
+class _ToPlanner(logging.Handler):
+    """Sends this process's warnings to the planner, which logs them (see the module)."""
+
+    def __init__(self, planning: _Planning):
+        super().__init__(logging.WARNING)
+        self.planning = planning
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.planning.send({"op": "log", "logger": record.name,
+                                "level": record.levelno, "message": record.getMessage()})
+        except Exception:  # the planner is gone: nobody to tell
+            pass
+
+
 def main() -> int:
     """Answer the planner on standard input and output until it is gone.  (The planner
     starts this process at the lowest CPU priority, see :data:`_LAUNCH`.)"""
@@ -393,6 +463,7 @@ def main() -> int:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but messages goes to the parent's pipe
     planning = _Planning(stdout)
+    logging.getLogger("pgmo").addHandler(_ToPlanner(planning))
     # Import what planning needs now, so that the first plan does not wait for it, and
     # say so: a planner waiting for its worker to be idle waits for this too.
     from ..solver import best, bestfit  # noqa: F401
