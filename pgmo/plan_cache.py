@@ -267,9 +267,7 @@ class PlanCache:
 
 def _raw(trace: Trace) -> tuple[list, list, list, dict]:
     """A trace as plain data: lowers, uppers (None: open), sizes, metadata."""
-    blocks = trace.blocks
-    return ([b.lower for b in blocks], [b.upper for b in blocks], [b.size for b in blocks],
-            dict(trace.metadata))
+    return (*trace.log_columns(), dict(trace.metadata))
 
 
 def _trace(raw: Sequence) -> Trace:

@@ -279,6 +279,12 @@ class Trace:
             object.__setattr__(self, "_columns", cached)
         return list(cached[0]), list(cached[1]), list(cached[2])
 
+    def log_columns(self) -> tuple[list[int], list[int | None], list[int]]:
+        """``(lowers, uppers, sizes)`` as plain lists, an open block's upper None: what
+        :meth:`from_columns` takes back (plain data for another process)."""
+        blocks = self.blocks
+        return ([b.lower for b in blocks], [b.upper for b in blocks], [b.size for b in blocks])
+
     def lower_bound(self) -> int:
         """Max bytes live at once; cached because solvers and reports all ask."""
         cached = self.__dict__.get("_lower_bound")

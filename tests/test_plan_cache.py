@@ -255,18 +255,27 @@ def test_a_steady_iteration_that_departs_is_re_planned_as_in_any_run(caplog):
     assert checker.corrupted == 0 and checker.overlaps == 0
 
 
+def _cold_and_from_the_entry(caplog, **run):
+    """The workload trained once (its entry kept), then ``run`` with no cache (``cold``) and
+    from the entry (``second``, its log captured): the two pools, and the second's modes
+    and checker."""
+    needs_cupy()
+    train(pool())
+    cold = pool(plan_cache=False)
+    train(cold, **run)
+    second = pool()
+    with caplog.at_level(logging.INFO, logger="pgmo.pool"):
+        modes, checker = train(second, **run)
+    return cold, second, modes, checker
+
+
 def test_a_first_steady_iteration_that_departs_costs_one_profile_and_no_more_memory(caplog):
     """The warm-up holds, the first steady iteration departs (this run's activations are
     larger than the entry's): the hint is dropped with one log line, one iteration is
     profiled, every block is intact, and the run holds no more than the same run with no
     cache."""
-    needs_cupy()
-    train(pool())
-    cold = pool(plan_cache=False)
-    train(cold, iterations=6, later=2, later_from=1)
-    second = pool()
-    with caplog.at_level(logging.INFO, logger="pgmo.pool"):
-        modes, checker = train(second, iterations=6, later=2, later_from=1)
+    cold, second, modes, checker = _cold_and_from_the_entry(caplog, iterations=6, later=2,
+                                                            later_from=1)
     assert modes.count("profiling") == 1 and modes[-1] == "optimized"
     assert sum("cached plan does not fit" in r.message for r in caplog.records) == 1
     assert checker.corrupted == 0 and checker.overlaps == 0
@@ -279,13 +288,8 @@ def test_a_first_steady_iteration_of_another_shape_and_the_same_size_keeps_the_p
     departure is placed in the arena's gaps as in any run; no iteration is profiled,
     every block is intact, and the run holds no more than the same run with no cache (a
     fresh profile's heap beside the arena cost more)."""
-    needs_cupy()
-    train(pool())
-    cold = pool(plan_cache=False)
-    train(cold, iterations=6, reshape_from=1)
-    second = pool()
-    with caplog.at_level(logging.INFO, logger="pgmo.pool"):
-        modes, checker = train(second, iterations=6, reshape_from=1)
+    cold, second, modes, checker = _cold_and_from_the_entry(caplog, iterations=6,
+                                                            reshape_from=1)
     assert "profiling" not in modes and modes[1:] == ["optimized"] * 5
     assert not any("does not fit this run" in r.message for r in caplog.records)
     st = second.stats()

@@ -258,8 +258,7 @@ class BackgroundPlanning:
             if profile is None:
                 kind = "profile"
             else:
-                base = tuple(list(c) for c in zip(*((b.lower, b.upper, b.size)
-                                                    for b in profile.blocks)))
+                base = profile.log_columns()
                 self._worker_gen = generation
         stages = self._stages(self.options.method)[0 if known is None else 1:]
         worker.submit(job, {"op": "fold", "job": job, "kind": kind, "log": tuple(run_log),

@@ -348,9 +348,7 @@ class _Planning:
         answer: dict = {"op": "profile", "job": job, "changed": changed, "varying": varying,
                         "kind": request["kind"]}
         if changed:
-            blocks = profile.blocks
-            answer["columns"] = ([b.lower for b in blocks], [b.upper for b in blocks],
-                                 [b.size for b in blocks])
+            answer["columns"] = profile.log_columns()
             answer["lower_bound"] = profile.lower_bound()
             answer["arena_lower_bound"] = profile.without_open().lower_bound()
             self.profile, self.newest = profile, job  # an older search stops now
