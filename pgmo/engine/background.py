@@ -80,6 +80,7 @@ class BackgroundPlanning:
     _shapes: dict[int, tuple[Log, ShapeDone]]
     _keeps: set[int]
     _keep_next: tuple[int, Callable[[], dict[str, Any]], Callable[[], None]] | None
+    _keep_lock: threading.Lock
     _thread: threading.Thread | None
     _worker: Worker | None
     _worker_gen: int
@@ -112,40 +113,55 @@ class BackgroundPlanning:
         keeps it on the planner thread where no worker can be had.  Not stopped by a newer
         profile, but replaced by a newer plan to keep while it waits (the newer plan
         supersedes it); :meth:`~.planner.Planner.shutdown` waits for it (see
-        :data:`KEEP_WAIT`)."""
-        job = next(self._numbers)
-        self._keeps.add(job)  # before it is queued: shutdown never misses it
-        self._keep_next = (job, request, here)  # one store: a newer plan replaces it
-        self._post(("keep", job))
+        :data:`KEEP_WAIT`).
 
-    def _send_keep(self, job: int) -> None:
-        """Send the newest plan to keep (a newer plan supersedes an older one: one that
-        has not left yet is dropped)."""
-        newest = self._keep_next
-        if newest is None or newest[0] != job:
-            self._keeps.discard(job)
-            return
-        self._keep_next = None
-        _, request, here = newest
-        worker = self._ensure_worker()
-        if worker is None:
-            try:
+        One store hands it over; the queued item only wakes the planner thread, so a
+        Ctrl-C between the two leaves the plan waiting where the next hand-over, or
+        shutdown, sends it (never a job that nobody clears)."""
+        job = next(self._numbers)
+        with self._keep_lock:
+            self._keep_next = (job, request, here)
+        self._post(("keep",))
+
+    def _send_keep(self) -> None:
+        """Send the newest plan to keep, if one waits (a newer plan supersedes one that has
+        not left yet)."""
+        with self._keep_lock:  # listed before it stops waiting: shutdown always sees one
+            newest = self._keep_next
+            if newest is None:
+                return
+            job, request, here = newest
+            self._keeps.add(job)
+            self._keep_next = None
+        try:
+            worker = self._ensure_worker()
+            if worker is None:
                 here()
-            finally:
                 self._keeps.discard(job)
-            return
-        worker.submit(job, {**request(), "op": "keep", "job": job}, KEEP_SECONDS)
+                return
+            worker.submit(job, {**request(), "op": "keep", "job": job}, KEEP_SECONDS)
+        except BaseException:
+            worker = self._worker
+            if worker is None or job not in worker.pending:
+                self._keeps.discard(job)
+            raise
+
+    def _keeping(self) -> bool:
+        """Whether a plan handed over to be kept is not kept yet."""
+        return bool(self._keeps) or self._keep_next is not None
 
     def _finish_keeps(self, timeout: float) -> None:
         """Wait (up to ``timeout`` seconds) for the plans handed over to be kept; the
         worker's searches are stopped meanwhile (the pool is going away)."""
-        if not self._keeps or threading.current_thread() is self._thread:
+        if not self._keeping() or threading.current_thread() is self._thread:
             return
+        if self._keep_next is not None:  # one a Ctrl-C left unqueued: sent after the rest
+            self._post(("keep",))
         worker = self._worker
         if worker is not None:
             worker.finish()
         deadline = time.monotonic() + timeout
-        while self._keeps and time.monotonic() < deadline and not self._stop:
+        while self._keeping() and time.monotonic() < deadline and not self._stop:
             time.sleep(0.005)
 
     def _on_message(self, worker: Worker, message: Message | None) -> None:
@@ -188,8 +204,7 @@ class BackgroundPlanning:
                     elif item[0] == "shape":
                         self._send_shape(item[1], item[2])
                     elif item[0] == "keep":
-                        job = item[1]
-                        self._send_keep(job)
+                        self._send_keep()
                 except Exception:  # never let the thread die silently
                     worker = self._worker
                     if job is not None and (worker is None or job not in worker.pending):

@@ -407,6 +407,10 @@ class Engine(PlanChoice, PoolQueries):
         costs a profile or a plan, never an open iteration."""
         hot, state = self.hot, self.state
         try:
+            # The iteration's placer places nothing more (only whether it overflowed is read
+            # below): the frees drained now need not give their gaps back to it, which was
+            # most of a departed iteration's boundary (thousands of frees at its end).
+            hot.set_placer(None)
             hot.drain()
         finally:
             # one line (see "Commits" in frees.py): no longer inside, no longer numbered

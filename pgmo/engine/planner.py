@@ -149,6 +149,7 @@ class Planner(BackgroundPlanning):
         self._shapes: dict[int, tuple[Log, ShapeDone]] = {}  # shape requests sent
         self._keeps: set[int] = set()  # plans to keep (plan cache), handed over, not done
         self._keep_next = None  # the newest plan to keep, not sent yet: (job, request, here)
+        self._keep_lock = threading.Lock()  # _keep_next and _keeps change together
         self._thread: threading.Thread | None = None
         self._worker: Worker | None = None
         self._worker_gen = -1  # the generation of the profile the worker holds (-1: none)
