@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
+import numpy as np
+
 from ..trace import Trace
 from .handout import NOT_FREED
 
@@ -57,10 +59,8 @@ def log_of(hot: HotPath, n: int, planned: Trace | None = None) -> Log:
 
 def survivors_of(hot: HotPath, n: int) -> list[int]:
     """The first ``n`` requests whose block is still live (not freed in the hot path's log)."""
-    uppers = hot.log_arrays[1][:n]
-    if NOT_FREED not in uppers:  # the usual case, checked in C
-        return []
-    return [i for i, u in enumerate(uppers) if u == NOT_FREED]
+    uppers = np.frombuffer(hot.log_arrays[1], dtype=np.int64, count=n)  # the log, not a copy
+    return np.flatnonzero(uppers == NOT_FREED).tolist()
 
 
 def to_profile(log: Log) -> Trace:
