@@ -18,6 +18,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -452,3 +453,25 @@ def test_departed_logs_wait_for_a_worker_that_is_behind_at_most_a_few_at_a_time(
     assert planner.wait_idle(60)
     assert planner.profile is not None and planner.profile.blocks[1].size == 1024
     planner.shutdown()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_the_worker_plans_at_a_lower_cpu_priority_than_training():
+    """The worker runs at :data:`~pgmo.engine.worker.WORKER_NICE` above the training process's
+    nice value (the kernel caps it at 19): on a busy core training comes first, and the
+    worker still gets a share (a plan lands)."""
+    from pgmo.engine.worker import WORKER_NICE
+
+    engine = host_engine(warmup=0, **BACKGROUND)
+    proc = worker_of(engine)
+
+    def nice(pid):  # the 19th field of /proc/<pid>/stat, after the command's closing ")"
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+    assert 0 < WORKER_NICE < 19
+    expected = min(19, nice(os.getpid()) + WORKER_NICE)
+    deadline = time.monotonic() + 30  # set as the worker starts, before its imports
+    while nice(proc.pid) != expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert nice(proc.pid) == expected
+    engine.close()

@@ -112,15 +112,22 @@ def budget(stages: list[dict[str, Any]]) -> float:
 
 
 # ------------------------------------------------------------- the parent's end
-#: How a worker starts: deaf to Ctrl-C (the training process's to handle), at the lowest CPU
-#: priority (nice 19), both set before its imports (which take a tenth of a second of CPU):
-#: on a core training also wants, it gets about 1.5 % of the time; on an idle core, all of it.
-_LAUNCH = """
+#: The worker's CPU priority (its nice value), set as it starts.  On an idle core it gets all of
+#: it whatever the value; on a core the training loop or another process also wants it gets
+#: about 10 % of the time at 10 (the kernel's weights: 110 against 1,024).  At 19 (1.5 %) a
+#: machine whose cores were all busy starved it: with one core kept busy beside the replay
+#: on 2 cores, DenseNet-BC's first plan landed after 95 iterations (3.8 s) against 16 (0.7
+#: s) at 10, and the LSTM run's never did (its worker was stopped as silent).
+WORKER_NICE = 10
+
+#: How a worker starts: deaf to Ctrl-C (the training process's to handle), at
+#: :data:`WORKER_NICE`, both set before its imports (which take a tenth of a second of CPU).
+_LAUNCH = f"""
 import os
 import signal
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it closes our input
 try:
-    os.nice(19)
+    os.nice({WORKER_NICE})
 except (AttributeError, OSError):
     pass
 import runpy
@@ -155,7 +162,7 @@ class Worker:
         #: Requests sent and not answered to the end, in order, with the seconds each may take.
         self.pending: dict[int, float] = {}
         # The request at the head must be answered within ``_allowed`` seconds of the CPU
-        # time the worker gets from ``_cpu_start`` on (a worker at nice 19 on a loaded
+        # time the worker gets from ``_cpu_start`` on (a worker at low priority on a loaded
         # machine gets little: it is not judged by the wall clock), and by ``deadline``
         # (wall clock: the budget, or WALL_FACTOR times it where the CPU time is known).
         self.deadline = float("inf")
