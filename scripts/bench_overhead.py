@@ -39,7 +39,10 @@ stand-in for kernel launches, timed).  Per workload and mode it reports:
 Every run of every workload starts in a fresh process.  ``--compare DIR``
 adds another checkout of pgmo (the code in ``DIR/pgmo``, compiled in place
 if it has a compiled hot path), run in the same way and interleaved with
-this one run by run, so that both see the same machine load.
+this one run by run, so that both see the same machine load.  ``--busy-core``
+keeps one core busy with another process throughout (a machine whose other
+work, data loaders say, wants the CPU too: where the planner's priority
+decides when plans land).
 
     python -m scripts.bench_overhead                       # every workload, 3 runs
     python -m scripts.bench_overhead --runs 10 --compare ../base
@@ -442,6 +445,9 @@ def main(argv=None) -> None:
                     help="pools keep their plans in the plan cache, as by default (an empty "
                          "folder per run: every run is a first run); without it they keep "
                          "none")
+    ap.add_argument("--busy-core", action="store_true",
+                    help="keep one core busy with another process during the runs (a machine "
+                         "whose other work wants the CPU too, as data loaders do)")
     ap.add_argument("--raw", type=Path, help="also write every run's numbers to this JSON file")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -459,9 +465,13 @@ def main(argv=None) -> None:
     print(f"workloads: {', '.join(names)}; modes {', '.join(modes)}; {args.runs} runs; "
           f"method best, time limit {args.time_limit} s; {args.launches} launches between "
           f"iterations; load average at the start {os.getloadavg()[0]:.2f}; "
-          f"{os.cpu_count()} cores", flush=True)
+          f"{os.cpu_count()} cores; a core kept busy: {'yes' if args.busy_core else 'no'}",
+          flush=True)
+    from scripts.children import busy_core  # here: a child runs this file on its own
+
     results: dict = {}
-    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as workdir, \
+            busy_core(args.busy_core):
         files = {}
         for name in names:
             files[name] = os.path.join(workdir, f"{name}.ops")

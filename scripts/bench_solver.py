@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import os
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -59,6 +58,7 @@ import pgmo
 from pgmo import programs
 
 from . import bestfit_timing
+from .children import busy_core
 from .dsa_instances import (BUNDLED_BEST_KNOWN, DISTRIBUTIONS, PUBLIC_INSTANCES, best_known_for,
                             find_instances, random_traces, read_best_known)
 
@@ -69,12 +69,6 @@ CHALLENGING_MEAN, CHALLENGING_MAX, REAL_MAX = 1.005, 1.02, 1.002
 
 def load_average() -> str:
     return "{:.2f}".format(os.getloadavg()[0]) if hasattr(os, "getloadavg") else "-"
-
-
-def busy_core() -> subprocess.Popen:
-    """Another process that keeps one core busy until it is killed."""
-    with programs.children_leave_ctrl_c_to_me():
-        return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
 def run_method(trace, method: str, time_limit: float, exact_max_n: int, budget=None):
@@ -200,13 +194,8 @@ def main(argv=None) -> int:
         instances += [(item, "random traces") for item in random_traces(n)]
     if not instances:
         raise SystemExit("bench_solver: no instance CSV files found")
-    busy = busy_core() if args.busy_core else None
-    try:
-        return _bench(args, methods, known, instances, busy is not None)
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
+    with busy_core(args.busy_core):
+        return _bench(args, methods, known, instances, args.busy_core)
 
 
 def _bench(args, methods, known, instances, busy: bool) -> int:

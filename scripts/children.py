@@ -12,10 +12,15 @@ finds it in the child's output (:func:`result_of`), whatever else was printed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
+
+from pgmo import programs
 
 #: The repository root: the folder holding ``scripts/`` and ``pgmo/``.
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,3 +53,19 @@ def result_of(stdout: str) -> dict | None:
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG):])
     return None
+
+
+@contextlib.contextmanager
+def busy_core(busy: bool = True) -> Iterator[subprocess.Popen | None]:
+    """While inside, another process (given) keeps one core busy (``busy``; else none, and
+    None): a machine whose other work wants the CPU too, as a data loader's processes do."""
+    if not busy:
+        yield None
+        return
+    with programs.children_leave_ctrl_c_to_me():  # a Ctrl-C is the bench's to answer
+        proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()

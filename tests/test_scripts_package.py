@@ -162,6 +162,16 @@ def test_bench_overhead_runs_a_few_iterations():
                     for mode in ("sync", "bestfit", "background")]
 
 
+def test_a_busy_core_is_kept_busy_while_inside_and_stopped_after():
+    from scripts.children import busy_core
+
+    with busy_core() as proc:
+        assert proc is not None and proc.poll() is None
+    assert proc.poll() is not None  # stopped and reaped
+    with busy_core(False) as none:
+        assert none is None
+
+
 def test_recompute_table_runs_on_a_trace_folder(tmp_path):
     import pgmo
 
