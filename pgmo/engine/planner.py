@@ -29,10 +29,11 @@ every iteration boundary, asks for a schedule ready to install.  The mode
     shapes' plans (:mod:`.shapes`) are made there too.  A worker that dies
     or stops answering (past its time limits plus
     :data:`.worker.WORKER_GRACE` in the CPU time it got, or
-    :data:`.worker.WALL_FACTOR` times that in wall-clock time: at its low priority
-    (:data:`.worker.WORKER_NICE`) a loaded machine gives it little CPU) costs the plans it was making,
-    never a wait: it is counted, warned about once, the pool keeps its
-    current plan, and the next profile starts a new worker.
+    :data:`.worker.WALL_FACTOR` times that in wall-clock time: at its low
+    priority, :data:`.worker.WORKER_NICE`, a loaded machine gives it little
+    CPU) costs the plans it was making, never a wait: it is counted, warned
+    about once, the pool keeps its current plan, and the next profile starts
+    a new worker.
 ``sync``
     Everything happens at the boundary, in the training process, with the
     full method: the behaviour to use for tests and reproducible runs.
