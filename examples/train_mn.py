@@ -198,5 +198,12 @@ def main(argv=None):
 
 
 if __name__ == "__main__":  # rank 0 reports every iteration; the others stay quiet
-    sys.exit(programs.run(main, heartbeat=None if MPI.COMM_WORLD.rank else
-                          programs.HEARTBEAT_SECONDS))
+    code = programs.run(main, heartbeat=None if MPI.COMM_WORLD.rank else
+                        programs.HEARTBEAT_SECONDS)
+    if code == programs.INTERRUPTED and MPI.COMM_WORLD.size > 1:
+        # Ctrl-C reaches the ranks at different points: one that stops here would wait in
+        # MPI's finalize for ranks still in a collective, which wait for it (a hang).
+        # Aborting the job ends every rank, after this rank's one line.
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(code)
+    sys.exit(code)

@@ -160,6 +160,40 @@ def test_example_rejects_bad_arguments(args, message):
     assert message in result.stderr
 
 
+def test_ctrl_c_stops_every_rank_with_one_line_and_no_hang():
+    """Ctrl-C from the terminal (SIGINT to the whole job) while the ranks train: the job ends
+    at once, exit status 130, with ``interrupted`` and no traceback; a rank that stopped
+    used to wait in MPI's finalize for one still in a collective, which waited for it."""
+    import signal
+    import threading
+    import time
+
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, EXAMPLE, *map(str, SMOKE),
+                             "--iterations", "100000"], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)  # its own group, as a terminal's job
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while sum("of 2 on" in line for line in lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)  # both ranks have their pool: they train
+        assert proc.poll() is None, "".join(lines)
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    reader.join(10)
+    err = "".join(lines)
+    assert proc.returncode == 130, err[-3000:]
+    assert "train_mn.py: interrupted" in err and "Traceback" not in err
+
+
 def test_each_rank_plans_its_own_trace_in_its_own_pool(tmp_path):
     iterations = 6
     mpirun(2, REPLAY, tmp_path, iterations)
