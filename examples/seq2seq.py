@@ -189,7 +189,7 @@ def translate(args, pool_name, device, model, pairs):
     return summary_row("inference", pool_name, args.translate_batch, recorder)
 
 
-SUMMARY_COLUMNS = ("task", "pool", "batch", "iters", "reoptimizations", "fallback reqs",
+SUMMARY_COLUMNS = ("task", "pool", "batch", "iters", "reoptimizations", "departed reqs",
                    "peak pool bytes", "peak device in use", "ms/iter")
 
 
