@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(an RMM log): bytes ('8GiB' too), or a log of the memory under a pool "
                         "(e.g. an RMM log of the pool's upstream); refused for a file that "
                         "records its own (a PyTorch snapshot)")
-    p.add_argument("--granularity", type=int, default=ALIGNMENT, metavar="B",
+    p.add_argument("--granularity", type=programs.byte_count, default=ALIGNMENT, metavar="B",
                    help=f"round each size up to a multiple of B bytes (default: {ALIGNMENT}, "
                         f"as pgmo's pool does; 1: as requested)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -33,7 +33,8 @@ from ..formats import ReadOptions, detect, load
 from ..plan import Plan
 from ..solver import SolverOptions, solve
 from ..solver.options import solver_options
-from ..trace import Block, Trace
+from ..errors import TraceFormatError
+from ..trace import Block, SizeTotal, Trace
 from ..units import ALIGNMENT, format_bytes
 
 __all__ = ["Analysis", "analyze", "parse_bytes", "human_bytes"]
@@ -142,13 +143,24 @@ class Analysis:
 
 
 def at_granularity(trace: Trace, granularity: int) -> Trace:
-    """The same blocks with each size rounded up to a multiple of ``granularity``."""
+    """The same blocks with each size rounded up to a multiple of ``granularity``.
+
+    The rounded sizes obey the size rule of every trace
+    (:func:`pgmo.units.size_refused`); a :class:`~pgmo.errors.TraceFormatError` if not.
+    """
     if granularity < 1:
         raise ValueError(f"granularity must be a positive number of bytes, got {granularity}")
     if granularity == 1:
         return trace
     g = granularity
     blocks = tuple(Block(b.id, b.lower, b.upper, -(-b.size // g) * g) for b in trace.blocks)
+    total = SizeTotal()  # rounded up, the sizes must still obey the size rule
+    for b in blocks:
+        try:
+            total.add(b.size, {})
+        except TraceFormatError as exc:
+            raise TraceFormatError(f"block id={b.id} rounded up to granularity {g:,} B: "
+                                   f"{exc.reason}", path=trace.source, field="size") from None
     return Trace(blocks, {**trace.metadata, "granularity": g}, trace.source)
 
 
