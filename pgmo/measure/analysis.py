@@ -283,7 +283,8 @@ def analyze(source: Trace | str | os.PathLike, *, format: str | None = None,
             reserved_by = metadata.get("reserved_by") or "the recording allocator"
     notes = _import_notes(details, metadata)
     if granularity != 1:
-        notes.insert(0, f"sizes rounded up to {granularity} B as pgmo's pool rounds them "
+        how = "as pgmo's pool rounds them" if granularity == ALIGNMENT else "as asked"
+        notes.insert(0, f"sizes rounded up to {granularity} B {how} "
                         f"(granularity 1: as requested)")
     lb = analysed.lower_bound()
     total = analysed.total_bytes
