@@ -201,7 +201,12 @@ def cmd_traces(args) -> int:
 def cmd_cache(args) -> int:
     from . import plan_cache
 
+    if args.clear and args.action == "list":
+        raise CliError("cache: 'list' and --clear contradict each other: give one")
     folder = plan_cache.cache_dir()
+    if folder.exists() and not folder.is_dir():
+        came = f" (${plan_cache.ENV})" if os.environ.get(plan_cache.ENV) else ""
+        raise CliError(f"{folder}{came} is not a folder: the plan cache must be one")
     if args.clear or args.action == "clear":
         removed = plan_cache.clear(folder)
         print(f"removed {removed} cached plan{'s' if removed != 1 else ''} from {folder}")
@@ -326,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "clear them.  The cache is $PGMO_CACHE_DIR, else the platform's "
                            "cache folder followed by pgmo/plans; a pool made with "
                            "plan_cache=False neither reads nor writes it."))
-    p.add_argument("action", nargs="?", choices=("list", "clear"), default="list",
+    p.add_argument("action", nargs="?", choices=("list", "clear"), default=None,
                    help="list the entries (default) or clear them")
     p.add_argument("--clear", action="store_true", help="remove every entry (as `clear`)")
     p.set_defaults(func=cmd_cache)
