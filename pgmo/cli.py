@@ -119,11 +119,16 @@ def cmd_solve(args) -> int:
 
 def _same_blocks(trace: Trace, plan_trace: Trace) -> str | None:
     if len(trace) != len(plan_trace):
-        return f"the plan has {len(plan_trace)} blocks, the trace {len(trace)}"
+        return (f"the plan has {_count(len(plan_trace), 'block')}, the trace "
+                f"{_count(len(trace), 'block')}")
     for a, b in zip(trace.blocks, plan_trace.blocks):
         if a != b:
             return f"block id={a.id} differs: trace has {a}, plan has {b}"
     return None
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _plan_for(trace: Trace, args) -> tuple[Trace, list[int]]:
@@ -161,7 +166,10 @@ def cmd_plot(args) -> int:
     trace, _ = _read(args.file, args)
     if args.plan:
         planned, offsets = _plan_for(trace, args)
-        plan = Plan(planned, tuple(offsets), method=f"plan {Path(args.plan).name}").validate()
+        why = find_conflict(planned.blocks, offsets)
+        if why is not None:
+            raise CliError(f"invalid plan {args.plan}: {why}")
+        plan = Plan(planned, tuple(offsets), method=f"plan {Path(args.plan).name}")
     else:
         plan = solve(trace, _options(args))
     out = plot_plan(plan, args.output)
@@ -241,7 +249,8 @@ def cmd_demo(args) -> int:
 
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     return run_demo(trace_name=args.trace, output=args.output, time_limit=args.time_limit,
-                    list_only=args.list, progress=progress, verbose=args.verbose)
+                    list_only=args.list, progress=progress, verbose=args.verbose,
+                    budget=args.budget)
 
 
 def _paragraph(text: str) -> str:
@@ -356,9 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="list the bundled traces (as `pgmo traces`)")
     p.add_argument("-o", "--output", default="pgmo-demo.png", type=programs.output_file,
                    help="picture to write")
-    p.add_argument("--time-limit", type=solver_options.argument_type("time_limit", False),
+    p.add_argument("--time-limit", type=solver_options.argument_type("time_limit"),
                    default=DEMO_TIME_LIMIT, metavar="S",
-                   help=f"seconds for the 'best' method (default: {DEMO_TIME_LIMIT:g})")
+                   help=f"seconds for the 'best' method ('none': no limit; 'best' then "
+                        f"needs a budget) (default: {DEMO_TIME_LIMIT:g})")
+    p.add_argument("--budget", type=solver_options.argument_type("budget"), default=None,
+                   metavar="N", help="search steps for the 'best' method: the same plan on "
+                                     "every machine (default: none, only the time limit)")
     p.set_defaults(func=cmd_demo)
     return parser
 

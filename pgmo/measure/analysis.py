@@ -184,6 +184,9 @@ def _reserved_from(value: Any, options: ReadOptions) -> tuple[int, str]:
             raise ValueError(f"reserved: {os.fspath(value)!r} is neither a size (bytes, or "
                              "with a unit: '12GiB', '8 GB') nor a file (a log of the memory "
                              "under the pool)")
+        if path.is_dir():
+            raise ValueError(f"reserved: {os.fspath(value)!r} is a folder, neither a size "
+                             "nor a file (a log of the memory under the pool)")
         other = load(path, None, ReadOptions(stream=options.stream)).trace
         return other.lower_bound(), f"{path.name} (its peak of live bytes)"
     raise ValueError(f"reserved must be a byte count or a file, got {value!r}")
