@@ -15,8 +15,11 @@ import difflib
 from pathlib import Path
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
+from .units import MAX_DEVICE_BYTES
+
 __all__ = ["ArgumentParser", "DefaultsHelpFormatter", "UsageError", "existing_path",
-           "output_file", "output_folder", "candidates", "closest", "unknown_name"]
+           "output_file", "output_folder", "candidates", "closest", "unknown_name",
+           "integer", "byte_count"]
 
 
 class UsageError(ValueError):
@@ -152,6 +155,32 @@ class ArgumentParser(argparse.ArgumentParser):
         raise argparse.ArgumentError(action, f"invalid choice: {value!r}"
                                      f"{_did_you_mean(candidates(str(value), names))} "
                                      f"(choose from {listed})")
+
+
+# ----------------------------------------------------------------- numbers
+def integer(low: int, high: int | None = None,
+            what: str = "an integer") -> Callable[[str], int]:
+    """An argparse ``type``: an integer from ``low`` to ``high`` (None: no top); the
+    error says ``what`` is expected and the range."""
+    span = f"from {low:,} to {high:,}" if high is not None else f">= {low:,}"
+
+    def check(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expects {what} {span}, got {text!r}")
+        return value
+
+    check.__name__ = "int"
+    return check
+
+
+def byte_count(text: str) -> int:
+    """An argparse ``type``: a positive number of bytes that a device can hold (at most
+    :data:`pgmo.units.MAX_DEVICE_BYTES`, the bound every trace's sizes obey)."""
+    return integer(1, MAX_DEVICE_BYTES, "a number of bytes (256 TiB at most)")(text)
 
 
 # ----------------------------------------------------------------- paths

@@ -119,11 +119,16 @@ def cmd_solve(args) -> int:
 
 def _same_blocks(trace: Trace, plan_trace: Trace) -> str | None:
     if len(trace) != len(plan_trace):
-        return f"the plan has {len(plan_trace)} blocks, the trace {len(trace)}"
+        return (f"the plan has {_count(len(plan_trace), 'block')}, the trace "
+                f"{_count(len(trace), 'block')}")
     for a, b in zip(trace.blocks, plan_trace.blocks):
         if a != b:
             return f"block id={a.id} differs: trace has {a}, plan has {b}"
     return None
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _plan_for(trace: Trace, args) -> tuple[Trace, list[int]]:
@@ -161,7 +166,10 @@ def cmd_plot(args) -> int:
     trace, _ = _read(args.file, args)
     if args.plan:
         planned, offsets = _plan_for(trace, args)
-        plan = Plan(planned, tuple(offsets), method=f"plan {Path(args.plan).name}").validate()
+        why = find_conflict(planned.blocks, offsets)
+        if why is not None:
+            raise CliError(f"invalid plan {args.plan}: {why}")
+        plan = Plan(planned, tuple(offsets), method=f"plan {Path(args.plan).name}")
     else:
         plan = solve(trace, _options(args))
     out = plot_plan(plan, args.output)
@@ -201,7 +209,12 @@ def cmd_traces(args) -> int:
 def cmd_cache(args) -> int:
     from . import plan_cache
 
+    if args.clear and args.action == "list":
+        raise CliError("cache: 'list' and --clear contradict each other: give one")
     folder = plan_cache.cache_dir()
+    if folder.exists() and not folder.is_dir():
+        came = f" (${plan_cache.ENV})" if os.environ.get(plan_cache.ENV) else ""
+        raise CliError(f"{folder}{came} is not a folder: the plan cache must be one")
     if args.clear or args.action == "clear":
         removed = plan_cache.clear(folder)
         print(f"removed {removed} cached plan{'s' if removed != 1 else ''} from {folder}")
@@ -236,7 +249,8 @@ def cmd_demo(args) -> int:
 
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     return run_demo(trace_name=args.trace, output=args.output, time_limit=args.time_limit,
-                    list_only=args.list, progress=progress, verbose=args.verbose)
+                    list_only=args.list, progress=progress, verbose=args.verbose,
+                    budget=args.budget)
 
 
 def _paragraph(text: str) -> str:
@@ -301,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(an RMM log): bytes ('8GiB' too), or a log of the memory under a pool "
                         "(e.g. an RMM log of the pool's upstream); refused for a file that "
                         "records its own (a PyTorch snapshot)")
-    p.add_argument("--granularity", type=int, default=ALIGNMENT, metavar="B",
+    p.add_argument("--granularity", type=programs.byte_count, default=ALIGNMENT, metavar="B",
                    help=f"round each size up to a multiple of B bytes (default: {ALIGNMENT}, "
                         f"as pgmo's pool does; 1: as requested)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -326,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "clear them.  The cache is $PGMO_CACHE_DIR, else the platform's "
                            "cache folder followed by pgmo/plans; a pool made with "
                            "plan_cache=False neither reads nor writes it."))
-    p.add_argument("action", nargs="?", choices=("list", "clear"), default="list",
+    p.add_argument("action", nargs="?", choices=("list", "clear"), default=None,
                    help="list the entries (default) or clear them")
     p.add_argument("--clear", action="store_true", help="remove every entry (as `clear`)")
     p.set_defaults(func=cmd_cache)
@@ -351,9 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="list the bundled traces (as `pgmo traces`)")
     p.add_argument("-o", "--output", default="pgmo-demo.png", type=programs.output_file,
                    help="picture to write")
-    p.add_argument("--time-limit", type=solver_options.argument_type("time_limit", False),
+    p.add_argument("--time-limit", type=solver_options.argument_type("time_limit"),
                    default=DEMO_TIME_LIMIT, metavar="S",
-                   help=f"seconds for the 'best' method (default: {DEMO_TIME_LIMIT:g})")
+                   help=f"seconds for the 'best' method ('none': no limit; 'best' then "
+                        f"needs a budget) (default: {DEMO_TIME_LIMIT:g})")
+    p.add_argument("--budget", type=solver_options.argument_type("budget"), default=None,
+                   metavar="N", help="search steps for the 'best' method: the same plan on "
+                                     "every machine (default: none, only the time limit)")
     p.set_defaults(func=cmd_demo)
     return parser
 

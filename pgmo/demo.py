@@ -21,7 +21,7 @@ import logging
 import time
 
 from . import bundled
-from .solver import solve
+from .solver import SolverOptions, solve
 from .trace import Trace, events
 from .units import bytes_text, format_bytes, round_size
 
@@ -82,26 +82,28 @@ _PHASES = ("warm-up", "profiling", "from the plan", "from the plan")
 _WARM_UP_BLOCKS = 64
 
 
-def _host_pool(time_limit: float):
+def _host_pool(time_limit: float | None, budget: int | None = None):
     """The CuPy pool on host memory; without CuPy, its engine alone (no CuPy needed)."""
     from .measure import hosts
 
     try:
-        return hosts.host_pool(method="best", time_limit=time_limit), "pgmo's pool"
+        return (hosts.host_pool(method="best", time_limit=time_limit, budget=budget),
+                "pgmo's pool")
     except ImportError as exc:  # no CuPy: the same engine, plain memory objects
         if not (exc.name or "").startswith("cupy"):
             raise
         log.info("no CuPy (%s): replaying through the engine alone", exc)
-        return (hosts.host_engine(method="best", time_limit=time_limit),
+        return (hosts.host_engine(method="best", time_limit=time_limit, budget=budget),
                 "pgmo's engine (CuPy is not installed)")
 
 
-def _replay_on_host(trace, time_limit: float, progress: bool, verbose: bool) -> None:
+def _replay_on_host(trace, time_limit: float | None, progress: bool, verbose: bool,
+                    budget: int | None = None) -> None:
     from tqdm import tqdm
 
     from .measure.replay import replay
 
-    pool, what = _host_pool(time_limit)
+    pool, what = _host_pool(time_limit, budget)
     per_iteration = len(events(trace.blocks))
     print(f"\nreplay: {REPLAY_ITERATIONS} iterations of the trace (warm-up, profiling, then "
           f"{REPLAY_ITERATIONS - 2} from the plan)\nthrough {what} on host memory, checking "
@@ -168,22 +170,25 @@ def _planned_against_bound(stats, lower_bound: int) -> str:
         f"{peak / bound:.4f}x the least {blocks} need, {bytes_text(bound)}"
 
 
-def _warm_up(trace: Trace, time_limit: float) -> None:
+def _warm_up(trace: Trace, time_limit: float | None) -> None:
     """Solve a slice of the trace once with each method, untimed: the first solve in a
     process pays for imports and caches, which is not the method's time."""
     head = Trace(trace.blocks[:_WARM_UP_BLOCKS], trace.metadata, trace.source)
     for method in ("bestfit", "best"):
-        solve(head, method=method, time_limit=min(time_limit, 0.2))
+        quick = 0.2 if time_limit is None else min(time_limit, 0.2)
+        solve(head, method=method, time_limit=quick)
 
 
 def run_demo(trace_name: str | None = None, output: str = "pgmo-demo.png",
-             time_limit: float = DEMO_TIME_LIMIT, list_only: bool = False,
-             progress: bool = False, verbose: bool = False) -> int:
+             time_limit: float | None = DEMO_TIME_LIMIT, list_only: bool = False,
+             progress: bool = False, verbose: bool = False, budget: int | None = None) -> int:
     """The demo; ``progress``: bars while solving and replaying; ``verbose``: each
     solver's report and the pool's memory summary (with ``list_only``: each trace's
-    details)."""
+    details).  ``time_limit`` and ``budget`` stop the 'best' method, as in
+    :class:`~pgmo.solver.SolverOptions` (a ``ValueError`` when neither does)."""
     if list_only:
         return list_traces(verbose)
+    SolverOptions(method="best", time_limit=time_limit, budget=budget)  # checked first
     name = trace_name or DEFAULT_TRACE
     trace = bundled.load(name)
     label = "synthetic, made by pgmo.synth" if trace.metadata.get("synthetic") else \
@@ -201,7 +206,8 @@ def run_demo(trace_name: str | None = None, output: str = "pgmo-demo.png",
     plans = {}
     _warm_up(trace, time_limit)
     for method in ("bestfit", "best"):
-        plan = solve(trace, method=method, time_limit=time_limit, progress=progress)
+        plan = solve(trace, method=method, time_limit=time_limit, budget=budget,
+                     progress=progress)
         plans[method] = plan
         rows.append((method, bytes_text(plan.peak), f"{plan.ratio:.4f}", f"{plan.seconds:.3f}s"))
     widths = [max(len(r[i]) for r in rows + [_HEADER]) for i in range(4)]
@@ -222,7 +228,7 @@ def run_demo(trace_name: str | None = None, output: str = "pgmo-demo.png",
         print(f"\nwrote {output}")
     except ImportError as exc:
         print(f"\npicture skipped: {exc}")
-    _replay_on_host(trace, time_limit, progress, verbose)
+    _replay_on_host(trace, time_limit, progress, verbose, budget)
     return 0
 
 

@@ -41,13 +41,14 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
-from .arguments import (ArgumentParser, DefaultsHelpFormatter, UsageError, candidates,
-                        closest, existing_path, output_file, output_folder, unknown_name)
+from .arguments import (ArgumentParser, DefaultsHelpFormatter, UsageError, byte_count,
+                        candidates, closest, existing_path, integer, output_file,
+                        output_folder, unknown_name)
 
 __all__ = ["ArgumentParser", "DefaultsHelpFormatter", "UsageError", "start", "run",
            "children_leave_ctrl_c_to_me",
            "existing_path", "output_file", "output_folder", "candidates", "closest",
-           "unknown_name",
+           "unknown_name", "integer", "byte_count",
            "HEARTBEAT_SECONDS", "INTERRUPTED", "BROKEN_PIPE"]
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.

@@ -246,24 +246,40 @@ def rmm_logs(trace: Trace, iterations: int = 1) -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from . import bundled
-    from .formats import write_bytes_atomically
+    """The command line; returns its exit status (a mistake: one line, status 2)."""
+    from . import programs
 
-    parser = argparse.ArgumentParser(prog="python -m pgmo.synth_logs", description=__doc__,
+    return programs.run(lambda: _main(argv), name="python -m pgmo.synth_logs")
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from . import bundled, programs
+    from .formats import write_bytes_atomically
+    from .units import MAX_DEVICE_BYTES
+
+    parser = programs.ArgumentParser(prog="python -m pgmo.synth_logs", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", default="synthetic-resnet50-train-b32",
                         help="bundled trace to repeat (see pgmo demo --list)")
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--weights", type=int, default=0, metavar="BYTES",
+    parser.add_argument("--iterations", type=programs.integer(1), default=10,
+                        help="how many times the trace is repeated (default 10)")
+    parser.add_argument("--weights", type=programs.integer(0, MAX_DEVICE_BYTES,
+                                                           "a number of bytes"),
+                        default=0, metavar="BYTES",
                         help="bytes allocated before recording (PyTorch snapshot only)")
-    parser.add_argument("--max-entries", type=int, default=None, metavar="N",
+    parser.add_argument("--max-entries", type=programs.integer(1), default=None, metavar="N",
                         help="keep the last N trace entries, as PyTorch's ring buffer does")
-    parser.add_argument("--frames", type=int, default=0, metavar="N",
+    parser.add_argument("--frames", type=programs.integer(0), default=0, metavar="N",
                         help="stack frames per event (PyTorch snapshot only)")
-    parser.add_argument("--pytorch", help="write a PyTorch snapshot pickle here")
-    parser.add_argument("--rmm", help="write the RMM log of the requests here")
-    parser.add_argument("--rmm-upstream", help="write the RMM log of the pool's upstream here")
+    parser.add_argument("--pytorch", type=programs.output_file,
+                        help="write a PyTorch snapshot pickle here")
+    parser.add_argument("--rmm", type=programs.output_file,
+                        help="write the RMM log of the requests here")
+    parser.add_argument("--rmm-upstream", type=programs.output_file,
+                        help="write the RMM log of the pool's upstream here")
     args = parser.parse_args(argv)
+    if not (args.pytorch or args.rmm or args.rmm_upstream):
+        parser.error("nothing to write: give --pytorch, --rmm or --rmm-upstream (or several)")
     trace = bundled.load(args.trace)
     if args.pytorch:
         weights = [args.weights] if args.weights else []

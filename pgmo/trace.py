@@ -26,8 +26,13 @@ A four-block example (time runs right, address runs up)::
 The *lower bound* of a trace is its max load: the largest total size of
 blocks live at one instant.  No packing can have a smaller peak.
 
+Sizes obey one rule (:func:`pgmo.units.size_refused`): at most
+:data:`~pgmo.units.MAX_DEVICE_BYTES` each and :data:`~pgmo.units.MAX_TRACE_BYTES`
+together, so that the solvers' 64-bit sums cannot overflow; every reader
+applies it through :class:`SizeTotal`.
+
 This module is the bottom of pgmo's core: it imports nothing else from pgmo
-but :mod:`pgmo.errors`.
+but :mod:`pgmo.errors` and :mod:`pgmo.units`.
 """
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .errors import TraceFormatError
+from .units import size_refused
 
 __all__ = ["Block", "Trace", "max_load", "packing_peak", "intervals_overlap", "events",
-           "FREE", "ALLOC", "block_from_values", "to_int", "to_id"]
+           "FREE", "ALLOC", "block_from_values", "to_int", "to_id", "SizeTotal"]
 
 
 def intervals_overlap(lo_a: float, hi_a: float, lo_b: float, hi_b: float) -> bool:
@@ -139,12 +145,32 @@ def to_id(value: Any, where: Mapping[str, Any]) -> int | str:
         return text
 
 
+class SizeTotal:
+    """Applies the size rule (:func:`pgmo.units.size_refused`) to a trace's sizes as a
+    reader meets them: each at most ``MAX_DEVICE_BYTES``, all together at most
+    ``MAX_TRACE_BYTES``; the error names the place (``where``) and the field."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def add(self, size: int, where: Mapping[str, Any], field: str = "size") -> int:
+        """Count ``size`` (>= 0) and return it, or raise :class:`TraceFormatError`."""
+        why = size_refused(size, self.total + size)
+        if why:
+            raise TraceFormatError(why, field=field, **where)
+        self.total += size
+        return size
+
+
 def block_from_values(ident: Any, lower: Any, upper: Any, size: Any,
-                      where: Mapping[str, Any], inclusive: bool = False) -> Block:
+                      where: Mapping[str, Any], inclusive: bool = False,
+                      total: SizeTotal | None = None) -> Block:
     """Validate one row's fields into a Block; ``upper`` None or blank means open.
 
     ``where`` (``path``/``line``) goes into the error.  ``inclusive`` reads a
     lifetime that includes ``upper`` (IREE's files) as the half-open one.
+    ``total`` counts the trace's sizes so far (the size rule); without it the
+    size alone is checked.
     """
     ident = to_id(ident, where)
     size = to_int(size, "size", where)
@@ -153,6 +179,7 @@ def block_from_values(ident: Any, lower: Any, upper: Any, size: Any,
     upper = None if open_block else to_int(upper, "upper", where)
     if size <= 0:
         raise TraceFormatError(f"size must be > 0, got {size}", field="size", **where)
+    (total or SizeTotal()).add(size, where)
     if lower < 0:
         raise TraceFormatError(f"lower must be >= 0, got {lower}", field="lower", **where)
     if upper is not None:
@@ -207,9 +234,11 @@ class Trace:
                   metadata: Mapping[str, Any] | None = None) -> "Trace":
         """Build from ``(lower, upper, size)`` or ``(id, lower, upper, size)`` rows.
 
-        Validates as the file readers do; ``upper=None`` makes an open block.
+        Validates as the file readers do (a :class:`~pgmo.errors.TraceFormatError`, a
+        ``ValueError``, naming the row); ``upper=None`` makes an open block.
         """
         ids = _UniqueIds("row")
+        total = SizeTotal()
         blocks = []
         for i, row in enumerate(rows):
             row = tuple(row)
@@ -219,7 +248,7 @@ class Trace:
             if len(row) != 4:
                 raise TraceFormatError(f"row {i}: expected (lower, upper, size) or "
                                        f"(id, lower, upper, size), got {row!r}")
-            block = block_from_values(*row, where=where)
+            block = block_from_values(*row, where=where, total=total)
             ids.check(block, i, where)
             blocks.append(block)
         return cls(tuple(blocks), metadata or {})

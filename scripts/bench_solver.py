@@ -56,6 +56,7 @@ from pathlib import Path
 
 import pgmo
 from pgmo import programs
+from pgmo.solver.options import argument_type
 
 from . import bestfit_timing
 from .children import busy_core
@@ -86,17 +87,13 @@ def run_method(trace, method: str, time_limit: float, exact_max_n: int, budget=N
     return plan.peak, time.perf_counter() - start, note
 
 
-def _seconds(text: str) -> float | None:
-    return None if text.strip().lower() == "none" else float(text)
+#: One time limit, checked as ``pgmo solve --time-limit`` checks it.
+_seconds = argument_type("time_limit")
 
 
 def _limits(text: str) -> list[float | None]:
     """``--time-limit``: seconds, or several separated by commas (each gets its columns)."""
-    try:
-        limits = [_seconds(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expects seconds, 'none', or several seconds "
-                                         f"separated by commas, got {text!r}") from None
+    limits = [_seconds(part) for part in text.split(",") if part.strip()]
     if not limits or (None in limits and len(limits) > 1):
         raise argparse.ArgumentTypeError(f"expects seconds, 'none', or several seconds "
                                          f"separated by commas, got {text!r}")
@@ -128,15 +125,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "commas, each in columns of its own side by side ('none': no limit; "
                          "best then needs --budget; default: 1 and the default limit, "
                          f"{pgmo.SolverOptions().time_limit:g})")
-    ap.add_argument("--best-known", action="append", default=[], type=Path,
+    ap.add_argument("--best-known", action="append", default=[],
+                    type=programs.existing_path("file"),
                     help="CSV 'instance,peak' of best known peaks (repeatable)")
     ap.add_argument("--inclusive", default="*/iree/*",
                     help="glob of files whose lifetimes are inclusive at both ends")
-    ap.add_argument("--exact-max-n", type=int, default=60, help="run exact only up to this many blocks")
-    ap.add_argument("--budget", type=int, default=None,
+    ap.add_argument("--exact-max-n", type=programs.integer(0), default=60, help="run exact only up to this many blocks")
+    ap.add_argument("--budget", type=argument_type("budget"), default=None,
                     help="search steps for 'best' (default: none, only the time limit)")
     ap.add_argument("--bundled", action="store_true", help="also solve pgmo's bundled traces")
-    ap.add_argument("--random", type=int, action="append", default=[], metavar="N",
+    ap.add_argument("--random", type=programs.integer(1), action="append", default=[],
+                    metavar="N",
                     help="also solve two random traces of N blocks (repeatable)")
     ap.add_argument("--busy-core", action="store_true",
                     help="keep one core busy with another process during the run")
@@ -148,12 +147,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "apply)")
     timing.add_argument("--bestfit-timing", action="store_true",
                         help="print best-fit's times and its speed targets instead")
-    timing.add_argument("--n", type=int, action="append",
+    timing.add_argument("--n", type=programs.integer(1), action="append",
                         help="random trace size (repeatable); default 1000, 10000, 30000")
     timing.add_argument("--dist", default=None,
                         help="comma-separated random lifetime distributions (default "
                              f"{','.join(DISTRIBUTIONS)})")
-    timing.add_argument("--repeat", type=int, default=None,
+    timing.add_argument("--repeat", type=programs.integer(1), default=None,
                         help="runs per trace; the best is shown (default 3)")
     args = ap.parse_args(argv)
     if not args.bestfit_timing:
@@ -172,8 +171,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         if d not in DISTRIBUTIONS:
             ap.error(f"unknown distribution {d!r}; choose from {', '.join(DISTRIBUTIONS)}")
     args.repeat = 3 if args.repeat is None else args.repeat
-    if args.repeat < 1:
-        ap.error("--repeat must be at least 1")
     return args
 
 

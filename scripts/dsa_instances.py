@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 import pgmo
+from pgmo import programs
 
 BUNDLED_BEST_KNOWN = Path(__file__).with_name("best_known_peaks.csv")
 #: The public DSA instances kept in the repository (licenses and provenance beside them).
@@ -49,9 +50,26 @@ def read_best_known(paths: list[Path]) -> dict[str, int]:
     """``instance -> peak`` from CSVs with columns ``instance,peak``."""
     known: dict[str, int] = {}
     for path in paths:
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                known[row["instance"].strip().removesuffix(".csv")] = int(row["peak"])
+        try:
+            with open(path, newline="", encoding="utf-8") as f:
+                rows = csv.DictReader(f)
+                if not {"instance", "peak"} <= set(rows.fieldnames or ()):
+                    raise programs.UsageError(f"{path}: not a best-known file (needs a "
+                                              f"header 'instance,peak')")
+                for row in rows:
+                    name, peak = (row.get("instance") or "").strip(), row.get("peak")
+                    try:
+                        value = int(peak or "")
+                    except ValueError:
+                        value = 0
+                    if not name or value < 1:
+                        raise programs.UsageError(f"{path}, line {rows.line_num}: expected "
+                                                  f"an instance and a positive peak, got "
+                                                  f"{name!r},{peak!r}")
+                    known[name.removesuffix(".csv")] = value
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            raise programs.UsageError(f"{path}: cannot be read as a best-known CSV "
+                                      f"({exc})") from None
     return known
 
 

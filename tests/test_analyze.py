@@ -51,6 +51,16 @@ def test_granularity_one_analyses_the_sizes_as_requested():
         pgmo.analyze(trace, granularity=0)
 
 
+def test_the_rounding_note_says_the_pools_rounding_only_when_it_is_the_pools():
+    trace = pgmo.Trace.from_rows([(0, 2, 100), (1, 3, 1000)])
+    notes = {g: pgmo.analyze(trace, granularity=g, method="bestfit").notes for g in (512, 256)}
+    assert "sizes rounded up to 512 B as pgmo's pool rounds them" in notes[512][0]
+    assert notes[256][0].startswith("sizes rounded up to 256 B as asked")
+    assert not any("pool rounds" in n for n in notes[256])
+    assert not any("rounded up" in n
+                   for n in pgmo.analyze(trace, granularity=1, method="bestfit").notes)
+
+
 def test_nothing_to_optimize_is_said_plainly():
     all_live = pgmo.Trace.from_rows([(0, 5, 512), (1, 5, 512), (2, 5, 1024)])
     result = pgmo.analyze(all_live, method="bestfit")

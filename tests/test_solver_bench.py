@@ -76,3 +76,39 @@ def test_several_time_limits_are_printed_side_by_side_and_bestfit_runs_once(benc
         "bestfit peak", "best 0.1s peak", "best 0.3s peak"]
     assert "**best 0.1s** worst overrun past the 0.1 s limit" in text
     assert "**best 0.3s** worst overrun past the 0.3 s limit" in text
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--random", "0"], "argument --random: expects an integer >= 1, got '0'"),
+    (["--random", "-5"], "argument --random: expects an integer >= 1"),
+    (["--bestfit-timing", "--n", "0"], "argument --n: expects an integer >= 1"),
+    (["--bestfit-timing", "--repeat", "0"], "argument --repeat: expects an integer >= 1"),
+    (["--time-limit", "-1"], "argument --time-limit: must be a number of seconds >= 0"),
+    (["--time-limit", "1,-1"], "argument --time-limit: must be a number of seconds >= 0"),
+    (["--budget", "0"], "argument --budget: must be a positive number of search steps"),
+    (["--best-known", "no-such-file.csv"], "argument --best-known: no such file"),
+])
+def test_a_value_no_run_can_use_is_an_argument_error(bench, capsys, argv, said):
+    with pytest.raises(SystemExit) as stop:
+        bench.main(argv)
+    assert stop.value.code == 2
+    assert said in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("text, said", [
+    ("hello world\n", "not a best-known file (needs a header 'instance,peak')"),
+    ("instance,peak\nfoo,abc\n", "line 2: expected an instance and a positive peak"),
+    (b"instance,peak\n\xff\xfe,1\n", "cannot be read as a best-known CSV"),
+])
+def test_a_best_known_file_that_cannot_be_read_is_named_in_one_line(bench, tmp_path, capsys,
+                                                                    text, said):
+    from pgmo import programs
+
+    known = tmp_path / "known.txt"
+    known.write_bytes(text if isinstance(text, bytes) else text.encode())
+    code = programs.run(lambda: bench.main(["--random", "2", "--methods", "bestfit",
+                                            "--best-known", str(known)]), name="bench_solver")
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err == f"bench_solver: error: {known}{err.split(str(known), 1)[1]}"
+    assert said in err and err.count("\n") == 1

@@ -139,3 +139,42 @@ def test_seq2seq_lengths_vary_with_seed():
     lengths = {(t.metadata["src_len"], t.metadata["tgt_len"])
                for t in (synth.seq2seq_training(8, hidden=16, vocab=32, seed=s) for s in range(6))}
     assert len(lengths) > 1
+
+
+# -- python -m pgmo.synth_logs (docs/analyze.rst tells users to run it) ----------------
+@pytest.mark.parametrize("argv, said", [
+    (["--iterations", "-1", "--pytorch", "x.pickle"], "argument --iterations: expects an "
+                                                      "integer >= 1, got '-1'"),
+    (["--iterations", "0", "--rmm", "r.csv"], "argument --iterations: expects an integer"),
+    (["--weights", "-5", "--pytorch", "x.pickle"], "argument --weights: expects a number of "
+                                                   "bytes from 0"),
+    (["--max-entries", "0", "--pytorch", "x.pickle"], "argument --max-entries: expects an "
+                                                      "integer >= 1"),
+    (["--frames", "-1", "--pytorch", "x.pickle"], "argument --frames: expects an integer"),
+    (["--iterations", "1"], "nothing to write: give --pytorch, --rmm or --rmm-upstream"),
+    (["--pytorch", "no-such-folder/x.pickle"], "argument --pytorch: cannot write "
+                                               "no-such-folder/x.pickle: no folder"),
+    (["--rmm-upstream", "no-such-folder/u.csv"], "argument --rmm-upstream: cannot write"),
+])
+def test_synth_logs_answers_a_mistake_with_one_line_and_writes_nothing(
+        tmp_path, monkeypatch, capsys, argv, said):
+    from pgmo.synth_logs import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("python -m pgmo.synth_logs: error: ") and said in err[-1]
+    assert list(tmp_path.iterdir()) == []  # no file written, no folder made
+
+
+def test_synth_logs_names_an_unknown_trace_in_one_line(tmp_path, monkeypatch, capsys):
+    from pgmo.synth_logs import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["--trace", "nope", "--pytorch", "x.pickle"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m pgmo.synth_logs: error: no bundled trace 'nope'")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

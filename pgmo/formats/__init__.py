@@ -13,7 +13,9 @@ name                  what                                              writes
 Any of them may be gzip-compressed.  The format is recognised from the
 file's first bytes, not its name; ``format=`` overrides.  Every problem raises
 :class:`~pgmo.errors.TraceFormatError` naming the file, the line (or block)
-and the field.  Writes are atomic.  More readers plug in with
+and the field; a size is one when it is more than any device holds (256 TiB)
+or when a trace's sizes together pass 1 EiB (``pgmo.units.size_refused``, the
+rule of the pool's saved plans too).  Writes are atomic.  More readers plug in with
 :func:`register`.
 """
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import TraceFormatError
-from ..trace import Block, Trace, block_from_values, to_int
+from ..trace import Block, SizeTotal, Trace, block_from_values, to_int
 from .files import open_text, write_text_atomically
 from .model import Loaded, ReadOptions, offsets_for_closed
 
@@ -73,6 +73,7 @@ def _read(path: Path, inclusive: bool) -> Loaded:
         blocks: list[Block] = []
         offsets: list[int | None] = []
         seen: dict[int | str, int] = {}  # id -> the line it was first seen at
+        total = SizeTotal()
         for row in reader:
             line = reader.line_num
             if not any(cell.strip() for cell in row):
@@ -84,7 +85,7 @@ def _read(path: Path, inclusive: bool) -> Loaded:
             where = {"path": name, "line": line}
             ident, lower, upper, size = (row[index[c]] for c in REQUIRED)
             block = block_from_values(ident, lower, upper, size, where=where,
-                                      inclusive=inclusive)
+                                      inclusive=inclusive, total=total)
             if block.id in seen:
                 raise TraceFormatError(f"duplicate id {block.id} (first seen at line "
                                        f"{seen[block.id]})", path=name, line=line, field="id")

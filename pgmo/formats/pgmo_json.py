@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import TraceFormatError
-from ..trace import Block, Trace, block_from_values, to_int
+from ..trace import Block, SizeTotal, Trace, block_from_values, to_int
 from .files import NESTED_TOO_DEEPLY, open_text, write_text_atomically
 from .minimalloc import OPTIONAL, REQUIRED
 from .model import Loaded, ReadOptions, offsets_for_closed
@@ -61,6 +61,7 @@ def read(path: Path, options: ReadOptions) -> Loaded:
     blocks: list[Block] = []
     offsets: list[int | None] = []
     seen: dict[int | str, int] = {}  # id -> the block it was first seen at
+    total = SizeTotal()
     for i, row in enumerate(rows):
         if not isinstance(row, list) or len(row) != len(columns):
             raise TraceFormatError(f"block {i}: expected a list of {len(columns)} values",
@@ -69,7 +70,7 @@ def read(path: Path, options: ReadOptions) -> Loaded:
         try:
             ident, lower, upper, size = (values[c] for c in REQUIRED)
             block = block_from_values(ident, lower, upper, size, where={},
-                                      inclusive=options.inclusive)
+                                      inclusive=options.inclusive, total=total)
             if block.id in seen:
                 raise TraceFormatError(f"duplicate id {block.id} (first seen at block "
                                        f"{seen[block.id]})", field="id")

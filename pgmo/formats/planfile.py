@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, Sequence
 
 from ..errors import PlanFileError, TraceFormatError
 from ..trace import Block, Trace, packing_peak
-from ..units import ALIGNMENT, MAX_DEVICE_BYTES
+from ..units import ALIGNMENT, MAX_DEVICE_BYTES, size_refused
 from ..validate import find_conflict
 from .files import NESTED_TOO_DEEPLY, read_bytes, write_bytes_atomically
 from .model import Loaded, ReadOptions
@@ -135,6 +135,9 @@ def loads(data: bytes, source: str = "<bytes>") -> SavedPlan:
     if beyond:
         raise fail(f"{beyond}: more than any device holds ({MAX_DEVICE_BYTES:,} B); "
                    "the file was modified or damaged")
+    too_much = size_refused(0, sum(sizes))  # the trace's rule for the total
+    if too_much:
+        raise fail(f"{too_much}; the file was modified or damaged")
     if ids != [i for i in range(n) if uppers[i] is not None]:
         raise fail("plan ids do not name the profile's closed (freed) requests")
     profile = Trace(tuple(map(Block, range(n), lowers, uppers, sizes)),

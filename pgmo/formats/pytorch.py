@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TraceFormatError
+from ..trace import SizeTotal
+from ..units import size_refused
 from .allocation_log import AllocationLog
 from .files import read_bytes
 from .model import Loaded, ReadOptions
@@ -96,6 +98,7 @@ class _Where:
 
     def __init__(self, path: str | None):
         self.path = path
+        self.total = SizeTotal()  # the sizes of the trace's blocks so far
 
     def fail(self, place: str, message: str, field: str | None = None) -> TraceFormatError:
         return TraceFormatError(f"{place}: {message}", path=self.path, field=field)
@@ -113,7 +116,17 @@ class _Where:
         value = self.integer(entry, key, place)
         if value < 0:
             raise self.fail(place, f"size must be >= 0, got {value}", key)
+        why = size_refused(value)
+        if why:
+            raise self.fail(place, why, key)
         return value
+
+    def block(self, size: int, place: str, key: str = "size") -> int:
+        """``size`` as one block of the trace: counted in the total the size rule bounds."""
+        try:
+            return self.total.add(size, {}, key)
+        except TraceFormatError as exc:
+            raise self.fail(place, exc.reason, key) from None
 
 
 def _stream(value: Any) -> Any:
@@ -239,10 +252,10 @@ def snapshot_to_trace(data: Any, options: ReadOptions | None = None,
                 if live is not None:
                     raise where.fail(place, f"alloc at address {addr:#x}, which is still "
                                             f"allocated (no {ends_at} since its alloc)", "addr")
-                log.alloc(addr, size)
+                log.alloc(addr, where.block(size, place))
             elif action == ends_at:
                 if log.free(addr) is None and size > 0:
-                    log.free_allocated_before(size)
+                    log.free_allocated_before(where.block(size, place))
         elif action in SEGMENT_ACTIONS:
             reserved_deltas.append(SEGMENT_ACTIONS[action] * where.size(e, "size", place))
         elif action == "oom":
@@ -291,7 +304,8 @@ def _live_before_recording(segs, log: AllocationLog, selected, where: _Where) ->
                 asked = where.size(b, "requested_size", bplace) if requested is not None \
                     else size
                 if asked > 0:
-                    sizes.append(asked)
+                    sizes.append(where.block(asked, bplace, "requested_size" if requested
+                                             is not None else "size"))
             addr += size
     return sizes
 

@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TraceFormatError
-from ..trace import to_int
+from ..trace import SizeTotal, to_int
+from ..units import size_refused
 from .allocation_log import AllocationLog
 from .files import open_text
 from .model import Loaded, ReadOptions
@@ -131,6 +132,7 @@ def _events(reader, name: str, header: list[str], columns: list[str], header_lin
     log = AllocationLog()
     allocated_at: dict[int, tuple[int, int]] = {}  # pointer -> (size, line) of the live block
     zero_size, rows = 0, 0
+    total = SizeTotal()  # the sizes of the trace's blocks so far
     failures: Counter = Counter()
     streams: set = set()
     for row in reader:
@@ -157,6 +159,9 @@ def _events(reader, name: str, header: list[str], columns: list[str], header_lin
         size = to_int(row[col["size"]], "Size", where)
         if size < 0:
             raise TraceFormatError(f"size must be >= 0, got {size}", field="Size", **where)
+        too_big = size_refused(size)
+        if too_big:
+            raise TraceFormatError(too_big, field="Size", **where)
         pointer = _pointer(row[col["pointer"]], where)
         if action == "failure":
             failures["count"] += 1
@@ -171,11 +176,11 @@ def _events(reader, name: str, header: list[str], columns: list[str], header_lin
                 raise TraceFormatError(
                     f"pointer {pointer:#x} allocated again without a free since line "
                     f"{allocated_at[pointer][1]}", field="Pointer", **where)
-            log.alloc(pointer, size)
+            log.alloc(pointer, total.add(size, where, "Size"))
             allocated_at[pointer] = (size, line)
         else:
             if log.live_block(pointer) is None:
-                log.free_allocated_before(size)
+                log.free_allocated_before(total.add(size, where, "Size"))
                 continue
             asked, at = allocated_at.pop(pointer)
             if asked != size:

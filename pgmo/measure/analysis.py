@@ -33,7 +33,8 @@ from ..formats import ReadOptions, detect, load
 from ..plan import Plan
 from ..solver import SolverOptions, solve
 from ..solver.options import solver_options
-from ..trace import Block, Trace
+from ..errors import TraceFormatError
+from ..trace import Block, SizeTotal, Trace
 from ..units import ALIGNMENT, format_bytes
 
 __all__ = ["Analysis", "analyze", "parse_bytes", "human_bytes"]
@@ -142,13 +143,24 @@ class Analysis:
 
 
 def at_granularity(trace: Trace, granularity: int) -> Trace:
-    """The same blocks with each size rounded up to a multiple of ``granularity``."""
+    """The same blocks with each size rounded up to a multiple of ``granularity``.
+
+    The rounded sizes obey the size rule of every trace
+    (:func:`pgmo.units.size_refused`); a :class:`~pgmo.errors.TraceFormatError` if not.
+    """
     if granularity < 1:
         raise ValueError(f"granularity must be a positive number of bytes, got {granularity}")
     if granularity == 1:
         return trace
     g = granularity
     blocks = tuple(Block(b.id, b.lower, b.upper, -(-b.size // g) * g) for b in trace.blocks)
+    total = SizeTotal()  # rounded up, the sizes must still obey the size rule
+    for b in blocks:
+        try:
+            total.add(b.size, {})
+        except TraceFormatError as exc:
+            raise TraceFormatError(f"block id={b.id} rounded up to granularity {g:,} B: "
+                                   f"{exc.reason}", path=trace.source, field="size") from None
     return Trace(blocks, {**trace.metadata, "granularity": g}, trace.source)
 
 
@@ -172,6 +184,9 @@ def _reserved_from(value: Any, options: ReadOptions) -> tuple[int, str]:
             raise ValueError(f"reserved: {os.fspath(value)!r} is neither a size (bytes, or "
                              "with a unit: '12GiB', '8 GB') nor a file (a log of the memory "
                              "under the pool)")
+        if path.is_dir():
+            raise ValueError(f"reserved: {os.fspath(value)!r} is a folder, neither a size "
+                             "nor a file (a log of the memory under the pool)")
         other = load(path, None, ReadOptions(stream=options.stream)).trace
         return other.lower_bound(), f"{path.name} (its peak of live bytes)"
     raise ValueError(f"reserved must be a byte count or a file, got {value!r}")
@@ -271,7 +286,8 @@ def analyze(source: Trace | str | os.PathLike, *, format: str | None = None,
             reserved_by = metadata.get("reserved_by") or "the recording allocator"
     notes = _import_notes(details, metadata)
     if granularity != 1:
-        notes.insert(0, f"sizes rounded up to {granularity} B as pgmo's pool rounds them "
+        how = "as pgmo's pool rounds them" if granularity == ALIGNMENT else "as asked"
+        notes.insert(0, f"sizes rounded up to {granularity} B {how} "
                         f"(granularity 1: as requested)")
     lb = analysed.lower_bound()
     total = analysed.total_bytes
