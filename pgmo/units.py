@@ -11,8 +11,8 @@ saved plans hold rounded sizes.
 
 from __future__ import annotations
 
-__all__ = ["ALIGNMENT", "MAX_DEVICE_BYTES", "MAX_TRACE_BYTES", "size_refused", "round_size", "byte_unit", "format_bytes",
-           "bytes_text"]
+__all__ = ["ALIGNMENT", "MAX_DEVICE_BYTES", "MAX_TRACE_BYTES", "size_refused", "round_size",
+           "byte_unit", "format_bytes", "bytes_text"]
 
 ALIGNMENT = 512
 
