@@ -2,8 +2,9 @@
 
 ``--help`` shows each option's default; a mistyped option, choice or name
 gets the closest one ("did you mean ...?"), also after a subcommand; a
-missing input, an output into a folder that does not exist or an unknown
-name is one line naming it (:class:`UsageError`, exit status 2 under
+missing input, an output into a folder that does not exist, a negative
+count or time (:func:`non_negative_int`, :func:`non_negative_float`) or an
+unknown name is one line naming it (:class:`UsageError`, exit status 2 under
 :func:`pgmo.programs.run`).  Programs import these through
 :mod:`pgmo.programs`, which re-exports them.
 """
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 __all__ = ["ArgumentParser", "DefaultsHelpFormatter", "UsageError", "existing_path",
-           "output_file", "output_folder", "candidates", "closest", "unknown_name"]
+           "output_file", "output_folder", "candidates", "closest", "unknown_name",
+           "non_negative_int", "non_negative_float"]
 
 
 class UsageError(ValueError):
@@ -152,6 +154,29 @@ class ArgumentParser(argparse.ArgumentParser):
         raise argparse.ArgumentError(action, f"invalid choice: {value!r}"
                                      f"{_did_you_mean(candidates(str(value), names))} "
                                      f"(choose from {listed})")
+
+
+# ----------------------------------------------------------------- numbers
+def non_negative_int(text: str) -> int:
+    """An argparse ``type``: an integer 0 or more (a count of warm-up iterations)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse ``type``: a finite number 0 or more (seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
 
 
 # ----------------------------------------------------------------- paths
