@@ -123,12 +123,14 @@ def use_device(device_id, cpu_note=CPU_NOTE):
 
 def add_pgmo_options(parser, warmup=1):
     """The pool's options every example takes: warm-up, solver method, time limit."""
-    from pgmo import METHODS, SolverOptions
+    from pgmo import METHODS, SolverOptions, programs
 
-    parser.add_argument("--warmup", type=int, default=warmup, help="pgmo warm-up iterations")
+    parser.add_argument("--warmup", type=programs.non_negative_int, default=warmup,
+                        help="pgmo warm-up iterations")
     parser.add_argument("--method", default=SolverOptions().method, choices=METHODS,
                         help="pgmo solver")
-    parser.add_argument("--time-limit", type=float, default=SolverOptions().time_limit,
+    parser.add_argument("--time-limit", type=programs.non_negative_float,
+                        default=SolverOptions().time_limit,
                         metavar="S", help="pgmo solver seconds")
 
 

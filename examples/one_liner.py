@@ -116,7 +116,8 @@ def parse_args(argv=None):
     parser.add_argument("--inputs", type=int, default=4096)
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--classes", type=int, default=1000, help="at most --inputs")
-    parser.add_argument("--warmup", type=int, default=1, help="pgmo warm-up iterations")
+    parser.add_argument("--warmup", type=programs.non_negative_int, default=1,
+                        help="pgmo warm-up iterations")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--verbose", "-v", action="store_true", help="print every iteration")
     args = parser.parse_args(argv)

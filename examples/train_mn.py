@@ -197,13 +197,15 @@ def main(argv=None):
         sys.exit(1)
 
 
-if __name__ == "__main__":  # rank 0 reports every iteration; the others stay quiet
-    code = programs.run(main, heartbeat=None if MPI.COMM_WORLD.rank else
-                        programs.HEARTBEAT_SECONDS)
-    if code == programs.INTERRUPTED and MPI.COMM_WORLD.size > 1:
-        # Ctrl-C reaches the ranks at different points: one that stops here would wait in
-        # MPI's finalize for ranks still in a collective, which wait for it (a hang).
-        # Aborting the job ends every rank, after this rank's one line.
+def abort_the_job() -> None:
+    """After this rank's Ctrl-C line: end every rank.  Ctrl-C reaches the ranks at different
+    points, and a rank that stopped would wait in MPI's finalize for ranks still in a
+    collective, which wait for it (the job hung)."""
+    if MPI.COMM_WORLD.size > 1:
         sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(code)
-    sys.exit(code)
+        MPI.COMM_WORLD.Abort(programs.INTERRUPTED)
+
+
+if __name__ == "__main__":  # rank 0 reports every iteration; the others stay quiet
+    sys.exit(programs.run(main, heartbeat=None if MPI.COMM_WORLD.rank else
+                          programs.HEARTBEAT_SECONDS, on_interrupt=abort_the_job))

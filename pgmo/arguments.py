@@ -2,8 +2,9 @@
 
 ``--help`` shows each option's default; a mistyped option, choice or name
 gets the closest one ("did you mean ...?"), also after a subcommand; a
-missing input, an output into a folder that does not exist or an unknown
-name is one line naming it (:class:`UsageError`, exit status 2 under
+missing input, an output into a folder that does not exist, a negative
+count or time (:func:`non_negative_int`, :func:`non_negative_float`) or an
+unknown name is one line naming it (:class:`UsageError`, exit status 2 under
 :func:`pgmo.programs.run`).  Programs import these through
 :mod:`pgmo.programs`, which re-exports them.
 """
@@ -19,7 +20,7 @@ from .units import MAX_DEVICE_BYTES
 
 __all__ = ["ArgumentParser", "DefaultsHelpFormatter", "UsageError", "existing_path",
            "output_file", "output_folder", "candidates", "closest", "unknown_name",
-           "integer", "byte_count"]
+           "integer", "byte_count", "non_negative_int", "non_negative_float"]
 
 
 class UsageError(ValueError):
@@ -181,6 +182,21 @@ def byte_count(text: str) -> int:
     """An argparse ``type``: a positive number of bytes that a device can hold (at most
     :data:`pgmo.units.MAX_DEVICE_BYTES`, the bound every trace's sizes obey)."""
     return integer(1, MAX_DEVICE_BYTES, "a number of bytes (256 TiB at most)")(text)
+
+
+#: An argparse ``type``: an integer 0 or more (a count of warm-up iterations).
+non_negative_int = integer(0)
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse ``type``: a finite number 0 or more (seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
 
 
 # ----------------------------------------------------------------- paths

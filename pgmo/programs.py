@@ -18,7 +18,11 @@ A user of any of them may rely on this:
   keep it away);
 * a reader that goes away (``| head``): no traceback, exit status 141;
 * an optional package it needs that is not installed (CuPy, Chainer, MPI): one line
-  saying which and what installs it, exit status 2.
+  saying which and what installs it, exit status 2, also where the program
+  imports it before it runs (from :func:`start` on, or :func:`answer_missing_packages`);
+* a program that needs a GPU, run where CuPy sees none: one line saying so
+  and what was tried, exit status 2, before any work (``scripts/``:
+  ``scripts.needs_gpu.require_gpu``, which raises :class:`UsageError`).
 
 A program calls :func:`start` with its ``__name__`` before its heavy imports
 and runs its ``main`` through :func:`run`; its command line is read with
@@ -42,13 +46,14 @@ import time
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from .arguments import (ArgumentParser, DefaultsHelpFormatter, UsageError, byte_count,
-                        candidates, closest, existing_path, integer, output_file,
-                        output_folder, unknown_name)
+                        candidates, closest, existing_path, integer, non_negative_float,
+                        non_negative_int, output_file, output_folder, unknown_name)
 
 __all__ = ["ArgumentParser", "DefaultsHelpFormatter", "UsageError", "start", "run",
-           "children_leave_ctrl_c_to_me",
-           "existing_path", "output_file", "output_folder", "candidates", "closest",
-           "unknown_name", "integer", "byte_count",
+           "children_leave_ctrl_c_to_me", "answer_missing_packages", "missing_package",
+           "existing_path", "output_file", "output_folder", "candidates",
+           "closest", "unknown_name", "integer", "byte_count", "non_negative_int",
+           "non_negative_float",
            "HEARTBEAT_SECONDS", "INTERRUPTED", "BROKEN_PIPE"]
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
@@ -144,7 +149,8 @@ def _on_sigint(signum: int, frame: Any) -> None:
 
 
 def start(module_name: str = "__main__", name: str | None = None) -> None:
-    """Answer Ctrl-C with one line from here on, when ``module_name`` is ``"__main__"``.
+    """Answer Ctrl-C, and an optional package missing at an import, with one line from
+    here on, when ``module_name`` is ``"__main__"``.
 
     Call it first thing in a program, with the module's ``__name__``: imported
     (by a test, or a ``spawn`` worker re-importing the main module) it does
@@ -154,6 +160,7 @@ def start(module_name: str = "__main__", name: str | None = None) -> None:
     if module_name != "__main__" or threading.current_thread() is not threading.main_thread():
         return
     _Interrupt.name = name or program_name()
+    answer_missing_packages()
     if not _Interrupt.installed and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)
         _Interrupt.installed = True
@@ -291,7 +298,8 @@ class Heartbeat:
 # ----------------------------------------------------------------- run
 def run(main: Callable[[], int | None], *, name: str | None = None,
         errors: tuple[type[BaseException], ...] = (),
-        heartbeat: float | None = HEARTBEAT_SECONDS) -> int:
+        heartbeat: float | None = HEARTBEAT_SECONDS,
+        on_interrupt: Callable[[], None] | None = None) -> int:
     """Run a program's ``main()`` politely; returns its exit status (``sys.exit`` it).
 
     Ctrl-C: one line, :data:`INTERRUPTED` (also when the interruption made
@@ -300,6 +308,8 @@ def run(main: Callable[[], int | None], *, name: str | None = None,
     error: <message>`` and 2 (``PGMO_DEBUG=1``: the traceback instead).  A
     closed pipe: :data:`BROKEN_PIPE`.  ``heartbeat``: seconds of silence before
     a "still working" line (None: never); only for the process's own stderr.
+    ``on_interrupt``: called after the Ctrl-C line (an MPI job aborts its other ranks
+    there, which would otherwise wait for this one).
     """
     from .errors import PlanError, PlanFileError, TraceFormatError, UnknownTraceError
 
@@ -336,12 +346,14 @@ def run(main: Callable[[], int | None], *, name: str | None = None,
             _say_interrupted()
             if own_stderr:
                 _quiet_stderr()
+            if on_interrupt is not None:
+                on_interrupt()
             return INTERRUPTED
         if isinstance(exc, mistakes) and not os.environ.get("PGMO_DEBUG"):
             message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             print(f"{name}: error: {message}", file=sys.stderr)
             return 2
-        missing = _optional_missing(exc)
+        missing = missing_package(exc)
         if missing is not None and not os.environ.get("PGMO_DEBUG"):
             print(f"{name}: error: {missing}", file=sys.stderr)
             return 2
@@ -362,10 +374,43 @@ OPTIONAL = {"cupy": "CuPy (pip install 'pgmo[cuda13]', or cuda12)",
             "mpi4py": "MPI (pip install 'pgmo[mpi]')"}
 
 
-def _optional_missing(exc: BaseException) -> str | None:
+def missing_package(exc: BaseException) -> str | None:
     """What a program needs that is not installed, when ``exc`` is an optional package's
-    absence (a CuPy-only program without CuPy), as one line; else None."""
-    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+    absence (a CuPy-only program without CuPy), as one line; else None.  An
+    ``ImportError`` raised because of that absence (``pgmo.chainer``'s "needs
+    Chainer 7.8.1; install it with ...") is its own message."""
+    if not isinstance(exc, ImportError):
         return None
-    needed = OPTIONAL.get(exc.name.split(".")[0])
-    return None if needed is None else f"needs {needed}, which is not installed"
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        needed = OPTIONAL.get(exc.name.split(".")[0])
+        return None if needed is None else f"needs {needed}, which is not installed"
+    cause = exc.__cause__
+    if isinstance(cause, ImportError) and missing_package(cause) is not None:
+        return " ".join(str(exc).split())
+    return None
+
+
+def _excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """An optional package missing at an import (before :func:`run`): one line, exit 2."""
+    missing = missing_package(exc)
+    if missing is None or os.environ.get("PGMO_DEBUG"):
+        _previous_hook[0](kind, exc, tb)
+        return
+    with contextlib.suppress(OSError, ValueError):  # what it printed comes first
+        sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError):
+        print(f"{_Interrupt.name or program_name()}: error: {missing}", file=sys.stderr)
+        sys.stderr.flush()
+    os._exit(2)  # the status Python would give (1) is no mistake's
+
+
+def answer_missing_packages() -> None:
+    """From here on an optional package missing at an import that nobody catches (the
+    program's own, before :func:`run`) is one line, ``<program>: error: needs ...``,
+    and exit status 2 (``PGMO_DEBUG=1``: the traceback).  :func:`start` calls it."""
+    if sys.excepthook is not _excepthook:
+        _previous_hook[0] = sys.excepthook
+        sys.excepthook = _excepthook
+
+
+_previous_hook = [sys.excepthook]  # what answers every other uncaught exception

@@ -32,7 +32,8 @@ Programs (no GPU needed unless said):
 
 Shared modules: :mod:`~scripts.examples` (the example models),
 :mod:`~scripts.children` (starting a program as a child and reading its
-result), :mod:`~scripts.markdown` (writing and reading Markdown tables),
+result), :mod:`~scripts.needs_gpu` (a GPU program's first check: one line
+where CuPy sees no GPU), :mod:`~scripts.markdown` (writing and reading Markdown tables),
 :mod:`~scripts.chainer_workloads` (the examples' training and inference
 steps), :mod:`~scripts.numpy_mirror` and :mod:`~scripts.numpy_allocations`
 (a GPU's requests made from a run on NumPy), :mod:`~scripts.dsa_instances`
@@ -48,3 +49,11 @@ modules and their stand-ins).
 ``gpu_session.sh`` and ``fetch_gpu_wheels.sh`` are the shell side of a GPU
 session (``docs/reproducing-gpu-results.md``).
 """
+
+import sys as _sys
+
+if _sys.argv[:1] == ["-m"]:  # `python -m scripts.<name>`: Python imports this package first
+    from pgmo import programs as _programs
+
+    # A module run by mistake that needs a missing package (Chainer) says so in one line.
+    _programs.answer_missing_packages()

@@ -409,7 +409,7 @@ def parse_args(argv=None):
                              f"'{DEFAULT_MODE}' 'sync/bestfit')")
     parser.add_argument("--iterations", type=int, default=10,
                         help="iterations of runs made from one trace")
-    parser.add_argument("--time-limit", type=float, default=2.0,
+    parser.add_argument("--time-limit", type=programs.non_negative_float, default=2.0,
                         help="pgmo's solver time limit, s (as in the H100 bench_memory run)")
     parser.add_argument("--step-ms", type=float, default=20.0,
                         help="time each iteration computes besides allocating, ms")

@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each step; the best counts")
     parser.add_argument("--frames", type=int, default=16,
                         help="stack frames per event, from 64 shared tracebacks (default: 16)")
-    parser.add_argument("--time-limit", type=float, default=None,
+    parser.add_argument("--time-limit", type=programs.non_negative_float, default=None,
                         help="for 'best' in the end-to-end run (default: pgmo's)")
     args = parser.parse_args(argv)
     for name in ("events", "repeat", "frames"):

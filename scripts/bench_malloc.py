@@ -32,6 +32,8 @@ import time
 import numpy as np
 from pgmo import programs
 
+from . import needs_gpu
+
 
 def workloads(n: int) -> dict[str, tuple[list[int], list[tuple[int, int]]]]:
     """Event lists ``(kind, index)``: kind 1 alloc, 0 free; sizes by index."""
@@ -195,6 +197,8 @@ def main(argv=None) -> None:
         if getattr(args, name) < 1:
             ap.error(f"{'-n' if name == 'n' else '--' + name} must be at least 1, got "
                      f"{getattr(args, name)}")
+    if args.gpu:
+        needs_gpu.require_gpu(0, instead="without --gpu it runs on the CPU")
     table, baseline, pool_alone = (gpu_table if args.gpu else cpu_table)(
         args.n, args.iterations, args.repeat)
     print(report(table, baseline, pool_alone))

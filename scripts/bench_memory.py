@@ -61,7 +61,7 @@ programs.start(__name__)  # Ctrl-C from here on: one line, exit status 130
 
 from pgmo.runs import write_run  # noqa: E402
 
-from . import children, examples, nvml_probe  # noqa: E402
+from . import children, examples, needs_gpu, nvml_probe  # noqa: E402
 from .bench_memory_report import (  # noqa: E402  (the report's tables, tested apart)
     ARCHS, POOLS, combine, gpu_cell, mib, report, run_order, seq2seq_row)
 
@@ -626,7 +626,7 @@ def parse_args(argv=None):
                         help="runs per configuration of the memory and time tables, each a "
                              "fresh process (the repeats come last, shortest first, as the "
                              "budget allows)")
-    parser.add_argument("--skip", type=int, default=2,
+    parser.add_argument("--skip", type=programs.non_negative_int, default=2,
                         help="iterations left out of the time (pgmo: warm-up, profiling)")
     parser.add_argument("--memory-limit", type=parse_size, default=parse_size("4GiB"))
     parser.add_argument("--search-arch", nargs="*", choices=ARCHS, default=["resnet50"],
@@ -657,10 +657,11 @@ def parse_args(argv=None):
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--method", default="best", choices=("bestfit", "best", "exact"),
                         help="pgmo's solver")
-    parser.add_argument("--time-limit", type=float, default=2.0, help="pgmo solver seconds")
-    parser.add_argument("--budget", type=float, default=480.0,
+    parser.add_argument("--time-limit", type=programs.non_negative_float, default=2.0,
+                        help="pgmo solver seconds")
+    parser.add_argument("--budget", type=programs.non_negative_float, default=480.0,
                         help="seconds for the whole run; later configurations are skipped")
-    parser.add_argument("--child-timeout", type=float, default=150.0)
+    parser.add_argument("--child-timeout", type=programs.non_negative_float, default=150.0)
     parser.add_argument("--output", "-o", type=programs.output_file,
                         help="also write the report here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -698,6 +699,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.child is not None:
         return child_main(args.child)
+    if args.device >= 0:  # every child would fail alike, each with the driver's traceback
+        needs_gpu.require_gpu(args.device, instead="--device -1 runs it on the CPU (a dry run)")
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     command = shlex.join(["python", "-m", "scripts.bench_memory", *argv])
     env = environment(args)

@@ -435,7 +435,7 @@ def main(argv=None) -> None:
                     help="iterations of each real trace (default: 200)")
     ap.add_argument("--growth", type=int, default=5,
                     help="size increases in the first half of a real trace's run (default: 5)")
-    ap.add_argument("--time-limit", type=float, default=1.0, metavar="S",
+    ap.add_argument("--time-limit", type=programs.non_negative_float, default=1.0, metavar="S",
                     help="the solver's time limit per plan (default: 1 s)")
     ap.add_argument("--launches", type=int, default=1000,
                     help="small NumPy calls between two iterations (default: 1000)")

@@ -67,7 +67,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import children, quick_check_report
+from pgmo import programs
+
+from . import children, needs_gpu, quick_check_report
 
 JSON_NAME, REPORT_NAME = "quick-check.json", "quick-check.md"
 KiB, MiB, GiB = 2**10, 2**20, 2**30
@@ -239,6 +241,13 @@ def main(argv=None) -> int:
             print("gpu_quick_check: stopped (Ctrl-C)", file=sys.stderr)
             return 130
         return 0
+    if not args.dry_run:  # every step would fail alike, each with the driver's traceback
+        try:
+            needs_gpu.require_gpu(args.device, instead="--dry-run runs it on the CPU with "
+                                                      "stand-ins")
+        except programs.UsageError as error:  # one line, as programs.run says it
+            print(f"{programs.program_name()}: error: {error}", file=sys.stderr)
+            return 2
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     check = Check(args, shlex.join(["python", "-m", "scripts.gpu_quick_check", *argv]))
 
@@ -270,12 +279,11 @@ def main(argv=None) -> int:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = programs.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", "-d", type=int, default=0, help="the GPU to check")
     parser.add_argument("--out", "-o", type=Path, default=Path("quick-check"),
                         help=f"folder for {JSON_NAME} and {REPORT_NAME}")
-    parser.add_argument("--budget", type=float, default=450.0,
+    parser.add_argument("--budget", type=programs.non_negative_float, default=450.0,
                         help="seconds for every step together (each also has its own limit)")
     parser.add_argument("--dry-run", action="store_true",
                         help="run on the CPU with stand-ins for the GPU's modules")

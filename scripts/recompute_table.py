@@ -206,7 +206,8 @@ def parse_args(argv=None):
                         help="trace files, or folders holding them (other traces are skipped)")
     parser.add_argument("--method", default="best", choices=pgmo.METHODS,
                         help="the plan compared with best-fit")
-    parser.add_argument("--time-limit", type=float, default=SolverOptions().time_limit,
+    parser.add_argument("--time-limit", type=programs.non_negative_float,
+                        default=SolverOptions().time_limit,
                         help="seconds per plan")
     parser.add_argument("--output", "-o", type=programs.output_file,
                         help="also write the section here")

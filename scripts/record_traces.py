@@ -56,7 +56,7 @@ import pgmo.chainer  # noqa: E402,F401  (applies the Chainer compatibility layer
 
 import chainer  # noqa: E402
 
-from . import children  # noqa: E402
+from . import children, needs_gpu  # noqa: E402
 from .chainer_workloads import (  # noqa: E402
     ARCHS, DENSENET, DRY_RUN_NOTE, TINY_INSIZE, Workload, cnn_inference, cnn_training,
     densenet_training, environment, mirror_for, new_pool, seq2seq_inference, seq2seq_training)
@@ -286,7 +286,7 @@ def parse_args(argv=None):
     parser.add_argument("--method", default="bestfit", choices=pgmo.METHODS,
                         help="solver the pool runs after profiling (the trace does not "
                         "depend on it)")
-    parser.add_argument("--time-limit", type=float, default=5.0)
+    parser.add_argument("--time-limit", type=programs.non_negative_float, default=5.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--isolate", action="store_true",
                         help="record each workload in a process of its own, so that one that "
@@ -333,6 +333,8 @@ def isolated(args, count: int) -> tuple[list[Path], int]:
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
+    if args.device >= 0:
+        needs_gpu.require_gpu(args.device, instead="--device -1 runs it on the CPU (a dry run)")
     device = chainer.get_device("@numpy" if args.device < 0 else f"@cupy:{args.device}")
     device.use()
     if args.device < 0 and args.only is None:

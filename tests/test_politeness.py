@@ -147,7 +147,8 @@ def _has_default(action) -> bool:
         and default is not argparse.SUPPRESS and default not in ([], ())
 
 
-@pytest.mark.parametrize("program", SCRIPT_PROGRAMS + EXAMPLE_PROGRAMS + ["pgmo"])
+@pytest.mark.parametrize("program", SCRIPT_PROGRAMS + sorted(OWN_HANDLING) + EXAMPLE_PROGRAMS
+                         + ["pgmo"])
 def test_every_help_shows_every_default(program, monkeypatch):
     skip_unless_installed(program)
     for parser in _parsers(program, monkeypatch):
@@ -201,6 +202,19 @@ MISTAKES = [
      "cannot make /nonexistent/traces: no folder /nonexistent (make it first)"),
     ("train_imagenet.py", ["--arch", "resnet"], "did you mean 'resnet50'"),
     ("train_mn.py", ["--out", "/nonexistent/result"], "no folder /nonexistent"),
+    ("one_liner.py", ["--warmup", "-1"], "argument --warmup: expects an integer >= 0, got '-1'"),
+    ("train_imagenet.py", ["--device", "-1", "--warmup", "-1"],
+     "argument --warmup: expects an integer >= 0, got '-1'"),
+    ("train_imagenet.py", ["--device", "-1", "--time-limit", "-1"],
+     "argument --time-limit: must be a number >= 0, got -1"),
+    ("densenet.py", ["--device", "-1", "--warmup", "-1"],
+     "argument --warmup: expects an integer >= 0, got '-1'"),
+    ("seq2seq.py", ["--device", "-1", "--warmup", "-1"],
+     "argument --warmup: expects an integer >= 0, got '-1'"),
+    ("bench_memory", ["--device", "-1", "--time-limit", "-2"],
+     "argument --time-limit: must be a number >= 0, got -2"),
+    ("bench_footprint", ["--time-limit", "-1"],
+     "argument --time-limit: must be a number >= 0, got -1"),
     ("pgmo", ["plot", "h100-alexnet-infer-b1", "-o", "/nonexistent/dir/p.png"],
      "cannot write /nonexistent/dir/p.png: no folder /nonexistent/dir (make it first)"),
     ("pgmo", ["solve", "h100-alexnet-infer-b1", "--time-limt", "2"],

@@ -150,6 +150,53 @@ def test_an_optional_package_not_installed_is_one_line_naming_it(capsys, monkeyp
         programs.run(needs("pgmo.nowhere"), name="prog")
 
 
+def test_an_import_error_pgmo_raises_for_a_missing_package_is_its_own_line(capsys, monkeypatch):
+    """``pgmo.chainer``'s "needs Chainer 7.8.1; install it with ..." where Chainer is missing:
+    that line, exit status 2; an ImportError of something else stays a traceback (a bug)."""
+    monkeypatch.delenv("PGMO_DEBUG", raising=False)
+
+    def main():
+        try:
+            raise ModuleNotFoundError("No module named 'chainer'", name="chainer")
+        except ImportError as error:
+            raise ImportError("pgmo.chainer needs Chainer 7.8.1; install it with\n"
+                              "  pip install 'pgmo[chainer]'") from error
+
+    assert programs.run(main, name="prog") == 2
+    assert capsys.readouterr().err == ("prog: error: pgmo.chainer needs Chainer 7.8.1; "
+                                       "install it with pip install 'pgmo[chainer]'\n")
+
+    def broken():
+        try:
+            raise ModuleNotFoundError("No module named 'pgmo.nowhere'", name="pgmo.nowhere")
+        except ImportError as error:
+            raise ImportError("cannot start") from error
+
+    with pytest.raises(ImportError, match="cannot start"):
+        programs.run(broken, name="prog")
+
+
+# ------------------------------------------------------------------ numbers
+def test_a_negative_count_or_time_is_refused_by_the_parser(capsys):
+    parser = programs.ArgumentParser(prog="prog")
+    parser.add_argument("--warmup", type=programs.non_negative_int, default=1)
+    parser.add_argument("--time-limit", type=programs.non_negative_float, default=2.0)
+    args = parser.parse_args(["--warmup", "0", "--time-limit", "0"])
+    assert (args.warmup, args.time_limit) == (0, 0.0)
+    for argv, said in ((["--warmup", "-1"], "argument --warmup: expects an integer >= 0, got '-1'"),
+                       (["--warmup", "1.5"], "argument --warmup: expects an integer >= 0, got '1.5'"),
+                       (["--time-limit", "-1"], "argument --time-limit: must be a number >= 0, "
+                                                "got -1"),
+                       (["--time-limit", "inf"], "argument --time-limit: must be a number >= 0, "
+                                                 "got inf"),
+                       (["--time-limit", "nan"], "argument --time-limit: must be a number >= 0, "
+                                                 "got nan")):
+        with pytest.raises(SystemExit) as stop:
+            parser.parse_args(argv)
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1] == f"prog: error: {said}"
+
+
 def test_ctrl_c_is_one_line_and_exit_status_130_also_when_cleanup_raises(capfd):
     def interrupted():
         raise KeyboardInterrupt
@@ -164,6 +211,22 @@ def test_ctrl_c_is_one_line_and_exit_status_130_also_when_cleanup_raises(capfd):
         assert programs.run(main, name="prog") == programs.INTERRUPTED
         out, err = capfd.readouterr()
         assert err == "prog: interrupted\n" and out == ""
+
+
+def test_on_interrupt_runs_after_the_ctrl_c_line_and_only_then(capfd):
+    """What an MPI job aborts its other ranks with: after this rank's one line."""
+    said = []
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    def abort():
+        said.append(capfd.readouterr().err)
+
+    assert programs.run(interrupted, name="prog", on_interrupt=abort) == programs.INTERRUPTED
+    assert said == ["prog: interrupted\n"]
+    assert programs.run(lambda: None, name="prog", on_interrupt=abort) == 0
+    assert len(said) == 1
 
 
 def test_a_closed_pipe_is_no_error(monkeypatch):
