@@ -131,8 +131,10 @@ class ArgumentParser(argparse.ArgumentParser):
         return parsed, extras
 
     def error(self, message: str) -> NoReturn:
-        hint = self._hint(message)
-        super().error(message + hint)
+        """One line, ``<prog>: error: <message>``, and exit status 2: argparse's usage block
+        above it is left out (``--help`` shows it), so that a mistake is answered in one
+        line, as every failure of a program is."""
+        self.exit(2, f"{self.prog}: error: {message}{self._hint(message)}\n")
 
     def _hint(self, message: str) -> str:
         """"did you mean ...?" for the first unknown option of an "unrecognized" message."""

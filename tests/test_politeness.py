@@ -237,11 +237,11 @@ def test_a_mistake_is_one_line_before_anything_runs(program, argv, said, capsys)
         main = module.main  # noqa: N806
     try:
         code = programs.run(lambda: main(argv), name=program)
-    except SystemExit as stop:  # argparse's: the usage, then one line
+    except SystemExit as stop:  # argparse's: one line too
         code = stop.code
     err = capsys.readouterr().err
     assert code == 2, err
-    assert said in err.splitlines()[-1] and "Traceback" not in err
+    assert err.splitlines() == [err.splitlines()[-1]] and said in err, err  # one line
 
 
 def test_bench_footprint_names_the_closest_workload_to_an_unknown_one(capsys):

@@ -88,9 +88,8 @@ def test_a_mistake_after_a_subcommand_is_that_subcommands(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["solve", "--time-limt", "2"])
     err = capsys.readouterr().err
-    assert err.startswith("usage: tool solve")
-    assert err.splitlines()[-1] == ("tool solve: error: unrecognized arguments: --time-limt 2; "
-                                    "did you mean --time-limit?")
+    assert err.splitlines() == ["tool solve: error: unrecognized arguments: --time-limt 2; "
+                                "did you mean --time-limit?"]  # one line: no usage block
 
 
 def test_paths_are_checked_before_anything_runs(tmp_path):
