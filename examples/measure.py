@@ -11,6 +11,8 @@ import os
 import sys
 import time
 
+from pgmo import programs
+
 NA = "n/a (CPU)"
 
 DEVICE_HELP = ("GPU id, or -1 for the CPU (default: GPU 0 when CuPy sees a GPU, "
@@ -19,8 +21,9 @@ DEVICE_HELP = ("GPU id, or -1 for the CPU (default: GPU 0 when CuPy sees a GPU, 
 
 def add_device_option(parser, choices=None, help=DEVICE_HELP):
     """``--device``/``-d``; its default (None) is resolved by :func:`pick_device`."""
-    parser.add_argument("--device", "-d", type=int, default=None, choices=choices,
-                        metavar="N", help=help)
+    parser.add_argument("--device", "-d", default=None, choices=choices, metavar="N",
+                        type=programs.integer(-1, what="a device number (-1: the CPU)"),
+                        help=help)
 
 
 def visible_gpus():

@@ -202,6 +202,8 @@ MISTAKES = [
      "cannot make /nonexistent/traces: no folder /nonexistent (make it first)"),
     ("train_imagenet.py", ["--arch", "resnet"], "did you mean 'resnet50'"),
     ("train_mn.py", ["--out", "/nonexistent/result"], "no folder /nonexistent"),
+    ("one_liner.py", ["--device", "-2"],
+     "argument --device/-d: expects a device number (-1: the CPU) >= -1, got '-2'"),
     ("one_liner.py", ["--warmup", "-1"], "argument --warmup: expects an integer >= 0, got '-1'"),
     ("train_imagenet.py", ["--device", "-1", "--warmup", "-1"],
      "argument --warmup: expects an integer >= 0, got '-1'"),
