@@ -32,8 +32,10 @@ def test_misuse_gives_clear_errors(hot_path):
         pool_options(warmup=-1)
     with pytest.raises(ValueError, match="replan mode 'later'"):
         pool_options(replan="later")
-    with pytest.raises(TypeError, match="unknown option 'wramup'"):
+    with pytest.raises(TypeError, match=r"unknown option 'wramup' \(did you mean 'warmup'\?\)"):
         pool_options(wramup=1)
+    with pytest.raises(TypeError, match="unknown option 'zzz'; the pool's options are"):
+        pool_options(zzz=1)
 
 
 @pytest.mark.parametrize("size, error, message", [

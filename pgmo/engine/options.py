@@ -12,6 +12,7 @@ Tested in ``tests/test_engine_errors.py`` and ``tests/test_pool.py``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
@@ -225,7 +226,9 @@ def pool_options(options: PoolOptions | None = None, **changes: Any) -> PoolOpti
     theirs = {f.name for f in dataclasses.fields(SolverOptions)}
     unknown = sorted(set(changes) - own - theirs)
     if unknown:
-        raise TypeError(f"unknown option {unknown[0]!r}; the pool's options are "
+        guess = difflib.get_close_matches(unknown[0], sorted(own | theirs), n=1, cutoff=0.6)
+        meant = f" (did you mean {guess[0]!r}?)" if guess else ""
+        raise TypeError(f"unknown option {unknown[0]!r}{meant}; the pool's options are "
                         f"{', '.join(sorted(own))} and the solver's {', '.join(sorted(theirs))}")
     mine = {k: v for k, v in changes.items() if k in own}
     solver = solver_options(base.solver, **{k: v for k, v in changes.items() if k in theirs})
