@@ -59,8 +59,20 @@ def log_of(hot: HotPath, n: int, planned: Trace | None = None) -> Log:
 
 def survivors_of(hot: HotPath, n: int) -> list[int]:
     """The first ``n`` requests whose block is still live (not freed in the hot path's log)."""
-    uppers = np.frombuffer(hot.log_arrays[1], dtype=np.int64, count=n)  # the log, not a copy
-    return np.flatnonzero(uppers == NOT_FREED).tolist()
+    uppers = hot.log_arrays[1]
+    if n < SCAN_WITH_NUMPY:  # a short log: Python's own scan costs less than NumPy's calls
+        head = uppers[:n]
+        if NOT_FREED not in head:  # the usual case, checked in C
+            return []
+        return [i for i, u in enumerate(head) if u == NOT_FREED]
+    found = np.frombuffer(uppers, dtype=np.int64, count=n) == NOT_FREED  # the log, no copy
+    return np.flatnonzero(found).tolist()
+
+
+#: Logs of this many requests or more are scanned for survivors with NumPy: about 3 us
+#: whatever their length (DenseNet-BC's 3,414 requests: 76 us in Python), against about
+#: 1 us in Python for AlexNet's 133.
+SCAN_WITH_NUMPY = 1024
 
 
 def to_profile(log: Log) -> Trace:
