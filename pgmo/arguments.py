@@ -20,7 +20,8 @@ from .units import MAX_DEVICE_BYTES
 
 __all__ = ["ArgumentParser", "DefaultsHelpFormatter", "UsageError", "existing_path",
            "output_file", "output_folder", "candidates", "closest", "unknown_name",
-           "integer", "byte_count", "non_negative_int", "non_negative_float"]
+           "integer", "byte_count", "non_negative_int", "non_negative_float",
+           "picture_file", "PICTURE_SUFFIXES"]
 
 
 class UsageError(ValueError):
@@ -226,6 +227,21 @@ def output_file(text: str) -> Path:
     if not folder.is_dir():
         raise argparse.ArgumentTypeError(f"cannot write {text}: no folder {folder} "
                                          "(make it first)")
+    return path
+
+
+#: The picture formats pgmo's plots are written in (matplotlib's Agg backend), by suffix.
+PICTURE_SUFFIXES = (".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg", ".jpeg", ".tif",
+                    ".tiff", ".webp", ".raw", ".rgba")
+
+
+def picture_file(text: str) -> Path:
+    """An argparse ``type``: a picture to write (:func:`output_file`), in a format the plots
+    can be written in: checked before any work (no suffix: ``.png`` is added)."""
+    path = output_file(text)
+    if path.suffix and path.suffix.lower() not in PICTURE_SUFFIXES:
+        raise argparse.ArgumentTypeError(
+            f"cannot draw {text}: a picture ends in one of {', '.join(PICTURE_SUFFIXES)}")
     return path
 
 

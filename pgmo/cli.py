@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="draw blocks over time x address, like the paper's Figure 1")
     p.add_argument("file", help=trace_help)
     p.add_argument("--plan", help="plan to draw (default: solve with the solver options)")
-    p.add_argument("-o", "--output", required=True, type=programs.output_file,
+    p.add_argument("-o", "--output", required=True, type=programs.picture_file,
                    help="picture to write, e.g. plan.png")
     solver_options.add_arguments(p)
     _add_input_options(p)
@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"round each size up to a multiple of B bytes (default: {ALIGNMENT}, "
                         f"as pgmo's pool does; 1: as requested)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--plot", metavar="FILE", default=None, type=programs.output_file,
+    p.add_argument("--plot", metavar="FILE", default=None, type=programs.picture_file,
                    help="draw the plan (time x address), e.g. plan.png")
     _add_progress_option(p)
     solver_options.add_arguments(p)
@@ -363,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"bundled trace to use (--list lists them; default: {DEFAULT_TRACE})")
     p.add_argument("--list", action="store_true",
                    help="list the bundled traces (as `pgmo traces`)")
-    p.add_argument("-o", "--output", default="pgmo-demo.png", type=programs.output_file,
+    p.add_argument("-o", "--output", default="pgmo-demo.png", type=programs.picture_file,
                    help="picture to write")
     p.add_argument("--time-limit", type=solver_options.argument_type("time_limit"),
                    default=DEMO_TIME_LIMIT, metavar="S",

@@ -47,13 +47,14 @@ from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from .arguments import (ArgumentParser, DefaultsHelpFormatter, UsageError, byte_count,
                         candidates, closest, existing_path, integer, non_negative_float,
-                        non_negative_int, output_file, output_folder, unknown_name)
+                        non_negative_int, output_file, output_folder, picture_file,
+                        unknown_name)
 
 __all__ = ["ArgumentParser", "DefaultsHelpFormatter", "UsageError", "start", "run",
            "children_leave_ctrl_c_to_me", "answer_missing_packages", "missing_package",
            "existing_path", "output_file", "output_folder", "candidates",
            "closest", "unknown_name", "integer", "byte_count", "non_negative_int",
-           "non_negative_float",
+           "non_negative_float", "picture_file",
            "HEARTBEAT_SECONDS", "INTERRUPTED", "BROKEN_PIPE"]
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
