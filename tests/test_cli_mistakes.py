@@ -99,3 +99,25 @@ def test_demo_with_no_time_limit_and_a_budget_runs(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "corrupted blocks          0" in text and "overlapping blocks        0" in text
     assert out.read_bytes().startswith(b"\x89PNG")
+
+
+# -- --inclusive --------------------------------------------------------------------
+def test_inclusive_lifetimes_are_refused_for_a_file_that_records_its_own_events(capsys):
+    """``--inclusive`` converts the lifetimes of CSV and JSON traces; a PyTorch snapshot's
+    events have no such reading, so asking for it is a mistake, not silently ignored."""
+    from pathlib import Path
+
+    snapshot = Path(__file__).parent / "data" / "pytorch-snapshot-small-cnn-h100.pickle"
+    assert main(["analyze", str(snapshot), "--inclusive"]) == 2
+    assert "inclusive lifetimes are read from CSV and pgmo JSON traces" in \
+        one_error_line(capsys)
+
+
+def test_inclusive_lifetimes_of_a_csv_trace_end_one_tick_later(tmp_path, capsys):
+    trace = tmp_path / "iree.csv"
+    trace.write_text("id,lower,upper,size\n0,0,4,100\n1,5,7,50\n")
+    assert main(["solve", str(trace), "--method", "bestfit"]) == 0
+    assert "peak        100 B" in capsys.readouterr().out  # [0, 4) and [5, 7): apart
+    trace.write_text("id,lower,upper,size\n0,0,5,100\n1,5,7,50\n")
+    assert main(["solve", str(trace), "--method", "bestfit", "--inclusive"]) == 0
+    assert "peak        150 B" in capsys.readouterr().out  # [0, 5] and [5, 7]: both at 5

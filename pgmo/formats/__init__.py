@@ -45,7 +45,7 @@ class Format:
     description: str
     sniff: Callable[[bytes], bool]  # on the first bytes of the (decompressed) content
     read: Callable[[Path, ReadOptions], Loaded]
-    selects: tuple[str, ...] = ()  # which of ReadOptions' device and stream it honours
+    selects: tuple[str, ...] = ()  # which of ReadOptions' device, stream, inclusive it honours
     no_device: str = ""  # why there is no device to choose, when that needs saying
 
 
@@ -60,7 +60,8 @@ def register(fmt: Format) -> Format:
 
 register(Format(planfile.NAME, "pgmo pool plan (saved by pool.save)", planfile.sniff,
                 planfile.read))
-register(Format(pgmo_json.NAME, "pgmo JSON trace", pgmo_json.sniff, pgmo_json.read))
+register(Format(pgmo_json.NAME, "pgmo JSON trace", pgmo_json.sniff, pgmo_json.read,
+                selects=("inclusive",)))
 register(Format(pytorch.NAME, "PyTorch memory snapshot (torch.cuda.memory._dump_snapshot)",
                 pytorch.sniff, pytorch.read, selects=("device", "stream")))
 register(Format(rmm.NAME, "RMM allocation log (rmm.mr.LoggingResourceAdaptor CSV)",
@@ -68,7 +69,7 @@ register(Format(rmm.NAME, "RMM allocation log (rmm.mr.LoggingResourceAdaptor CSV
                 no_device="RMM writes one log per device (rmm_log.dev0.csv, ...): read "
                           "that device's file"))
 register(Format(minimalloc.NAME, "MiniMalloc CSV (header id,lower,upper,size)",
-                minimalloc.sniff, minimalloc.read))
+                minimalloc.sniff, minimalloc.read, selects=("inclusive",)))
 
 
 def detect(path: str | os.PathLike) -> Format:
@@ -117,6 +118,9 @@ def load(path: str | os.PathLike, format: str | None = None,
                                    f"{', '.join(FORMATS)}", path=str(path)) from None
         read_head(path)  # a missing file or a folder is reported as such
     options = options or ReadOptions()
+    if options.inclusive and "inclusive" not in fmt.selects:
+        raise TraceFormatError(f"inclusive lifetimes are read from CSV and pgmo JSON traces; a "
+                               f"{fmt.name} file records its own events", path=str(path))
     for name in ("device", "stream"):
         if getattr(options, name) is not None and name not in fmt.selects:
             why = fmt.no_device if name == "device" and fmt.no_device else \
