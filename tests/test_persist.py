@@ -94,6 +94,13 @@ def damaged_variants(data: bytes):
     yield ("stated peak beyond any device", json.dumps(dict(doc, payload=payload,
                                                             sha256=_checksum(payload))).encode(),
            "field 'peak' .* more than any device holds")
+    # Unaligned offsets behind a recomputed checksum: every block's address would be
+    # unaligned (a device pointer CuPy's kernels assume aligned to 512 bytes).
+    payload = json.loads(json.dumps(doc["payload"]))
+    payload["offsets"] = [o + 1 for o in payload["offsets"]]
+    yield ("unaligned offsets", json.dumps(dict(doc, payload=payload,
+                                                sha256=_checksum(payload))).encode(),
+           "field 'offsets' must hold multiples of 512")
     yield ("deeply nested", b"[" * 1100 + b"]" * 1100, "nested too deeply")
     nested = b'{"format":"pgmo-pool-plan","version":1,"payload":{"extra":%s}}' % (
         b"[" * 1100 + b"]" * 1100)

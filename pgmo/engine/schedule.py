@@ -24,7 +24,7 @@ from typing import Final, cast
 from ..errors import PlanError
 from ..plan import Plan
 from ..trace import Trace
-from ..units import round_size
+from ..units import ALIGNMENT, round_size
 
 __all__ = ["Schedule", "compile_schedule", "Row", "CAP", "OFFSET", "DUE", "SENTINEL",
            "PINNED_CAP"]
@@ -89,6 +89,9 @@ def compile_schedule(profile: Trace, plan: Plan, generation: int = 0,
             if i and lowers[i] <= lowers[i - 1]:
                 raise PlanError(f"profile request {i} is not allocated after request {i - 1}")
         plan.check_fits(profile)
+        unaligned = next((o for o in plan.offsets if o % ALIGNMENT), None)
+        if unaligned is not None:  # each block's address would be unaligned too
+            raise PlanError(f"offset {unaligned} is not a multiple of {ALIGNMENT}")
     off = [-1] * n
     cap = [PINNED_CAP] * n
     for block, o in zip(plan.trace.blocks, plan.offsets):

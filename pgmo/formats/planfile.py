@@ -131,6 +131,8 @@ def loads(data: bytes, source: str = "<bytes>") -> SavedPlan:
         raise fail("field 'uppers' must hold integers after their lowers, or null")
     if any(s <= 0 or s % ALIGNMENT for s in sizes):
         raise fail(f"field 'sizes' must hold positive multiples of {ALIGNMENT}")
+    if any(o % ALIGNMENT for o in offsets):  # else the pool would hand out unaligned pointers
+        raise fail(f"field 'offsets' must hold multiples of {ALIGNMENT}")
     beyond = _beyond_any_device(sizes, offsets, ids, payload.get("peak"))
     if beyond:
         raise fail(f"{beyond}: more than any device holds ({MAX_DEVICE_BYTES:,} B); "
