@@ -475,3 +475,32 @@ def test_the_worker_plans_at_a_lower_cpu_priority_than_training():
         time.sleep(0.01)
     assert nice(proc.pid) == expected
     engine.close()
+
+
+def test_a_pool_used_after_close_plans_again_instead_of_waiting_for_a_lost_plan():
+    """close() stops the worker while it plans: what it was making is lost, and a pool used
+    afterwards profiles and plans anew (it used to wait, in 'planning', for good)."""
+    import pgmo.testing
+
+    pool = pgmo.testing.host_pool(replan="background", method="best", plan_cache=False,
+                                  time_limit=0.5)
+    pool.engine.planner.sync_blocks = 0  # no best-fit at the boundary: the worker plans
+    sizes = [1000 + 37 * i for i in range(300)]
+
+    def iteration():
+        with pool.iteration():
+            blocks = [pool.malloc(s) for s in sizes]
+            del blocks
+
+    iteration()
+    iteration()  # profiled: its plan is being made in the worker
+    assert pool.engine.planner.busy
+    pool.close()
+    assert not pool.engine.planner.busy  # nothing awaited from a stopped worker
+    for _ in range(40):
+        iteration()
+        if pool.stats().mode == "optimized":
+            break
+        pool.engine.planner.wait_idle(30)
+    assert pool.stats().mode == "optimized" and pool.stats().planned_requests > 0
+    pool.close()

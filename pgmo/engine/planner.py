@@ -360,6 +360,12 @@ class Planner(BackgroundPlanning):
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
+        # What was queued or in the worker is lost: nothing is awaited any more, so a pool
+        # used after close() profiles again and plans anew (a new thread and worker)
+        # instead of waiting for a plan that cannot come.
+        self._forget_below = max(self._forget_below, self._recorded)
+        self._in_flight.clear()
+        self._unfolded.clear()
 
     def _after_fork_in_child(self) -> None:
         """Threads do not survive fork and the worker is the parent's: start afresh."""
