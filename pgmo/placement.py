@@ -87,7 +87,8 @@ class Placer:
             if size > self.size:
                 self.release(self.size, size)
                 self.size = size
-                k = bisect_left(gaps, (nbytes, -1))
+            # (a full device may have cut the range or withheld gaps meanwhile: look again)
+            k = bisect_left(gaps, (nbytes, -1))
         if k == len(gaps):
             self.overflowed += 1
             return -1
@@ -128,13 +129,34 @@ class Placer:
         if end is None or not start <= lo or lo + nbytes > end:
             raise ValueError(f"[{lo:,}, {lo + nbytes:,}) is not inside a gap starting at "
                              f"{start:,}")
-        self._drop((end - start, start))
-        del self._ends[start], self._starts[end]
-        if start < lo:
-            self._add(start, lo)
-        if lo + nbytes < end:
-            self._add(lo + nbytes, end)
+        self._carve(start, end, lo, lo + nbytes)
         self.placed += 1
+
+    def withhold(self, lo: int, hi: int) -> None:
+        """Take ``[lo, hi)``, which lies inside one gap, out of the free space without placing
+        anything there (memory given back under the arena): it is placed in no more, and
+        only :meth:`release` returns it."""
+        for start, end in self._ends.items():
+            if start <= lo and hi <= end:
+                break
+        else:
+            raise ValueError(f"[{lo:,}, {hi:,}) is not inside one gap")
+        self._carve(start, end, lo, hi)
+
+    def cut(self, size: int) -> None:
+        """The range ends at ``size`` now (its free end was given back): no gap lies beyond."""
+        if size >= self.size:
+            return
+        for lo, hi in [gap for gap in self._ends.items() if gap[1] > size]:
+            if lo < size:
+                self._carve(lo, hi, size, hi)
+            else:
+                self._carve(lo, hi, lo, hi)
+        self.size = size
+
+    def free_spans(self) -> list[tuple[int, int]]:
+        """Every gap as ``(lo, hi)``, in address order."""
+        return sorted(self._ends.items())
 
     def release(self, lo: int, hi: int) -> None:
         """``[lo, hi)`` is free again: one gap with its free neighbours."""
@@ -152,6 +174,15 @@ class Placer:
 
     def free_bytes(self) -> int:
         return sum(length for length, _ in self._gaps)
+
+    def _carve(self, start: int, end: int, lo: int, hi: int) -> None:
+        """Cut ``[lo, hi)`` out of the gap ``[start, end)``; what is left of it stays free."""
+        self._drop((end - start, start))
+        del self._ends[start], self._starts[end]
+        if start < lo:
+            self._add(start, lo)
+        if hi < end:
+            self._add(hi, end)
 
     def _drop(self, gap: tuple[int, int]) -> None:
         gaps = self._gaps

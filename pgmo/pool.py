@@ -154,8 +154,9 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         ``time_limit``, ``seed``, ``budget``...
     ``plan_path``
         load a saved plan from here when the file exists (a bad
-        file is logged and ignored) and save every new plan there;
-        the plan cache is then not used.
+        file is logged and ignored) and save every new plan there (its
+        folders are made as needed; a folder, or a path under a file,
+        is refused with ``ValueError``); the plan cache is then not used.
     ``plan_cache``
         (an option, True by default) keep every plan in the user's
         cache folder (:mod:`pgmo.plan_cache`: ``$PGMO_CACHE_DIR``, else
@@ -201,7 +202,7 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         self._device_id = device_id = int(device_id)
         self._total_memory = total_memory
         self.host_memory = False  # True when pointers are host addresses (testing)
-        self._plan_path = os.fspath(plan_path) if plan_path is not None else None
+        self._plan_path = _plan_path_checked(plan_path) if plan_path is not None else None
         if device_layer is None:
             if allocator is None:
                 from .device.cuda import device_layer as supported
@@ -484,3 +485,19 @@ def _call_if_alive(ref: "weakref.ref[ProfileGuidedMemoryPool]", name: str, arg: 
     if pool is None:
         raise RuntimeError("the ProfileGuidedMemoryPool was deleted")
     return getattr(pool, name)(arg)
+
+
+def _plan_path_checked(plan_path: str | os.PathLike) -> str:
+    """``plan_path`` as a string, refused (ValueError naming the problem) where no plan file
+    could ever be written: a folder, or a path under a file."""
+    path = os.path.abspath(os.fspath(plan_path))
+    if os.path.isdir(path):
+        raise ValueError(f"plan_path {os.fspath(plan_path)!r} is a folder: give a file name "
+                         f"in it (e.g. {os.path.join(os.fspath(plan_path), 'plan.json')!r})")
+    parent = os.path.dirname(path)
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent) if os.path.dirname(parent) != parent else ""
+    if parent and not os.path.isdir(parent):
+        raise ValueError(f"plan_path {os.fspath(plan_path)!r} lies under {parent!r}, which is "
+                         f"a file, not a folder")
+    return os.fspath(plan_path)

@@ -48,6 +48,40 @@ def test_requests_from_another_thread_are_outside_the_plan(hot_path):
     assert e.stats().reoptimizations == 0
 
 
+def test_another_thread_can_neither_end_the_iteration_nor_begin_one_inside_it(hot_path):
+    """The iteration is its thread's: another thread's end_iteration() used to end it, and
+    the owner then got "end_iteration() without begin_iteration()", naming the wrong cause.
+    Now the other thread gets an error naming both threads, and the iteration goes on."""
+    import pytest
+
+    c = Checked(hot_path, warmup=0)
+    c.iteration(HOT)
+    e = c.engine
+    e.begin_iteration()
+    a = c.malloc(1000)
+    errors = []
+
+    def other():
+        for call in (e.end_iteration, e.begin_iteration):
+            with pytest.raises(RuntimeError) as caught:
+                call()
+            errors.append(str(caught.value))
+
+    t = CheckedThread(target=other, name="loader")
+    t.start()
+    t.join()
+    assert errors == [f"{call} on thread 'loader', inside the iteration begun by thread "
+                      f"'MainThread': an iteration is begun and ended on one thread"
+                      for call in ("end_iteration()", "begin_iteration()")]
+    assert e.state.inside and c.in_plan(a)
+    b = c.malloc(2000)
+    assert c.in_plan(b)  # the iteration went on, on its plan
+    c.live.clear()
+    del a, b
+    e.end_iteration()
+    assert e.stats().reoptimizations == 0
+
+
 def test_other_context_is_outside_the_plan(hot_path):
     ctx = {"stream": 1}
     c = Checked(hot_path, warmup=0, context=lambda: ctx["stream"])

@@ -167,6 +167,20 @@ def test_damaged_gzip_and_missing_file(tmp_path):
         host_pool().load(path)
     with pytest.raises(PlanFileError, match="no such file"):
         host_pool().load(tmp_path / "missing.json")
+    with pytest.raises(PlanFileError, match=r"is a directory, not a plan file$"):
+        host_pool().load(tmp_path)
+
+
+def test_a_plan_path_no_plan_could_be_written_to_is_refused_at_once(tmp_path):
+    """A folder, or a path under a file, used to be accepted, and each plan's save then logged
+    "File exists" or "Is a directory"; the pool now refuses it, naming the problem."""
+    (tmp_path / "notes").write_text("x")
+    with pytest.raises(ValueError, match=r"is a folder: give a file name in it"):
+        host_pool(plan_path=tmp_path)
+    with pytest.raises(ValueError, match=r"lies under '.*notes', which is a file, not a folder"):
+        host_pool(plan_path=tmp_path / "notes" / "deeper" / "plan.json")
+    pool = host_pool(plan_path=tmp_path / "new" / "plan.json")  # folders made when it saves
+    pool.close()
 
 
 def test_every_bit_flip_of_a_compressed_plan_is_a_plan_file_error(tmp_path, caplog):

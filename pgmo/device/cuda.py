@@ -223,9 +223,10 @@ class CudaRange:
     def mappings(self) -> list[tuple[int, int]]:
         return self._books.mappings()
 
-    def usable_end(self) -> int:
-        """The end of the usable memory from offset 0 (what an arena on this range may use)."""
-        return self._books.usable_end()
+    def usable_end(self, start: int = 0) -> int:
+        """The end of the usable memory from ``start`` (from offset 0: what an arena on this
+        range may use)."""
+        return self._books.usable_end(start)
 
     def synchronize(self) -> None:
         """Wait for the whole device (before memory a kernel may use goes back)."""

@@ -308,6 +308,8 @@ class HostRange:
     def _free_page(self, handle: int) -> None:
         g = self.granule
         self._released.discard(handle)
+        if not self._finalizer.alive:  # the whole reservation went back already (at exit)
+            return
         _check(_LIBC.fallocate(self._state[2], _FALLOC_PUNCH, handle * g, g), "fallocate")
         self._slots.add(handle)
         self._state[1] -= g
@@ -317,9 +319,10 @@ class HostRange:
         """``(offset, nbytes)`` of each mapping, in address order."""
         return self._books.mappings()
 
-    def usable_end(self) -> int:
-        """The end of the usable memory from offset 0 (what an arena on this range may use)."""
-        return self._books.usable_end()
+    def usable_end(self, start: int = 0) -> int:
+        """The end of the usable memory from ``start`` (from offset 0: what an arena on this
+        range may use)."""
+        return self._books.usable_end(start)
 
     def synchronize(self) -> None:
         self.memory.synchronize()

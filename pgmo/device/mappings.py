@@ -128,13 +128,16 @@ class MappingLedger:
         """``(offset, nbytes)`` of each mapping, in address order."""
         return [(s, self._lengths[s]) for s in self._starts]
 
-    def usable_end(self) -> int:
-        """The end of the unbroken run of usable mappings that starts at offset 0."""
-        end = 0
-        for start in self._starts:
-            if start != end or start in self._unusable:
+    def usable_end(self, start: int = 0) -> int:
+        """The end of the unbroken run of usable mappings that starts at ``start`` (``start``
+        itself when no usable mapping begins there)."""
+        end = start
+        starts = self._starts
+        for k in range(bisect.bisect_left(starts, start), len(starts)):
+            at = starts[k]
+            if at != end or at in self._unusable:
                 break
-            end += self._lengths[start]
+            end += self._lengths[at]
         return end
 
     def usable(self, offset: int, nbytes: int) -> bool:

@@ -58,6 +58,7 @@ class MemoryAccounts:
     wanted: int  # the least arena size: what placing an iteration off plan needed
     planned: int  # the arena the plans in use need (a reserved arena keeps that much)
     placer: Placer | None  # places a departed iteration in the arena's gaps
+    holes: dict[int, int]  # the reserved arena's mappings unmapped in its middle (rule 6)
     limit: int  # 0: none
     peak_total: int  # most bytes held at once
     releases: int  # boundary releases (a device sync and one release call each)

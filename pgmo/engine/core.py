@@ -332,6 +332,7 @@ class Engine(PlanChoice, PoolQueries):
             self._admit()
             watch = self.watch
             if self.state.inside and watch.period is None:
+                self._refuse_other_thread("begin_iteration()")
                 raise RuntimeError("begin_iteration() inside an iteration: call "
                                    "end_iteration() first")
             if not watch.marked:  # from now on: a detected iteration and its plan make way
@@ -357,13 +358,17 @@ class Engine(PlanChoice, PoolQueries):
         self.memory.release_cached()  # what is idle goes back before an arena is taken
         self._at_boundary()
         elsewhere = not self._on_own_device()  # its requests go to CuPy's pool for its device
-        opening = None if elsewhere else self._opening()  # a hinted warm-up's plan
-        on_plan = not elsewhere and (opening is not None or (
+        # An arena with holes (rule 6 of memory.py) serves no plan until they are mapped again;
+        # its iterations are placed in its gaps meanwhile.
+        holed = not elsewhere and not self.memory.mend()
+        planless = elsewhere or holed
+        opening = None if planless else self._opening()  # a hinted warm-up's plan
+        on_plan = not planless and (opening is not None or (
             self._plan_ready() and self.completed >= self.warmup))
         # A varying workload's first request names the iteration's shape (it goes to the
         # slow path, once per iteration): its plan, if the shape recurs.  The first
         # iteration's first request may name a plan of an earlier run (hinted.py).
-        choosing = (not elsewhere and self._hint_wanted()) or (
+        choosing = (not planless and self._hint_wanted()) or (
             on_plan and opening is None and self.options.shape_plans
             and (len(self.shapes) > 0 or self.planner.varying > 0))
         self._opener = weakref.ref(opener) if opener is not None else None
@@ -375,6 +380,9 @@ class Engine(PlanChoice, PoolQueries):
             self._follow(follow)
         self._began_auto = auto
         self._start_hot(on_plan, follow)
+        if holed:
+            schedule = self.schedule
+            self.memory.start_placing(schedule.pinned_sizes if schedule else frozenset())
         self._refresh_kind()
 
     def _start_hot(self, on_plan: bool, follow: Schedule | None) -> None:
@@ -397,7 +405,19 @@ class Engine(PlanChoice, PoolQueries):
             self._admit()
             if not self.state.inside:
                 raise RuntimeError("end_iteration() without begin_iteration()")
+            self._refuse_other_thread("end_iteration()")
             self._end(aborted)
+
+    def _refuse_other_thread(self, call: str) -> None:
+        """An iteration is its thread's (its requests are the plan's): another thread may
+        neither end it nor begin one inside it (RuntimeError naming both threads; the
+        iteration goes on)."""
+        owner = self.hot.owner
+        if _get_ident() != owner:
+            names = {t.ident: t.name for t in threading.enumerate()}
+            raise RuntimeError(f"{call} on thread {threading.current_thread().name!r}, inside "
+                               f"the iteration begun by thread {names.get(owner, owner)!r}: "
+                               f"an iteration is begun and ended on one thread")
 
     def _end(self, aborted: bool) -> bool:
         """Close the iteration; True when it departed from its plan (merged into the profile).

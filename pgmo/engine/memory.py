@@ -86,14 +86,21 @@ The footprint policy, and why:
    memory (dead blocks, idle kept buffers, the heap's free chunks, the
    stock pool's free blocks, the arena's unused end) is given back and the
    request tried once more; then CuPy's ``OutOfMemoryError``, with the
-   numbers.
+   numbers.  Inside an iteration that left its plan, a reserved arena's free
+   middle goes back too: each mapping that lies wholly in a gap is unmapped
+   (a *hole*, in which nothing is placed), as a caching pool frees its free
+   chunks; the holes are mapped again as the iteration ends, and no plan is
+   followed in the arena while one is left (its iterations get memory of
+   their own until the device has room again).
 7. **A driver that says no costs a fallback, never a stuck pool.**  A call
    that fails for another reason than a full device
    (:class:`~pgmo.errors.DeviceError`: NOT_SUPPORTED under a container, say)
    switches that part to cudaMalloc for good: the reserved range to
    cudaMalloc arenas, the stream-ordered pool to a cudaMalloc per request
    (what lives in the old one stays until freed); a release the driver
-   refuses is skipped, and what it could not give back stays counted.  The
+   refuses is skipped, and what it could not give back stays counted; a
+   mapping a refused call left where the arena maps next is unmapped first
+   (after a device sync), or the arena maps nothing over it.  The
    reason is in ``stats().device_reasons`` and ``memory_summary()``, and
    logged once per change of state, not once per boundary.
 """
@@ -174,6 +181,7 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         self.wanted = 0  # the least arena size: what placing an iteration off plan needed
         self.planned = 0  # the arena the plans in use need (a reserved arena keeps that much)
         self.placer: Placer | None = None
+        self.holes: dict[int, int] = {}  # start -> bytes: the arena's middle unmapped (rule 6)
         self.limit = 0  # 0: none
         self.peak_total = 0  # most bytes held at once
         self.releases = 0  # boundary releases (a device sync and one release call each)
@@ -253,6 +261,12 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         if arena is not None and self._on_range(arena):
             # the arena's end beyond its plan and its live blocks (a departed iteration grew it)
             self._trim_range(arena, max(self.planned, self._live_end(arena)), budget=False)
+            placer = self.placer
+            if placer is not None:  # a departed iteration: its placer knows the free middle
+                placer.cut(arena.size)  # nothing is placed beyond the end any more
+                free = [gap for gap in placer.free_spans() if gap[1] < placer.size]
+                for start, nbytes in self._punch(arena, free):  # (the end gap is grown into)
+                    placer.withhold(start, start + nbytes)
 
     # ---------------------------------------------------------------- arenas
     def fit(self, size: int, varying: bool = False) -> bool:
@@ -266,6 +280,8 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
             if self._reserve is not None:
                 return changed
             # the driver refused the range (rule 7): a cudaMalloc arena from now on
+        if self.holes:  # an arena with holes on a range the driver refused serves no plan
+            self.drop()
         hot = self.hot
         if varying and size > 0:  # what placing a varying iteration needed, at least
             size = max(size, self.wanted)
@@ -317,6 +333,7 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         if arena is not None and self._on_range(arena) and self._reserve is not None:
             self._trim_range(arena, self._live_end(arena), budget=False)
             return
+        self.holes.clear()  # (a holed range arena is let go with its blocks)
         hot.set_arena(None)
         if arena is not None and not arena.overdue:
             self.released(arena)
@@ -348,6 +365,8 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
     def _fit_range(self, size: int) -> bool:
         """Map the reserved arena up to ``size`` bytes, or trim its end down to it (rule 3)."""
         self.planned = max(size, 0)
+        if self.holes and not self.mend() and self._reserve is None:
+            return False  # the driver refused the range meanwhile (rule 7)
         if size <= 0:
             arena = self.hot.arena
             if arena is None:
@@ -390,13 +409,14 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         """
         rng = self.range
         assert rng is not None  # only the reserved arena grows in place
-        arena.size = rng.usable_end()  # (a growth or trim cut short may have left it behind)
+        arena.size = self._usable_end()  # (a growth or trim cut short may have left it behind)
         granule = rng.granule
         end = -(-size // granule) * granule
         if arena.size >= end:
             return True
         if end > rng.size or \
-                (self.limit and self.total_bytes() + end - arena.size > self.limit):
+                (self.limit and self.total_bytes() + end - arena.size > self.limit) \
+                or not self._clear(arena.size, end):
             return False
         # Mappings of about 1/32 of the arena (and MAPPING_MAX at most): its end can be
         # trimmed in steps of that size (the driver unmaps whole mappings only).
@@ -409,7 +429,7 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
             self._range_off(f"{e}")
             return False
         finally:
-            arena.size = rng.usable_end()
+            arena.size = self._usable_end()
         self.note_reserved()
         return True
 
@@ -426,23 +446,34 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         if not self._grow_range(arena, old + max(extra, int(old * GROW_STEP))) \
                 and self._reserve is not None and not self._grow_range(arena, old + extra) \
                 and self._reserve is not None:
-            self.make_room()  # a full device: what is idle goes back (rule 6), then once more
+            # A full device: what is idle goes back (rule 6), then once more.  The placer is
+            # lent to the hot path meanwhile (it takes it while it places) so that the frees
+            # drained now give it their gaps, the free middle among them.
+            self.hot.set_placer(self.placer)
+            try:
+                self.make_room()
+            finally:
+                self.hot.set_placer(None)
             self._grow_range(arena, old + extra)
         return arena.size if self.hot.arena is arena else old
 
     # ------------------------------------------------------------- placement
     def start_placing(self, apart: frozenset = frozenset()) -> None:
-        """The iteration left its plan: place the rest of it in the arena's gaps (growing a
-        reserved arena at its end when none holds a request), but for requests of the sizes
-        ``apart`` (survivors'), which get memory of their own."""
+        """The iteration left its plan (or its arena has holes, rule 6): place the rest of it
+        in the arena's gaps (growing a reserved arena at its end when none holds a request),
+        but for requests of the sizes ``apart`` (survivors'), which get memory of their
+        own."""
         hot = self.hot
         arena = hot.arena
         if arena is None:
             return
+        hot.drain()  # the frees so far: their gaps are the placer's from the start
         grow = self.grow_for_placer if self._on_range(arena) else None
-        self.placer = Placer(arena.size, self.hot.live_spans(arena), apart,
-                             grow=grow, snug=True)  # grow: grow_for_placer, or None
-        hot.set_placer(self.placer)
+        self.placer = placer = Placer(arena.size, self.hot.live_spans(arena), apart,
+                                      grow=grow, snug=True)  # grow: grow_for_placer, or None
+        for start, nbytes in self.holes.items():  # (rule 6) nothing is placed in a hole
+            placer.withhold(start, start + nbytes)
+        hot.set_placer(placer)
 
     def stop_placing(self) -> None:
         """The iteration ended: a cudaMalloc arena whose gaps it overflowed grows at the next
@@ -451,6 +482,30 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         arena = self.hot.arena
         if placer is not None and placer.overflowed and arena is not None:
             self.wanted = max(self.wanted, round_size(int(arena.size * GROWTH)))
+        self.mend()
+
+    def mend(self) -> bool:
+        """Map the arena's holes (rule 6) again, its end beyond the plan and the live blocks
+        trimmed first; the device refusing, idle memory goes back and it is tried once
+        more.  True when the arena is whole (a plan may be followed in it)."""
+        if not self.holes:
+            return True
+        arena = self.hot.arena
+        if arena is not None and self._on_range(arena):
+            self._trim_range(arena, max(self.planned, self._live_end(arena)), budget=False)
+        if self._refill():
+            self._cleared("arena holes")
+            return True
+        if self._reserve is not None:
+            self.release_cached()
+            self.trim_heap(force=True)
+            if self._refill():
+                self._cleared("arena holes")
+                return True
+        self._trouble("arena holes", "pgmo cannot map its arena's middle again (%d bytes); "
+                      "no plan is followed in the arena until it can",
+                      sum(self.holes.values()))
+        return False
 
     # ------------------------------------------------------------ boundaries
     def awaiting_plan(self, varied: bool) -> bool:

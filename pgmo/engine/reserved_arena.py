@@ -5,12 +5,16 @@ range per pool (rule 3 of :mod:`.memory`): taken at the first arena, grown by
 mapping (:meth:`.memory.DeviceMemory._grow_range`, where rule 3 sizes the
 mappings), trimmed by unmapping whole mappings at its end (rule 4's one release
 per boundary), and given up for cudaMalloc arenas when the driver refuses it
-(rule 7).  Part of :class:`~.memory.DeviceMemory` (a mixin over
+(rule 7).  When the device is full inside an iteration that left its plan, the
+free mappings of its middle are unmapped too (rule 6): *holes*, in which no
+block is placed, mapped again before a plan is followed in the arena.  Part of :class:`~.memory.DeviceMemory` (a mixin over
 :class:`~.accounts.MemoryAccounts`).  Tested in ``tests/test_memory.py``,
 ``tests/test_footprint.py`` and ``tests/test_cuda_device.py``.
 """
 
 from __future__ import annotations
+
+from bisect import bisect_right
 
 from ..errors import DeviceError
 from .accounts import NOT_GIVEN_BACK, MemoryAccounts
@@ -44,6 +48,7 @@ class ReservedArena(MemoryAccounts):
             self._close_range()
 
     def _close_range(self) -> None:
+        self.holes.clear()
         rng, self.range = self.range, None
         if rng is None:
             return
@@ -83,25 +88,132 @@ class ReservedArena(MemoryAccounts):
         the arena at the end of its usable memory (rule 7)."""
         rng = self.range
         assert rng is not None  # only the reserved arena is trimmed
-        arena.size = rng.usable_end()  # (a growth or trim cut short may have left it behind)
+        arena.size = self._usable_end()  # (a growth or trim cut short may have left it behind)
+        holes = self.holes
+        # (a mapping beyond the usable end was left by a refused call (rule 7): not the arena's)
+        pieces = sorted([(s, n) for s, n in rng.mappings() if s < arena.size]
+                        + list(holes.items()))
         cut = arena.size
-        for start, _ in reversed(rng.mappings()):
-            if start >= arena.size:  # beyond the usable end: left by a refused call (rule 7)
-                continue
+        for start, _ in reversed(pieces):
             if start < keep:
                 break
             cut = start
-        if cut >= arena.size or (budget and not self._may_release()) or not self._sync():
+        if cut >= arena.size:
+            return False
+        runs = _runs([(s, n) for s, n in pieces if s >= cut and s not in holes])
+        if runs and ((budget and not self._may_release()) or not self._sync()):
             return False
         try:
-            rng.unmap(cut, arena.size - cut)
+            for start, nbytes in reversed(runs):  # the highest first, as the driver's calls go
+                rng.unmap(start, nbytes)
             self._cleared("unmap")
         except NOT_GIVEN_BACK as e:
             self._trouble("unmap", "pgmo could not unmap its arena's end (%s); it stays "
                           "counted", e)
         finally:
-            arena.size = min(arena.size, rng.usable_end())
+            # holes beyond the last mapping left are no holes: the arena ends before them
+            last = max((s + n for s, n in rng.mappings() if s < arena.size), default=0)
+            for start in [s for s in holes if s >= last]:
+                del holes[start]
+            arena.size = min(arena.size, self._usable_end())
+        return True
+
+    def _clear(self, lo: int, hi: int) -> bool:
+        """Make sure nothing is mapped in ``[lo, hi)``, which the arena is about to map (its
+        end, or a hole): a mapping left there by a call the driver refused half-way (rule 7)
+        is unmapped, after a device sync.  False when it stays (nothing may be mapped
+        there then)."""
+        rng = self.range
+        assert rng is not None
+        left = [(s, n) for s, n in rng.mappings() if s < hi and s + n > lo]
+        if not left:
+            return True
+        if not self._sync():
+            return False
+        try:
+            for start, nbytes in reversed(left):
+                rng.unmap(start, nbytes)
+        except NOT_GIVEN_BACK as e:
+            self._trouble("unmap", "pgmo could not unmap what a refused call left mapped (%s); "
+                          "it stays counted", e)
+            return False
+        return True
+
+    def _usable_end(self) -> int:
+        """The end of the arena's usable memory: the run of usable mappings from offset 0,
+        across its holes."""
+        rng = self.range
+        assert rng is not None
+        end = rng.usable_end()
+        holes = self.holes
+        while end in holes:
+            end = rng.usable_end(end + holes[end])
+        return end
+
+    def _punch(self, arena: Arena, free: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Unmap the arena's mappings that lie wholly in the free spans ``free`` (``(lo, hi)``,
+        in address order), after one device sync: holes from now on (rule 6).  Returns
+        them; a mapping the driver does not give back stays mapped, and none after it is
+        tried."""
+        rng = self.range
+        assert rng is not None
+        starts = [lo for lo, _ in free]
+        doomed = []
+        for start, nbytes in rng.mappings():
+            if start + nbytes > arena.size:
+                break
+            k = bisect_right(starts, start) - 1
+            if k >= 0 and start + nbytes <= free[k][1]:
+                doomed.append((start, nbytes))
+        if not doomed or not self._sync():
+            return []
+        punched = []
+        for start, nbytes in reversed(doomed):
+            try:
+                rng.unmap(start, nbytes)
+            except NOT_GIVEN_BACK as e:
+                self._trouble("unmap", "pgmo could not unmap its arena's free middle (%s); it "
+                              "stays counted", e)
+                break
+            self.holes[start] = nbytes
+            punched.append((start, nbytes))
+        return punched
+
+    def _refill(self) -> bool:
+        """Map the arena's holes again (a run of adjacent holes in one call, in mappings of
+        the sizes they had); True when none is left.  A hole the limit or the device
+        refuses stays a hole; a driver that refuses the range turns it off (rule 7)."""
+        rng = self.range
+        holes = self.holes
+        if rng is None:
+            holes.clear()
+            return True
+        for start, nbytes in _runs(sorted(holes.items())):
+            if (self.limit and self.total_bytes() + nbytes > self.limit) \
+                    or not self._clear(start, start + nbytes):
+                return False
+            try:
+                rng.map(start, nbytes, holes[start])
+            except MemoryError:
+                return False
+            except DeviceError as e:
+                self._range_off(f"{e}")
+                return False
+            for hole in [s for s in holes if start <= s < start + nbytes]:
+                del holes[hole]
+            self.note_reserved()
         return True
 
     def _live_end(self, arena: Arena) -> int:
         return max((end for _, end in self.hot.live_spans(arena)), default=0)
+
+
+def _runs(pieces: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Adjacent ``(start, nbytes)`` pieces (in address order) joined into runs."""
+    runs: list[tuple[int, int]] = []
+    for start, nbytes in pieces:
+        if runs and runs[-1][0] + runs[-1][1] == start:
+            runs[-1] = (runs[-1][0], runs[-1][1] + nbytes)
+        else:
+            runs.append((start, nbytes))
+    return runs

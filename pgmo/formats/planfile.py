@@ -175,6 +175,8 @@ def save(path, profile: Trace, offsets: Sequence[int], method: str,
 
 def load(path) -> SavedPlan:
     path = Path(path)
+    if path.is_dir():
+        raise PlanFileError(f"{path}: is a directory, not a plan file")
     try:
         data = read_bytes(path)
     except TraceFormatError as e:
