@@ -26,15 +26,27 @@ from tests.test_cuda_device import cuda_engine
 MiB = 1 << 20
 
 
-def planned_pair(engine, checker) -> None:
-    """Iterations of two 2 MiB blocks live together: a 4 MiB plan, followed."""
-    for _ in range(4):
+def pairs(engine, checker, iterations: int) -> None:
+    """Iterations of two 2 MiB blocks live together (a 4 MiB plan once planned)."""
+    for _ in range(iterations):
         with engine.iteration():
             a = checker.alloc(engine, 2 * MiB)
             b = checker.alloc(engine, 2 * MiB)
             assert checker.free(a) and checker.free(b)
             a = b = None  # (a handle held on would be a block that outlives its iteration)
+
+
+def planned_pair(engine, checker) -> None:
+    pairs(engine, checker, 4)
     assert engine.mode == "optimized"
+
+
+def planned_on_8_mib(page: int = 512):
+    """An engine on an 8 MiB device following the 4 MiB plan of :func:`planned_pair`."""
+    engine = host_engine(capacity=8 * MiB, page=page)
+    checker = Checker(host=True, device=host_device_of(engine))
+    planned_pair(engine, checker)
+    return engine, checker
 
 
 def sound(engine, checker) -> None:
@@ -52,9 +64,7 @@ def test_a_departed_iteration_on_a_full_device_gets_the_arenas_free_middle_back(
     fits them by freeing its free chunk; pgmo used to answer out-of-memory, the arena's
     free middle being memory it could not give back.  The middle is unmapped (a hole, in
     which nothing is placed), mapped again as the iteration ends, and the plans go on."""
-    engine = host_engine(capacity=8 * MiB, page=page)
-    checker = Checker(host=True, device=host_device_of(engine))
-    planned_pair(engine, checker)
+    engine, checker = planned_on_8_mib(page)
     with engine.iteration():
         a = checker.alloc(engine, 2 * MiB)
         b = checker.alloc(engine, 2 * MiB)
@@ -67,12 +77,7 @@ def test_a_departed_iteration_on_a_full_device_gets_the_arenas_free_middle_back(
         b = c = None
     assert not engine.memory.holes  # mapped again as the iteration ended
     planned = engine.stats().planned_requests
-    for _ in range(3):
-        with engine.iteration():
-            a = checker.alloc(engine, 2 * MiB)
-            b = checker.alloc(engine, 2 * MiB)
-            assert checker.free(a) and checker.free(b)
-            a = b = None
+    pairs(engine, checker, 3)
     assert engine.stats().planned_requests >= planned + 6  # followed again
     assert engine.total_bytes() <= 8 * MiB
     sound(engine, checker)
@@ -83,9 +88,7 @@ def test_nothing_is_placed_beyond_an_arena_end_trimmed_inside_the_iteration():
     device: the arena's free end is unmapped to make room.  The placer used to keep that
     end as a gap and place the next block there, in memory no longer mapped (on a GPU an
     illegal address; the checker counted 2 blocks outside held memory)."""
-    engine = host_engine(capacity=8 * MiB, page=512)
-    checker = Checker(host=True, device=host_device_of(engine))
-    planned_pair(engine, checker)
+    engine, checker = planned_on_8_mib()
     with engine.iteration():
         a = checker.alloc(engine, 2 * MiB)
         b = checker.alloc(engine, 3 * MiB)  # larger than planned: departs, the arena grows
@@ -109,9 +112,7 @@ def test_holes_that_cannot_be_mapped_again_keep_the_plan_off_until_they_can(capl
     next iterations are placed in the arena's gaps around it, with one warning; once the
     block dies the hole is mapped and the plan followed again."""
     caplog.set_level(logging.WARNING, logger="pgmo.pool")
-    engine = host_engine(capacity=8 * MiB, page=512)
-    checker = Checker(host=True, device=host_device_of(engine))
-    planned_pair(engine, checker)
+    engine, checker = planned_on_8_mib()
     with engine.iteration():
         a = checker.alloc(engine, 2 * MiB)
         b = checker.alloc(engine, 2 * MiB)
@@ -135,12 +136,7 @@ def test_holes_that_cannot_be_mapped_again_keep_the_plan_off_until_they_can(capl
     assert checker.free(survivor)
     survivor = None
     planned = engine.stats().planned_requests
-    for _ in range(4):
-        with engine.iteration():
-            a = checker.alloc(engine, 2 * MiB)
-            b = checker.alloc(engine, 2 * MiB)
-            assert checker.free(a) and checker.free(b)
-            a = b = None
+    pairs(engine, checker, 4)
     assert not engine.memory.holes and "arena holes" not in engine.stats().device_reasons
     assert engine.stats().planned_requests > planned
     sound(engine, checker)

@@ -356,7 +356,7 @@ class Engine(PlanChoice, PoolQueries):
         hot.drain()
         hot.retire()  # blocks of the last iteration, still alive
         self.memory.release_cached()  # what is idle goes back before an arena is taken
-        self._at_boundary()
+        self._at_boundary(beginning=True)
         elsewhere = not self._on_own_device()  # its requests go to CuPy's pool for its device
         # An arena with holes (rule 6 of memory.py) serves no plan until they are mapped again;
         # its iterations are placed in its gaps meanwhile.

@@ -48,7 +48,8 @@ class KeptBuffers:
     """The survivors' buffers: lent, or idle since the iteration they were freed in."""
 
     def __init__(self) -> None:
-        self._idle: dict[int, list[tuple[Buffer, int]]] = {}  # size -> (buffer, stamp)
+        # size -> (buffer, stamp), in the order they went idle (stamps ascend)
+        self._idle: dict[int, list[tuple[Buffer, int]]] = {}
         self._lent: dict[int, Buffer] = {}  # key -> a buffer lent out
         self._next_key = 0
         self._returned: collections.deque[int] = collections.deque()  # keys of blocks freed
@@ -81,12 +82,19 @@ class KeptBuffers:
     def release(self, stamp: int, before: int | None = None) -> None:
         """Give back idle buffers (those idle since before iteration ``before``; None: all)."""
         self.collect(stamp)
-        for size in list(self._idle):
-            keep = [(b, s) for b, s in self._idle[size] if before is not None and s >= before]
+        idle = self._idle
+        if before is None:
+            idle.clear()
+            return
+        for size in list(idle):
+            buffers = idle[size]
+            if buffers and buffers[0][1] >= before:  # stamps ascend: none is old enough
+                continue
+            keep = [entry for entry in buffers if entry[1] >= before]
             if keep:
-                self._idle[size] = keep
+                idle[size] = keep
             else:
-                del self._idle[size]
+                del idle[size]
 
     def idle_bytes(self, stamp: int) -> int:
         """Bytes of idle buffers (derived: no count to fall out of step)."""

@@ -261,12 +261,8 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         if arena is not None and self._on_range(arena):
             # the arena's end beyond its plan and its live blocks (a departed iteration grew it)
             self._trim_range(arena, max(self.planned, self._live_end(arena)), budget=False)
-            placer = self.placer
-            if placer is not None:  # a departed iteration: its placer knows the free middle
-                placer.cut(arena.size)  # nothing is placed beyond the end any more
-                free = [gap for gap in placer.free_spans() if gap[1] < placer.size]
-                for start, nbytes in self._punch(arena, free):  # (the end gap is grown into)
-                    placer.withhold(start, start + nbytes)
+            if self.placer is not None:  # a departed iteration: its free middle goes too
+                self._give_back_middle(arena, self.placer)
 
     # ---------------------------------------------------------------- arenas
     def fit(self, size: int, varying: bool = False) -> bool:
@@ -403,35 +399,13 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         return False
 
     def _grow_range(self, arena: Arena, size: int) -> bool:
-        """Map ``[arena.size, size)`` (granules; mappings of :data:`MAPPING_MAX` at most), access
-        granted once.  No device sync: a mapping waits for nothing.  False, with the arena as
-        it was, when the limit or the device refuses (or the driver refuses the range: rule 7).
-        """
-        rng = self.range
-        assert rng is not None  # only the reserved arena grows in place
-        arena.size = self._usable_end()  # (a growth or trim cut short may have left it behind)
-        granule = rng.granule
+        """Map the reserved arena up to ``size`` bytes (rule 3), in mappings of about 1/32 of
+        it (:data:`MAPPING_MAX` at most): its end can be trimmed in steps of that size (the
+        driver unmaps whole mappings only)."""
+        granule = self.range.granule if self.range is not None else 1
         end = -(-size // granule) * granule
-        if arena.size >= end:
-            return True
-        if end > rng.size or \
-                (self.limit and self.total_bytes() + end - arena.size > self.limit) \
-                or not self._clear(arena.size, end):
-            return False
-        # Mappings of about 1/32 of the arena (and MAPPING_MAX at most): its end can be
-        # trimmed in steps of that size (the driver unmaps whole mappings only).
-        piece = min(MAPPING_MAX, max(granule, -(-end // (32 * granule)) * granule))
-        try:
-            rng.map(arena.size, end - arena.size, piece)
-        except MemoryError:
-            return False
-        except DeviceError as e:
-            self._range_off(f"{e}")
-            return False
-        finally:
-            arena.size = self._usable_end()
-        self.note_reserved()
-        return True
+        return self._map_end(arena, end, min(MAPPING_MAX,
+                                             max(granule, -(-end // (32 * granule)) * granule)))
 
     def grow_for_placer(self, extra: int) -> int:
         """A departed iteration found no gap for ``extra`` more bytes at the arena's end: map
@@ -446,9 +420,8 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         if not self._grow_range(arena, old + max(extra, int(old * GROW_STEP))) \
                 and self._reserve is not None and not self._grow_range(arena, old + extra) \
                 and self._reserve is not None:
-            # A full device: what is idle goes back (rule 6), then once more.  The placer is
-            # lent to the hot path meanwhile (it takes it while it places) so that the frees
-            # drained now give it their gaps, the free middle among them.
+            # A full device: what is idle goes back (rule 6), then once more; the placer lent to
+            # the hot path meanwhile, so that the frees drained now give it their gaps.
             self.hot.set_placer(self.placer)
             try:
                 self.make_room()

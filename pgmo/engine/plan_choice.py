@@ -47,12 +47,20 @@ class PlanChoice(HintedStart):
     plans_declined = 0
     _declined_at: int | None = None  # the most held when a first plan was last declined
     _asked: Schedule | None = None  # the plan the user asked for (optimize, adopt)
+    _fitted: tuple = ()  # what the last boundary's fit left (see _at_boundary)
 
-    def _at_boundary(self) -> None:
+    def _at_boundary(self, beginning: bool = False) -> None:
         """Between two iterations: install a plan that is ready (or one whose arena the
-        device refused before), or take the arena back."""
+        device refused before), or take the arena back.
+
+        Called as an iteration ends and again as the next begins (``beginning``), for a
+        plan that landed in between; the arena is then fitted again only if something
+        changed it meanwhile (``free_all_blocks``, a full device) or it was refused."""
         ready = self._pending or self.planner.take_ready(self.schedule) or self._deferred
         self._pending = self._deferred = None
+        if ready is None and beginning and not self.memory.blocked \
+                and self._fitted == self._arena_now():
+            return  # the same boundary, the arena as its end left it
         varied, self._unplanned_varied = self._unplanned_varied, False
         if ready is not None and self._costs_more_than_heap(ready):
             ready = self._better_than_heap(ready)  # None: the heap goes on serving
@@ -64,6 +72,12 @@ class PlanChoice(HintedStart):
                             self.planner.varying > 0)
         else:
             self.memory.awaiting_plan(varied)  # rule 4 of memory.py decides what goes back
+        self._fitted = self._arena_now()
+
+    def _arena_now(self) -> tuple:
+        """What a boundary's fit leaves: the boundary, the plan, the arena and its size."""
+        arena = self.hot.arena
+        return self.completed, self.schedule, arena, arena.size if arena is not None else 0
 
     def _costs_more_than_heap(self, schedule: Schedule) -> bool:
         """Whether a first plan would hold more than the heap did while it served the

@@ -61,10 +61,14 @@ def survivors_of(hot: HotPath, n: int) -> list[int]:
     """The first ``n`` requests whose block is still live (not freed in the hot path's log)."""
     uppers = hot.log_arrays[1]
     if n < SCAN_WITH_NUMPY:  # a short log: Python's own scan costs less than NumPy's calls
-        head = uppers[:n]
-        if NOT_FREED not in head:  # the usual case, checked in C
-            return []
-        return [i for i, u in enumerate(head) if u == NOT_FREED]
+        found: list[int] = []
+        try:  # each survivor found by a scan in C (the usual case: none, or a few)
+            i = uppers.index(NOT_FREED, 0, n)
+            while True:
+                found.append(i)
+                i = uppers.index(NOT_FREED, i + 1, n)
+        except ValueError:
+            return found
     found = np.frombuffer(uppers, dtype=np.int64, count=n) == NOT_FREED  # the log, no copy
     return np.flatnonzero(found).tolist()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from bisect import bisect_right
 
 from ..errors import DeviceError
+from ..placement import Placer
 from .accounts import NOT_GIVEN_BACK, MemoryAccounts
 from .frees import Arena
 
@@ -149,6 +150,41 @@ class ReservedArena(MemoryAccounts):
         while end in holes:
             end = rng.usable_end(end + holes[end])
         return end
+
+    def _map_end(self, arena: Arena, end: int, piece: int) -> bool:
+        """Map ``[arena.size, end)`` (whole granules) in mappings of ``piece`` bytes at most,
+        access granted once.  No device sync: a mapping waits for nothing.  False, with the
+        arena as it was, when the limit or the device refuses (or the driver refuses the
+        range: rule 7)."""
+        rng = self.range
+        assert rng is not None  # only the reserved arena grows in place
+        arena.size = self._usable_end()  # (a growth or trim cut short may have left it behind)
+        if arena.size >= end:
+            return True
+        if end > rng.size or \
+                (self.limit and self.total_bytes() + end - arena.size > self.limit) \
+                or not self._clear(arena.size, end):
+            return False
+        try:
+            rng.map(arena.size, end - arena.size, piece)
+        except MemoryError:
+            return False
+        except DeviceError as e:
+            self._range_off(f"{e}")
+            return False
+        finally:
+            arena.size = self._usable_end()
+        self.note_reserved()
+        return True
+
+    def _give_back_middle(self, arena: Arena, placer: Placer) -> None:
+        """Rule 6 inside a departed iteration: the placer's range ends where the arena does
+        now, and the mappings wholly in its gaps are unmapped and withheld from it (not
+        those of the gap at its end, which a growth extends)."""
+        placer.cut(arena.size)
+        free = [gap for gap in placer.free_spans() if gap[1] < placer.size]
+        for start, nbytes in self._punch(arena, free):
+            placer.withhold(start, start + nbytes)
 
     def _punch(self, arena: Arena, free: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """Unmap the arena's mappings that lie wholly in the free spans ``free`` (``(lo, hi)``,
