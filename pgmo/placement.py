@@ -209,6 +209,7 @@ class PagedSpace:
         self.page = page
         self.free = Placer(size - size % page, [])
         self.backed = bytearray(size // page)  # 1: the page is backed
+        self.backed_pages = 0  # how many are (counted as they change: no scan at a boundary)
         self.high = 0  # pages from here on were never backed
 
     def place(self, nbytes: int) -> int:
@@ -252,6 +253,8 @@ class PagedSpace:
         return runs
 
     def set_backed(self, first: int, stop: int, backed: bool) -> None:
+        changed = self.backed.count(0 if backed else 1, first, stop)
+        self.backed_pages += changed if backed else -changed
         self.backed[first:stop] = (b"\x01" if backed else b"\x00") * (stop - first)
         if backed:
             self.high = max(self.high, stop)

@@ -283,13 +283,14 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
 
     def begin_iteration(self) -> None:
         """Start one hot iteration (what :meth:`iteration` does on entry): request
-        numbering restarts at 0.  A ``RuntimeError`` inside an iteration."""
+        numbering restarts at 0.  A ``RuntimeError`` inside an iteration (naming both
+        threads when another thread's iteration is open: an iteration is its thread's)."""
         self._engine.begin_iteration()
 
     def end_iteration(self) -> None:
         """Close the iteration begun by :meth:`begin_iteration`: it is profiled, served
         by its plan or re-planned, as :attr:`mode` says.  A ``RuntimeError`` outside
-        one."""
+        one, or on another thread than the one that began it (the iteration goes on)."""
         self._engine.end_iteration()
 
     def interrupt(self) -> None:

@@ -366,3 +366,6 @@ def test_the_address_helpers_the_page_heap_uses():
     space.free.release(lo, lo + PAGE)  # page 0 wholly free, pages 1-2 still used
     assert space.take_idle(5) == [0]  # taken out of the free space, no longer backed
     assert space.place(PAGE) != 0 and not space.backed[0]
+    space.set_backed(1, 6, True)  # pages 1-2 backed already: 3 more
+    space.set_backed(5, 8, False)
+    assert space.backed_pages == space.backed.count(1) == 4  # counted, never scanned

@@ -121,7 +121,7 @@ class PageHeap:
         self._collect()
         small = self._small
         idle = sum(stop - first for first, stop in small.idle_pages())
-        return (self._live_pages + small.backed.count(1) - idle) * self.page
+        return (self._live_pages + small.backed_pages - idle) * self.page
 
     @property
     def stale(self) -> int:
