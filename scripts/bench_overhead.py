@@ -62,7 +62,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from pgmo import programs
+try:
+    from pgmo import programs
+except ImportError:  # a run for --compare imports the other checkout's pgmo, which may predate
+    programs = None  # these helpers: a run (replay) needs none of them
 
 #: This repository's root (its ``pgmo`` is the one measured unless ``--compare`` adds others).
 ROOT = Path(__file__).resolve().parent.parent

@@ -40,6 +40,7 @@ class MappingLedger:
         self._handles: dict[int, object] = {}  # start -> the physical page mapped there
         self._maps_of: dict[object, int] = {}  # handle -> its mappings listed
         self.mapped = 0  # bytes of every listed mapping
+        self._end0: int | None = None  # usable_end() from 0, until the books change
 
     def add(self, start: int, nbytes: int, usable: bool = True, handle: object = None) -> None:
         """A new mapping ``[start, start + nbytes)`` (of the physical page ``handle``, when
@@ -47,6 +48,7 @@ class MappingLedger:
         if nbytes <= 0 or self.overlaps(start, nbytes):
             raise ValueError(f"[{start:,}, {start + nbytes:,}) overlaps a mapping, or is empty")
         self._lengths[start] = nbytes
+        self._end0 = None
         bisect.insort(self._starts, start)
         if not usable:
             self._unusable.add(start)
@@ -66,10 +68,12 @@ class MappingLedger:
     def make_usable(self, starts: list[int]) -> None:
         """Access was granted to these mappings."""
         self._unusable.difference_update(starts)
+        self._end0 = None
 
     def remove(self, start: int) -> int:
         """The mapping at ``start`` went back to the driver; its length."""
         nbytes = self._lengths.pop(start)
+        self._end0 = None
         del self._starts[bisect.bisect_left(self._starts, start)]
         self._unusable.discard(start)
         handle = self._handles.pop(start, None)
@@ -131,6 +135,8 @@ class MappingLedger:
     def usable_end(self, start: int = 0) -> int:
         """The end of the unbroken run of usable mappings that starts at ``start`` (``start``
         itself when no usable mapping begins there)."""
+        if start == 0 and self._end0 is not None:  # (asked at every boundary: kept)
+            return self._end0
         end = start
         starts = self._starts
         for k in range(bisect.bisect_left(starts, start), len(starts)):
@@ -138,6 +144,8 @@ class MappingLedger:
             if at != end or at in self._unusable:
                 break
             end += self._lengths[at]
+        if start == 0:
+            self._end0 = end
         return end
 
     def usable(self, offset: int, nbytes: int) -> bool:
@@ -156,6 +164,7 @@ class MappingLedger:
         return True
 
     def clear(self) -> None:
+        self._end0 = None
         self._starts.clear()
         self._lengths.clear()
         self._unusable.clear()

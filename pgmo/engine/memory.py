@@ -69,9 +69,11 @@ The footprint policy, and why:
    reserved arena: the heap's wholly free chunks (``cudaMemPoolTrimTo``)
    before the arena grows; else the arena's end beyond the plan and its live
    blocks (``cuMemUnmap`` of whole mappings) when it is :data:`TRIM_SLACK` or
-   more above what is needed; else the heap's free chunks when they are
-   :data:`HEAP_SLACK` or more of what is held (a cudaMalloc arena that must
-   change is replaced instead, the idle one given back first: rule 3).
+   more above what is needed (not below what an iteration that just left its
+   plan grew it to: the next one, awaiting the plan, would map it again);
+   else the heap's free chunks when they are :data:`HEAP_SLACK` or more of
+   what is held (a cudaMalloc arena that must change is replaced instead,
+   the idle one given back first: rule 3).
    While a plan is awaited
    (:meth:`DeviceMemory.awaiting_plan`): the heap's free chunks, the same
    share, only when the iterations waiting for it vary (a late plan then
@@ -180,6 +182,7 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         self.failures = 0  # arenas refused
         self.wanted = 0  # the least arena size: what placing an iteration off plan needed
         self.planned = 0  # the arena the plans in use need (a reserved arena keeps that much)
+        self.departed_end = 0  # how far the last iteration, off its plan, used the arena
         self.placer: Placer | None = None
         self.holes: dict[int, int] = {}  # start -> bytes: the arena's middle unmapped (rule 6)
         self.limit = 0  # 0: none
@@ -360,7 +363,8 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
     # ------------------------------------------------ the reserved-range arena
     def _fit_range(self, size: int) -> bool:
         """Map the reserved arena up to ``size`` bytes, or trim its end down to it (rule 3)."""
-        self.planned = max(size, 0)
+        departed_end = self.departed_end if size == self.planned else 0  # (a new plan: none)
+        self.departed_end, self.planned = 0, max(size, 0)
         if self.holes and not self.mend() and self._reserve is None:
             return False  # the driver refused the range meanwhile (rule 7)
         if size <= 0:
@@ -392,7 +396,7 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         # The live blocks' end is looked for only when the arena is worth trimming (an O(n)
         # scan of the plan's slots: not at every boundary of a repeating run).
         if arena.size - size >= TRIM_SLACK * size:
-            need = max(size, self._live_end(arena))
+            need = max(size, self._live_end(arena), departed_end)
             if arena.size - need >= TRIM_SLACK * need and self._trim_range(arena, need):
                 return True
         self.trim_heap()
@@ -455,6 +459,8 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         arena = self.hot.arena
         if placer is not None and placer.overflowed and arena is not None:
             self.wanted = max(self.wanted, round_size(int(arena.size * GROWTH)))
+        if placer is not None and arena is not None:  # kept at the next boundary (rule 4)
+            self.departed_end = arena.size
         self.mend()
 
     def mend(self) -> bool:
@@ -491,8 +497,10 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         """Give the heaps' wholly free chunks back (one device sync, one trim call) when they
         are worth it, or before an arena grows (``force``); once per boundary (rule 4)."""
         heaps = self._heaps()
-        idle = sum(h.held - h.used for h in heaps)
-        if idle <= 0 or (not force and idle < HEAP_SLACK * self.total_bytes()):
+        share = 0.0 if force else HEAP_SLACK * self.total_bytes()
+        # what is held bounds what is idle: the live blocks are summed only when it may do
+        idle = 0 if sum(h.held for h in heaps) < share else sum(h.held - h.used for h in heaps)
+        if idle <= 0 or idle < share:
             return self.tidy_heap()
         if not self._may_release() or not self._sync():
             return False

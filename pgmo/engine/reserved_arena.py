@@ -91,17 +91,19 @@ class ReservedArena(MemoryAccounts):
         assert rng is not None  # only the reserved arena is trimmed
         arena.size = self._usable_end()  # (a growth or trim cut short may have left it behind)
         holes = self.holes
-        # (a mapping beyond the usable end was left by a refused call (rule 7): not the arena's)
-        pieces = sorted([(s, n) for s, n in rng.mappings() if s < arena.size]
-                        + list(holes.items()))
+        pieces = rng.mappings()
+        if holes:
+            pieces = sorted(pieces + list(holes.items()))
         cut = arena.size
         for start, _ in reversed(pieces):
+            if start >= arena.size:  # beyond the usable end: left by a refused call (rule 7)
+                continue
             if start < keep:
                 break
             cut = start
         if cut >= arena.size:
             return False
-        runs = _runs([(s, n) for s, n in pieces if s >= cut and s not in holes])
+        runs = _runs([(s, n) for s, n in pieces if cut <= s < arena.size and s not in holes])
         if runs and ((budget and not self._may_release()) or not self._sync()):
             return False
         try:
@@ -112,10 +114,10 @@ class ReservedArena(MemoryAccounts):
             self._trouble("unmap", "pgmo could not unmap its arena's end (%s); it stays "
                           "counted", e)
         finally:
-            # holes beyond the last mapping left are no holes: the arena ends before them
-            last = max((s + n for s, n in rng.mappings() if s < arena.size), default=0)
-            for start in [s for s in holes if s >= last]:
-                del holes[start]
+            if holes:  # holes beyond the last mapping left are none: the arena ends before
+                last = max((s + n for s, n in rng.mappings() if s < arena.size), default=0)
+                for start in [s for s in holes if s >= last]:
+                    del holes[start]
             arena.size = min(arena.size, self._usable_end())
         return True
 
