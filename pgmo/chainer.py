@@ -53,7 +53,9 @@ class ProfileGuidedMemory(training.Extension):
     iteration.  ``finalize`` restores the allocator and the original
     ``update``, also when training fails.  ``serialize`` stores the pool's
     profile and plan, so a trainer resumed from a snapshot keeps the plan
-    instead of profiling again.
+    instead of profiling again; a snapshot taken without this extension (or
+    whose pool state is damaged) resumes too, the pool profiling as in a new
+    run.
 
     ``pool``
         a :class:`pgmo.ProfileGuidedMemoryPool`; by default a new one is
@@ -156,7 +158,12 @@ class ProfileGuidedMemory(training.Extension):
             data = self.pool.state_bytes() if self.pool.plan is not None else b""
             serializer(STATE_KEY, numpy.frombuffer(data, dtype=numpy.uint8))
             return
-        state = serializer(STATE_KEY, None)
+        try:
+            state = serializer(STATE_KEY, None)
+        except KeyError:  # a snapshot taken without this extension: nothing to resume
+            logger.info("pgmo: the snapshot has no pool state (taken without the "
+                        "ProfileGuidedMemory extension); the pool profiles as in a new run")
+            return
         if state is None or len(state) == 0:
             return
         from .pool import PlanFileError

@@ -330,6 +330,27 @@ def test_damaged_snapshot_state_profiles_again(tmp_path, allocator_guard, caplog
     assert resumed_pool.plan is not None
 
 
+def test_a_snapshot_taken_without_the_extension_resumes_with_it(tmp_path, allocator_guard):
+    # A run that adds pgmo to a training whose snapshots were taken without it.
+    first = make_trainer(3, out=tmp_path / "a")
+    before, plain_pool = cupy.cuda.get_allocator(), host_pool()
+    cupy.cuda.set_allocator(plain_pool.malloc)  # the model allocates through CuPy
+    try:
+        first.run()
+    finally:
+        cupy.cuda.set_allocator(before)
+    snapshot = str(tmp_path / "snapshot.npz")
+    chainer.serializers.save_npz(snapshot, first)
+
+    resumed_pool = host_pool()
+    resumed = make_trainer(6, ProfileGuidedMemory(resumed_pool), tmp_path / "b")
+    chainer.serializers.load_npz(snapshot, resumed)
+    assert resumed.updater.iteration == 3  # the rest of the snapshot was loaded
+    assert resumed_pool.plan is None and resumed_pool.mode == "warmup"  # then profiling
+    resumed.run()
+    assert resumed_pool.plan is not None and resumed_pool.stats().iterations == 3
+
+
 def test_pool_and_pool_options_are_exclusive():
     with pytest.raises(TypeError, match="either a pool or options"):
         ProfileGuidedMemory(host_pool(), warmup=2)
