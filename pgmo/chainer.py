@@ -12,6 +12,7 @@ Importing this module first applies :mod:`pgmo._chainer_compat`, so Chainer
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -41,6 +42,25 @@ logger = logging.getLogger(__name__)
 STATE_KEY = "pool_state"
 
 
+def _reportable(keys: Iterable[str]) -> tuple[str, ...]:
+    """``keys`` if each names an integer of :class:`pgmo.PoolStats` (what LogReport can
+    average); else a ValueError naming the first that does not, at once rather than in
+    the first update."""
+    from .arguments import closest
+    from .stats import ALIASES, PoolStats
+
+    numbers = [f.name for f in dataclasses.fields(PoolStats) if f.type in ("int", int)]
+    numbers += [old for old, new in ALIASES.items() if new in numbers]
+    keys = (keys,) if isinstance(keys, str) else tuple(keys)
+    for key in keys:
+        if key not in numbers:
+            guess = closest(key, numbers)
+            raise ValueError(f"keys: {key!r} is not an integer of pgmo.PoolStats"
+                             + (f"; did you mean {guess!r}?" if guess else "")
+                             + " (ProfileGuidedMemory reports only numbers)")
+    return keys
+
+
 class ProfileGuidedMemory(training.Extension):
     """Run every ``updater.update()`` as one :meth:`pool.iteration() <pgmo.ProfileGuidedMemoryPool.iteration>`.
 
@@ -61,7 +81,8 @@ class ProfileGuidedMemory(training.Extension):
         a :class:`pgmo.ProfileGuidedMemoryPool`; by default a new one is
         made (on first use) with ``pool_options``.
     ``keys``
-        which ``pool.stats()`` entries to report; default: every integer.
+        which integer ``pool.stats()`` entries to report (a ValueError names one
+        that is none); default: every integer.
     ``prefix``
         prefix of the reported keys.
     ``pool_options``
@@ -82,7 +103,7 @@ class ProfileGuidedMemory(training.Extension):
                             f"got a pool and {sorted(pool_options)}")
         self._pool = pool
         self._pool_options = pool_options
-        self._keys = None if keys is None else tuple(keys)
+        self._keys = None if keys is None else _reportable(keys)
         self._prefix = prefix
         self._updater: Any = None  # Chainer's updater, while its update is wrapped
         self._installed = False

@@ -8,6 +8,7 @@ whether the extension really installed the pool and marked the iterations.
 import io
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -137,6 +138,22 @@ def test_chosen_keys_and_prefix(tmp_path, allocator_guard):
     trainer.run()
     reported = {k for k in observations.seen[-1] if k.startswith(("mem/", "pgmo/"))}
     assert reported == {"mem/peak_used_bytes"}
+
+
+@pytest.mark.parametrize("keys, said", [
+    (["arena_byts"], "'arena_byts' is not an integer of pgmo.PoolStats; did you mean "
+                     "'arena_bytes'?"),
+    (["requests", "mode"], "'mode' is not an integer of pgmo.PoolStats"),  # LogReport averages
+])
+def test_a_key_that_is_no_integer_stat_is_refused_when_the_extension_is_made(keys, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        ProfileGuidedMemory(host_pool(), keys=keys)
+
+
+def test_every_key_reported_by_default_can_be_chosen():
+    default = set(host_pool().stats().numbers())
+    assert ProfileGuidedMemory(host_pool(), keys=sorted(default))._keys == tuple(sorted(default))
+    assert ProfileGuidedMemory(host_pool(), keys="requests")._keys == ("requests",)
 
 
 def test_allocator_and_update_restored_after_run(tmp_path, allocator_guard):
