@@ -460,3 +460,25 @@ def test_compat_is_idempotent_and_leaves_present_names_alone():
     """)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "ok"
+
+
+def test_chainer_imports_after_a_failed_import_once_pgmo_chainer_is_imported():
+    """A notebook: ``import chainer`` fails under NumPy 2, the user adds pgmo.chainer first."""
+    result = _run_python("""
+        import numpy
+        if hasattr(numpy, "sctypes"):               # NumPy 1.x: nothing fails to begin with
+            print("ok numpy1"); raise SystemExit
+        try:
+            import chainer
+        except AttributeError:
+            pass
+        else:
+            raise AssertionError("chainer imported under NumPy 2 without pgmo")
+        import pgmo.chainer
+        import chainer
+        import chainer.functions as F, chainer.links as L
+        F.sum(L.Linear(3, 2)(numpy.ones((1, 3), numpy.float32))).backward()
+        print("ok", chainer.__version__)
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() in (["ok", "7.8.1"], ["ok", "numpy1"])
