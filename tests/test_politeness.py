@@ -195,6 +195,10 @@ MISTAKES = [
     ("bench_solver", ["--bestfit-timing", "--n", "200", "/nonexistent"],
      "argument inputs: no such file or folder: /nonexistent"),
     ("recompute_table", ["/nonexistent"], "no such file or folder: /nonexistent"),
+    ("recompute_table", [str(ROOT / "docs")], "error: no DenseNet-BC trace "
+     f"in {ROOT / 'docs'} (python -m scripts.record_traces --densenet B writes them)"),
+    ("recompute_table", [str(ROOT / "README.rst")],
+     f"error: {ROOT / 'README.rst'}, line 1, field 'id': missing column"),
     ("results_table", ["/nonexistent"], "no such folder: /nonexistent"),
     ("results_table", [str(ROOT), "-o", "/nonexistent/results.md"], "no folder /nonexistent"),
     ("bench_memory", ["--device", "-1", "-o", "/nonexistent/r.md"], "no folder /nonexistent"),
