@@ -220,6 +220,8 @@ MISTAKES = [
      "argument --warmup: expects an integer >= 0, got '-1'"),
     ("seq2seq.py", ["--device", "-1", "--warmup", "-1"],
      "argument --warmup: expects an integer >= 0, got '-1'"),
+    ("gpu_quick_check", ["--dry-run", "--out", str(ROOT / "README.rst")],
+     f"argument --out/-o: {ROOT / 'README.rst'} is a file, not a folder"),
     ("bench_memory", ["--device", "-1", "--batchsize", "0"],
      "argument --batchsize/-b: expects an integer >= 1, got '0'"),
     ("bench_memory", ["--device", "-1", "--vocab", "2"],
