@@ -26,6 +26,9 @@ What is patched, and why:
   does not load, and ``pgmo.chainermn``'s ``auto`` picks another
   communicator.
 
+* The modules an earlier ``import chainer`` left when it failed (before this
+  module ran) are dropped, so that the next ``import chainer`` starts afresh.
+
 Not patched, because nothing pgmo uses needs it: ``numpy.float`` in
 ``F.resize_images`` (removed in NumPy 1.24).  NumPy behaviour is otherwise
 untouched, and :func:`apply` is idempotent.  ChainerMN (shipped in Chainer
@@ -47,6 +50,8 @@ import numpy
 logger = logging.getLogger(__name__)
 
 _ENV_CHECK = "chainer._environment_check"
+#: The no-op module put in its place (kept by :func:`_forget_a_failed_import`).
+_STUB: list[types.ModuleType | None] = [None]
 
 
 def _numpy1_sctypes() -> dict[str, list[type]]:
@@ -82,7 +87,7 @@ def _quiet_environment_check() -> bool:
     module = types.ModuleType(_ENV_CHECK, "Replaced by pgmo._chainer_compat: "
                               "the original needs numpy.distutils and pkg_resources.")
     setattr(module, "check", lambda: None)  # noqa: B010 (a module made here)
-    sys.modules[_ENV_CHECK] = module
+    sys.modules[_ENV_CHECK] = _STUB[0] = module
     return True
 
 
@@ -103,8 +108,28 @@ def _quiet_nccl_import() -> bool:
     return True
 
 
+def _forget_a_failed_import() -> bool:
+    """Drop the Chainer modules a failed ``import chainer`` left behind; True if any.
+
+    Python removes the package that failed, not the submodules that had loaded
+    before it: a second ``import chainer`` in the same interpreter (a notebook
+    cell run again after ``import pgmo.chainer`` was added) would find them
+    half-initialized and fail on a circular import.  Nothing can hold a working
+    Chainer while ``chainer`` itself is missing from ``sys.modules``.
+    """
+    if "chainer" in sys.modules:
+        return False
+    stale = [name for name, module in sys.modules.items()
+             if name.startswith("chainer.") and module is not _STUB[0]]
+    for name in stale:
+        del sys.modules[name]
+    return bool(stale)
+
+
 def apply() -> None:
     """Make ``import chainer`` work on NumPy 2 and Python >= 3.12 (idempotent)."""
+    if _forget_a_failed_import():
+        logger.debug("dropped the modules of an earlier failed 'import chainer'")
     if _restore_sctypes():
         logger.debug("restored numpy.sctypes for Chainer")
     if _quiet_environment_check():

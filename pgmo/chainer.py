@@ -12,6 +12,7 @@ Importing this module first applies :mod:`pgmo._chainer_compat`, so Chainer
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -41,6 +42,25 @@ logger = logging.getLogger(__name__)
 STATE_KEY = "pool_state"
 
 
+def _reportable(keys: Iterable[str]) -> tuple[str, ...]:
+    """``keys`` if each names an integer of :class:`pgmo.PoolStats` (what LogReport can
+    average); else a ValueError naming the first that does not, at once rather than in
+    the first update."""
+    from .arguments import closest
+    from .stats import ALIASES, PoolStats
+
+    numbers = [f.name for f in dataclasses.fields(PoolStats) if f.type in ("int", int)]
+    numbers += [old for old, new in ALIASES.items() if new in numbers]
+    keys = (keys,) if isinstance(keys, str) else tuple(keys)
+    for key in keys:
+        if key not in numbers:
+            guess = closest(key, numbers)
+            raise ValueError(f"keys: {key!r} is not an integer of pgmo.PoolStats"
+                             + (f"; did you mean {guess!r}?" if guess else "")
+                             + " (ProfileGuidedMemory reports only numbers)")
+    return keys
+
+
 class ProfileGuidedMemory(training.Extension):
     """Run every ``updater.update()`` as one :meth:`pool.iteration() <pgmo.ProfileGuidedMemoryPool.iteration>`.
 
@@ -53,13 +73,16 @@ class ProfileGuidedMemory(training.Extension):
     iteration.  ``finalize`` restores the allocator and the original
     ``update``, also when training fails.  ``serialize`` stores the pool's
     profile and plan, so a trainer resumed from a snapshot keeps the plan
-    instead of profiling again.
+    instead of profiling again; a snapshot taken without this extension (or
+    whose pool state is damaged) resumes too, the pool profiling as in a new
+    run.
 
     ``pool``
         a :class:`pgmo.ProfileGuidedMemoryPool`; by default a new one is
         made (on first use) with ``pool_options``.
     ``keys``
-        which ``pool.stats()`` entries to report; default: every integer.
+        which integer ``pool.stats()`` entries to report (a ValueError names one
+        that is none); default: every integer.
     ``prefix``
         prefix of the reported keys.
     ``pool_options``
@@ -80,7 +103,7 @@ class ProfileGuidedMemory(training.Extension):
                             f"got a pool and {sorted(pool_options)}")
         self._pool = pool
         self._pool_options = pool_options
-        self._keys = None if keys is None else tuple(keys)
+        self._keys = None if keys is None else _reportable(keys)
         self._prefix = prefix
         self._updater: Any = None  # Chainer's updater, while its update is wrapped
         self._installed = False
@@ -156,7 +179,12 @@ class ProfileGuidedMemory(training.Extension):
             data = self.pool.state_bytes() if self.pool.plan is not None else b""
             serializer(STATE_KEY, numpy.frombuffer(data, dtype=numpy.uint8))
             return
-        state = serializer(STATE_KEY, None)
+        try:
+            state = serializer(STATE_KEY, None)
+        except KeyError:  # a snapshot taken without this extension: nothing to resume
+            logger.info("pgmo: the snapshot has no pool state (taken without the "
+                        "ProfileGuidedMemory extension); the pool profiles as in a new run")
+            return
         if state is None or len(state) == 0:
             return
         from .pool import PlanFileError

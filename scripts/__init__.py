@@ -47,13 +47,38 @@ and :mod:`~scripts.bestfit_timing` (for ``bench_solver``),
 :mod:`~scripts.gpu_stand_ins` (the quick check's steps, measurements, the GPU's
 modules and their stand-ins).
 ``gpu_session.sh`` and ``fetch_gpu_wheels.sh`` are the shell side of a GPU
-session (``docs/reproducing-gpu-results.md``).
+session (``docs/reproducing-gpu-results.md``).  A shared module run with
+``python -m`` says in one line that it is no program, and names the programs.
 """
 
+import re as _re
 import sys as _sys
+from pathlib import Path as _Path
+
+_MAIN = _re.compile(r'^if __name__ == "__main__":', _re.M)
+
+
+def _refuse_a_shared_module() -> None:
+    """``python -m scripts.<shared module>`` says in one line (exit status 2) that it is no
+    program and names the programs, where it used to do nothing and exit 0."""
+    argv = getattr(_sys, "orig_argv", [])
+    if "-m" not in argv[:-1]:
+        return
+    package, _, name = argv[argv.index("-m") + 1].partition(".")
+    source = _Path(__file__).with_name(f"{name}.py")
+    if package != __name__ or not source.is_file() or _MAIN.search(source.read_text()):
+        return
+    names = sorted(p.stem for p in _Path(__file__).parent.glob("*.py")
+                   if _MAIN.search(p.read_text()))
+    print(f"{name}.py: error: scripts.{name} is a module the programs share, not a program; "
+          f"the programs: {', '.join(names)}", file=_sys.stderr)
+    raise SystemExit(2)
+
 
 if _sys.argv[:1] == ["-m"]:  # `python -m scripts.<name>`: Python imports this package first
+    _refuse_a_shared_module()
+
     from pgmo import programs as _programs
 
-    # A module run by mistake that needs a missing package (Chainer) says so in one line.
+    # A program run where a package it imports (Chainer) is missing says so in one line.
     _programs.answer_missing_packages()

@@ -617,12 +617,13 @@ def parse_args(argv=None):
     parser.add_argument("--device", "-d", type=int, default=0,
                         help="GPU id, or -1 for a CPU dry run at tiny sizes")
     parser.add_argument("--arch", nargs="*", choices=ARCHS, default=list(ARCHS))
-    parser.add_argument("--batchsize", "-b", nargs="*", type=int, default=[32, 64, 128])
+    parser.add_argument("--batchsize", "-b", nargs="*", type=programs.integer(1),
+                        default=[32, 64, 128])
     parser.add_argument("--no-inference", dest="inference", action="store_false",
                         help="leave out the batch-1 inference rows")
     parser.add_argument("--pools", nargs="+", choices=POOLS, default=list(POOLS))
-    parser.add_argument("--iterations", "-i", type=int, default=7)
-    parser.add_argument("--repeats", type=int, default=3,
+    parser.add_argument("--iterations", "-i", type=programs.integer(1), default=7)
+    parser.add_argument("--repeats", type=programs.integer(1), default=3,
                         help="runs per configuration of the memory and time tables, each a "
                              "fresh process (the repeats come last, shortest first, as the "
                              "budget allows)")
@@ -631,17 +632,18 @@ def parse_args(argv=None):
     parser.add_argument("--memory-limit", type=parse_size, default=parse_size("4GiB"))
     parser.add_argument("--search-arch", nargs="*", choices=ARCHS, default=["resnet50"],
                         help="models whose largest batch under the limit is searched")
-    parser.add_argument("--search-max", type=int, default=1024)
-    parser.add_argument("--search-probes", type=int, default=6,
+    parser.add_argument("--search-max", type=programs.integer(1), default=1024)
+    parser.add_argument("--search-probes", type=programs.integer(1), default=6,
                         help="processes per (model, pool) in the search, at most")
-    parser.add_argument("--search-iterations", type=int, default=4)
-    parser.add_argument("--seq2seq-iterations", type=int, default=30, help="0: no seq2seq")
-    parser.add_argument("--seq2seq-batchsize", type=int, default=64)
-    parser.add_argument("--vocab", type=int, default=40000)
-    parser.add_argument("--units", type=int, default=512)
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--sentences", type=int, default=4000)
-    parser.add_argument("--densenet-batchsize", type=int, default=64,
+    parser.add_argument("--search-iterations", type=programs.integer(1), default=4)
+    parser.add_argument("--seq2seq-iterations", type=programs.integer(0), default=30,
+                        help="0: no seq2seq")
+    parser.add_argument("--seq2seq-batchsize", type=programs.integer(1), default=64)
+    parser.add_argument("--vocab", type=programs.integer(3), default=40000)
+    parser.add_argument("--units", type=programs.integer(1), default=512)
+    parser.add_argument("--layers", type=programs.integer(1), default=3)
+    parser.add_argument("--sentences", type=programs.integer(1), default=4000)
+    parser.add_argument("--densenet-batchsize", type=programs.integer(0), default=64,
                         help="DenseNet-BC batch of the recomputation table (0: no table)")
     parser.add_argument("--trace-dir", type=programs.output_folder,
                         help="keep the DenseNet-BC traces here (default: a temporary folder)")
@@ -651,10 +653,11 @@ def parse_args(argv=None):
                              "under each pool, as run files in this folder")
     parser.add_argument("--run-arch", nargs="*", choices=ARCHS, default=["resnet50"],
                         help="CNNs whose whole run is recorded (at the first --batchsize)")
-    parser.add_argument("--run-iterations", type=int, default=10,
+    parser.add_argument("--run-iterations", type=programs.integer(1), default=10,
                         help="iterations of each whole run recorded")
-    parser.add_argument("--insize", type=int, help="image size (default: the model's)")
-    parser.add_argument("--classes", type=int, default=1000)
+    parser.add_argument("--insize", type=programs.integer(1),
+                        help="image size (default: the model's)")
+    parser.add_argument("--classes", type=programs.integer(1), default=1000)
     parser.add_argument("--method", default="best", choices=("bestfit", "best", "exact"),
                         help="pgmo's solver")
     parser.add_argument("--time-limit", type=programs.non_negative_float, default=2.0,
@@ -669,12 +672,6 @@ def parse_args(argv=None):
     if args.child is None:
         if args.iterations <= args.skip:
             parser.error("--iterations must exceed --skip")
-        if args.densenet_batchsize < 0:
-            parser.error(f"--densenet-batchsize must be 0 or more, got {args.densenet_batchsize}")
-        for name in ("repeats", "run_iterations"):
-            if getattr(args, name) < 1:
-                parser.error(f"--{name.replace('_', '-')} must be at least 1, "
-                             f"got {getattr(args, name)}")
         if args.device < 0:
             tiny(args, parser)
     return args

@@ -115,7 +115,7 @@ def fmt_ratio(peak, ref):
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = programs.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("inputs", nargs="*", help="instance CSV files or folders of them "
+    ap.add_argument("inputs", nargs="*", type=programs.existing_path(), help="instance CSV files or folders of them "
                     "(default, without --bundled or --random: the public instances in "
                     "tests/data/dsa-benchmarks; with --bestfit-timing: none)")
     ap.add_argument("--methods", default="bestfit,best",

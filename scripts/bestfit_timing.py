@@ -58,6 +58,12 @@ def time_bestfit(cols, repeat: int) -> tuple[float, int]:
 
 def run(inputs: list[str], sizes, dists: list[str], repeat: int, inclusive_glob: str) -> int:
     """Print the table of best-fit's times and the targets' verdict."""
+    files = []  # read first: a file that is no trace stops the run before any timing
+    for path in find_instances(inputs) if inputs else []:
+        inclusive = fnmatch.fnmatch(path.as_posix(), inclusive_glob)
+        trace = pgmo.read_trace(path, inclusive=inclusive)
+        files.append((path.parent.name + "/" + path.stem + (" (incl.)" if inclusive else ""),
+                      trace.columns()))
     print(f"bestfit wall time, best of {repeat}; Python {sys.version.split()[0]}")
     print()
     print("| trace | n | LB | peak | peak/LB | seconds |")
@@ -75,11 +81,8 @@ def run(inputs: list[str], sizes, dists: list[str], repeat: int, inclusive_glob:
         for dist in dists:
             seed = seed_for(n, dist)
             report(f"random-{dist} (seed {seed})", random_trace(n, dist, seed))
-    for path in find_instances(inputs) if inputs else []:
-        inclusive = fnmatch.fnmatch(path.as_posix(), inclusive_glob)
-        trace = pgmo.read_trace(path, inclusive=inclusive)
-        name = path.parent.name + "/" + path.stem + (" (incl.)" if inclusive else "")
-        report(name, trace.columns())
+    for name, cols in files:
+        report(name, cols)
 
     print()
     ten_k = [(name, s) for name, n, s in rows if 10_000 <= n < 11_000]

@@ -89,6 +89,9 @@ def load(path: Path) -> dict:
     except FileNotFoundError:
         raise FitError(f"{path}: no such file (the quick check writes quick-check.json "
                        "into its --out folder)") from None
+    except IsADirectoryError:
+        raise FitError(f"{path} is a folder: give the quick-check.json in it (the quick "
+                       "check writes it into its --out folder)") from None
     except json.JSONDecodeError as error:
         raise FitError(f"{path}: not JSON (line {error.lineno}: {error.msg})") from None
     if not isinstance(data, dict) or not isinstance(data.get("results"), dict):

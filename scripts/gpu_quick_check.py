@@ -291,6 +291,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.budget <= 0:
         parser.error(f"--budget must be positive, got {args.budget}")
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"argument --out/-o: {args.out} is a file, not a folder")
     if args.device < 0:
         parser.error(f"--device must be a GPU's number (0, 1, ...), got {args.device}; "
                      "--dry-run runs on the CPU")

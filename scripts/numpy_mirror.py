@@ -31,6 +31,7 @@ import collections
 import weakref
 from typing import Any, Callable, Iterable
 
+import pgmo.chainer  # noqa: F401,I001  (the Chainer compatibility layer first)
 import chainer
 import numpy as np
 

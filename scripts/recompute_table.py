@@ -220,8 +220,11 @@ def main(argv=None) -> int:
     try:
         paths = find_traces(args.traces)
     except (OSError, ValueError) as error:
-        log.error("%s", error)
-        return 2
+        raise programs.UsageError(str(error)) from error
+    if not paths:  # a folder of other files: say so, not an empty report with status 0
+        raise programs.UsageError(
+            f"no DenseNet-BC trace in {', '.join(map(str, args.traces))} "
+            "(python -m scripts.record_traces --densenet B writes them)")
     text = section(analyse(paths, args.method, args.time_limit), args.method, args.time_limit)
     print(text)
     if args.output is not None:

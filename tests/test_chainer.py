@@ -8,6 +8,7 @@ whether the extension really installed the pool and marked the iterations.
 import io
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -137,6 +138,22 @@ def test_chosen_keys_and_prefix(tmp_path, allocator_guard):
     trainer.run()
     reported = {k for k in observations.seen[-1] if k.startswith(("mem/", "pgmo/"))}
     assert reported == {"mem/peak_used_bytes"}
+
+
+@pytest.mark.parametrize("keys, said", [
+    (["arena_byts"], "'arena_byts' is not an integer of pgmo.PoolStats; did you mean "
+                     "'arena_bytes'?"),
+    (["requests", "mode"], "'mode' is not an integer of pgmo.PoolStats"),  # LogReport averages
+])
+def test_a_key_that_is_no_integer_stat_is_refused_when_the_extension_is_made(keys, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        ProfileGuidedMemory(host_pool(), keys=keys)
+
+
+def test_every_key_reported_by_default_can_be_chosen():
+    default = set(host_pool().stats().numbers())
+    assert ProfileGuidedMemory(host_pool(), keys=sorted(default))._keys == tuple(sorted(default))
+    assert ProfileGuidedMemory(host_pool(), keys="requests")._keys == ("requests",)
 
 
 def test_allocator_and_update_restored_after_run(tmp_path, allocator_guard):
@@ -330,6 +347,27 @@ def test_damaged_snapshot_state_profiles_again(tmp_path, allocator_guard, caplog
     assert resumed_pool.plan is not None
 
 
+def test_a_snapshot_taken_without_the_extension_resumes_with_it(tmp_path, allocator_guard):
+    # A run that adds pgmo to a training whose snapshots were taken without it.
+    first = make_trainer(3, out=tmp_path / "a")
+    before, plain_pool = cupy.cuda.get_allocator(), host_pool()
+    cupy.cuda.set_allocator(plain_pool.malloc)  # the model allocates through CuPy
+    try:
+        first.run()
+    finally:
+        cupy.cuda.set_allocator(before)
+    snapshot = str(tmp_path / "snapshot.npz")
+    chainer.serializers.save_npz(snapshot, first)
+
+    resumed_pool = host_pool()
+    resumed = make_trainer(6, ProfileGuidedMemory(resumed_pool), tmp_path / "b")
+    chainer.serializers.load_npz(snapshot, resumed)
+    assert resumed.updater.iteration == 3  # the rest of the snapshot was loaded
+    assert resumed_pool.plan is None and resumed_pool.mode == "warmup"  # then profiling
+    resumed.run()
+    assert resumed_pool.plan is not None and resumed_pool.stats().iterations == 3
+
+
 def test_pool_and_pool_options_are_exclusive():
     with pytest.raises(TypeError, match="either a pool or options"):
         ProfileGuidedMemory(host_pool(), warmup=2)
@@ -422,3 +460,25 @@ def test_compat_is_idempotent_and_leaves_present_names_alone():
     """)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "ok"
+
+
+def test_chainer_imports_after_a_failed_import_once_pgmo_chainer_is_imported():
+    """A notebook: ``import chainer`` fails under NumPy 2, the user adds pgmo.chainer first."""
+    result = _run_python("""
+        import numpy
+        if hasattr(numpy, "sctypes"):               # NumPy 1.x: nothing fails to begin with
+            print("ok numpy1"); raise SystemExit
+        try:
+            import chainer
+        except AttributeError:
+            pass
+        else:
+            raise AssertionError("chainer imported under NumPy 2 without pgmo")
+        import pgmo.chainer
+        import chainer
+        import chainer.functions as F, chainer.links as L
+        F.sum(L.Linear(3, 2)(numpy.ones((1, 3), numpy.float32))).backward()
+        print("ok", chainer.__version__)
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() in (["ok", "7.8.1"], ["ok", "numpy1"])

@@ -3,7 +3,8 @@
 The examples are run as a user runs them, in a subprocess; on the CPU they
 cannot show GPU memory, so these tests check that they run the whole path
 (pool made, extension installed, iterations marked) and say ``n/a (CPU)``
-instead of printing numbers they do not have.
+instead of printing numbers they do not have.  The small-size commands of
+``examples/README.rst`` run as written there, in the venv its set-up line makes.
 """
 
 import os
@@ -259,3 +260,48 @@ def test_densenet_on_the_gpu_plans_every_combination_and_keeps_the_losses():
     # cuDNN may sum in another order when it recomputes: equal to within rounding
     losses = [float(row[9]) for row in rows]
     np.testing.assert_allclose(losses, losses[0], rtol=1e-3)
+
+
+# ------------------------------------------------------------------ the README's commands
+README = os.path.join(EXAMPLES, "README.rst")
+VENV_BIN = ".venv/bin/"
+
+
+def readme_cpu_commands():
+    """The lines of ``examples/README.rst``'s block of small sizes for the CPU."""
+    with open(README) as file:
+        text = file.read()
+    block = text[text.index("Small sizes for a quick run on the CPU"):].split("::", 1)[1]
+    lines = []
+    for line in block.splitlines()[1:]:
+        if line.strip():
+            lines.append(line.strip())
+        elif lines:
+            break
+    return lines
+
+
+def test_the_readmes_cpu_commands_run_in_the_venv_its_setup_line_makes():
+    # Pasted after the README's set-up line, a bare ``python`` or ``mpiexec`` is not the venv's.
+    commands = readme_cpu_commands()
+    assert len(commands) == 5
+    for command in commands:
+        assert command.startswith(VENV_BIN), command
+        assert all(word.startswith(VENV_BIN) for word in command.split()
+                   if word in ("python", "python3", "mpiexec") or word.endswith("/python")
+                   or word.endswith("/mpiexec")), command
+
+
+@pytest.mark.parametrize("command", readme_cpu_commands(), ids=lambda c: c.split()[1])
+def test_the_readmes_cpu_commands_run_as_written(command):
+    """Each line, with ``.venv/bin/`` read as this Python's folder, from the repository root."""
+    here = os.path.dirname(sys.executable)
+    argv = [os.path.join(here, word[len(VENV_BIN):]) if word.startswith(VENV_BIN) else word
+            for word in command.split()]
+    if not os.path.exists(argv[0]):
+        pytest.skip(f"no {os.path.basename(argv[0])} beside this Python (pgmo[mpi])")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(EXAMPLES), env=dict(os.environ,
+                                                                  PYTHONWARNINGS="ignore"))
+    assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    assert "Traceback" not in done.stderr and "n/a (CPU)" in done.stdout

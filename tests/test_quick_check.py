@@ -488,6 +488,15 @@ def test_a_dry_runs_results_never_overwrite_the_packages_parameters(dry_run):
     assert fit.PARAMS_FILE.read_text() == before
 
 
+def test_the_fit_given_the_quick_checks_folder_asks_for_the_file_in_it(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "scripts.fit_host_model", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (f"fit_host_model.py: error: {tmp_path} is a folder: give the "
+                                   "quick-check.json in it (the quick check writes it into its "
+                                   "--out folder)")
+
+
 def test_the_fit_keeps_what_a_gpu_run_did_not_measure_and_says_so():
     old = {"page": 2 * MiB, "pool_chunk": 32 * MiB, "pool_trim_step": 32 * MiB, "call_us": {}}
     results = {"driver-pool": {"fresh": [{"size": 512, "reserved": 2 * MiB},

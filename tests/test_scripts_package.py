@@ -95,6 +95,30 @@ def test_every_program_answers_help(program):
     assert done.stdout.startswith("usage: ") and "--help" in done.stdout
 
 
+SHARED = sorted({p.stem for p in PACKAGE.glob("*.py")} - set(programs()) - {"__init__"})
+
+
+@pytest.mark.parametrize("module", ["children", "numpy_mirror"])
+def test_a_shared_module_run_as_a_program_says_it_is_none_in_one_line(module):
+    assert module in SHARED
+    done = run(module, "--help")
+    assert done.returncode == 2 and done.stdout == "", done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.startswith(f"{module}.py: error: scripts.{module} is a module the "
+                                  "programs share, not a program; the programs: ")
+    assert "bench_solver" in done.stderr.split("the programs: ")[1]
+
+
+@pytest.mark.parametrize("module", SHARED)
+def test_every_shared_module_imports_first_in_a_fresh_interpreter(module):
+    for needed in ("cupy", "chainer"):  # some of them import these
+        if importlib.util.find_spec(needed) is None:
+            pytest.skip(f"needs {needed}")
+    done = subprocess.run([sys.executable, "-c", f"import scripts.{module}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def _ok(done: subprocess.CompletedProcess) -> str:
     assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     return done.stdout

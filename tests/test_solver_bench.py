@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+import pgmo
+
 
 @pytest.fixture(scope="module")
 def bench():
@@ -56,6 +58,15 @@ def test_bestfit_timing_times_best_fit_alone_on_fixed_random_traces_and_files(
     bench.main(["--bestfit-timing", "--n", "200", "--dist", "long", "--repeat", "1"])
     again = capsys.readouterr().out.splitlines()  # the same random trace, the same peak
     assert again[4].rsplit("|", 2)[0] == lines[4].rsplit("|", 2)[0]
+
+
+def test_bestfit_timing_reads_the_files_given_before_timing_anything(bench, tmp_path, capsys):
+    not_a_trace = tmp_path / "notes.csv"
+    not_a_trace.write_text("name,value\nx,1\n")
+    with pytest.raises(pgmo.TraceFormatError, match="notes.csv"):
+        bench.main(["--bestfit-timing", "--n", "200", "--dist", "long", "--repeat", "1",
+                    str(not_a_trace)])
+    assert capsys.readouterr().out == ""  # no table begun, no random trace timed
 
 
 def test_the_timing_options_go_only_with_bestfit_timing(bench, capsys):

@@ -4,8 +4,8 @@ A program that needs a GPU, started where CuPy sees none, says so in one line
 before any work (what it tried, how to run on the CPU), exit status 2, instead
 of a traceback per step (:func:`pgmo.programs.require_gpu`).  A program whose
 imports need Chainer, started where it is not installed, says so in one line,
-also for ``--help`` and for a shared module run by mistake, exit status 2
-(:func:`pgmo.programs.answer_missing_packages`).  Each runs as a user starts it.
+also for ``--help``, exit status 2 (:func:`pgmo.programs.answer_missing_packages`; a
+shared module run by mistake says it is no program, ``tests/test_scripts_package.py``).  Each runs as a user starts it.
 """
 
 from __future__ import annotations
@@ -118,8 +118,7 @@ def test_a_gpu_program_without_a_gpu_says_so_in_one_line_before_any_work(
 
 # ------------------------------------------------------------------ no Chainer
 NEEDS_CHAINER = ["train_imagenet.py", "seq2seq.py", "densenet.py", "train_mn.py",
-                 "record_traces", "record_runs", "chainer_workloads", "mirror_fidelity",
-                 "numpy_mirror"]
+                 "record_traces", "record_runs", "mirror_fidelity"]
 
 
 @pytest.fixture(scope="module")
