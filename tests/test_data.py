@@ -49,3 +49,12 @@ def test_the_gpu_evidence_is_the_sessions_bytes():
     for name, expected in listed.items():
         assert digest(elsewhere.get(name, session) / name) == expected, name
     assert "never regenerate" in (EVIDENCE / "README.rst").read_text()
+
+
+def test_the_later_gpu_session_is_its_bytes():
+    listed = sums(EVIDENCE / "2026-11-27-h100.SHA256SUMS")
+    session = EVIDENCE / "2026-11-27-h100"
+    assert {str(p.relative_to(session)) for p in session.rglob("*") if p.is_file()} \
+        == set(listed)
+    for name, expected in listed.items():
+        assert digest(session / name) == expected, name

@@ -65,7 +65,8 @@ def test_the_readme_opens_with_one_honest_headline():
     [headline] = [p for p in first.split("\n\n") if p.startswith("**Where it stands.**")]
     said = " ".join(headline.split())
     assert "2026-11-25" in said and "commit 0cd52e9" in said  # the GPU run and its engine
-    assert "not a GPU measurement" in said and "no GPU has measured it yet" in said
+    assert "not a GPU measurement" in said  # the CPU model, said to be one
+    assert "2026-11-27" in said and "0.90x" in said and "1.41x" in said  # the GPU check
     assert "So today:" in said and "``pgmo analyze`` says what a plan" in said
     assert first.count("**") == 2  # the one headline; the details live in docs/
     assert len(re.findall(r"\d\.\d+x", first)) <= 4, "a headline, not a table of ratios"

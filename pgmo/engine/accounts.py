@@ -170,8 +170,9 @@ class MemoryAccounts:
                 "stock": self.stock.total_bytes()}
 
     def free_gaps(self) -> int:
-        """Free address ranges in the arenas, plus idle kept buffers (CuPy's free blocks)."""
-        gaps = self.kept.idle_count()
+        """Free address ranges in the arenas, plus idle kept buffers and one for each heap
+        holding idle memory (CuPy's free blocks)."""
+        gaps = self.kept.idle_count() + sum(1 for h in self._heaps() if h.held > h.used)
         for arena in self.arenas:
             pos = 0
             for start, end in sorted(self.hot.live_spans(arena)):
