@@ -106,6 +106,7 @@ class ReservedArena(MemoryAccounts):
         runs = _runs([(s, n) for s, n in pieces if cut <= s < arena.size and s not in holes])
         if runs and ((budget and not self._may_release()) or not self._sync()):
             return False
+        arena.size = cut  # first: nothing lies beyond it for the pool, whatever comes next
         try:
             for start, nbytes in reversed(runs):  # the highest first, as the driver's calls go
                 rng.unmap(start, nbytes)
@@ -147,10 +148,13 @@ class ReservedArena(MemoryAccounts):
         across its holes."""
         rng = self.range
         assert rng is not None
-        end = rng.usable_end()
+        end = pos = rng.usable_end()
         holes = self.holes
-        while end in holes:
-            end = rng.usable_end(end + holes[end])
+        while pos in holes:  # across holes, as far as usable memory follows them
+            pos += holes[pos]
+            after = rng.usable_end(pos)
+            if after > pos:
+                end = pos = after
         return end
 
     def _map_end(self, arena: Arena, end: int, piece: int) -> bool:
@@ -181,18 +185,17 @@ class ReservedArena(MemoryAccounts):
 
     def _give_back_middle(self, arena: Arena, placer: Placer) -> None:
         """Rule 6 inside a departed iteration: the placer's range ends where the arena does
-        now, and the mappings wholly in its gaps are unmapped and withheld from it (not
+        now, and the mappings wholly in its gaps are withheld from it and unmapped (not
         those of the gap at its end, which a growth extends)."""
         placer.cut(arena.size)
-        free = [gap for gap in placer.free_spans() if gap[1] < placer.size]
-        for start, nbytes in self._punch(arena, free):
-            placer.withhold(start, start + nbytes)
+        self._punch(arena, placer, [gap for gap in placer.free_spans() if gap[1] < placer.size])
 
-    def _punch(self, arena: Arena, free: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    def _punch(self, arena: Arena, placer: Placer, free: list[tuple[int, int]]) -> None:
         """Unmap the arena's mappings that lie wholly in the free spans ``free`` (``(lo, hi)``,
-        in address order), after one device sync: holes from now on (rule 6).  Returns
-        them; a mapping the driver does not give back stays mapped, and none after it is
-        tried."""
+        in address order), after one device sync: holes from now on (rule 6), each
+        withheld from ``placer`` and listed before it is unmapped (a Ctrl-C in between
+        leaves a hole still mapped, never memory placed in that is gone); a mapping the
+        driver does not give back is placed in again, and none after it is tried."""
         rng = self.range
         assert rng is not None
         starts = [lo for lo, _ in free]
@@ -204,18 +207,18 @@ class ReservedArena(MemoryAccounts):
             if k >= 0 and start + nbytes <= free[k][1]:
                 doomed.append((start, nbytes))
         if not doomed or not self._sync():
-            return []
-        punched = []
+            return
         for start, nbytes in reversed(doomed):
+            placer.withhold(start, start + nbytes)
+            self.holes[start] = nbytes
             try:
                 rng.unmap(start, nbytes)
             except NOT_GIVEN_BACK as e:
                 self._trouble("unmap", "pgmo could not unmap its arena's free middle (%s); it "
                               "stays counted", e)
-                break
-            self.holes[start] = nbytes
-            punched.append((start, nbytes))
-        return punched
+                del self.holes[start]
+                placer.release(start, start + nbytes)
+                return
 
     def _refill(self) -> bool:
         """Map the arena's holes again (a run of adjacent holes in one call, in mappings of
