@@ -24,13 +24,31 @@ cannot merge across allocations).
 
 from __future__ import annotations
 
+import functools
 from bisect import bisect_left, insort
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 __all__ = ["Placer", "PagedSpace", "APART"]
 
 #: What :meth:`Placer.place` answers for a size kept apart (a survivor's, in the arena).
 APART = -2
+
+
+def _guarded(method: Callable) -> Callable:
+    """A change of a :class:`Placer`'s three indexes is several statements: a Ctrl-C (any
+    exception) inside one leaves them split, and the next call rebuilds them first from the
+    gaps' ends, which only ever list free space (what was being changed is lost to the
+    placer, never given twice)."""
+    @functools.wraps(method)
+    def guarded(self: "Placer", *args: Any) -> Any:
+        if self._broken:
+            self.mend()
+        try:
+            return method(self, *args)
+        except BaseException:
+            self._broken = True
+            raise
+    return guarded
 
 
 class Placer:
@@ -56,6 +74,7 @@ class Placer:
         self._gaps: list[tuple[int, int]] = []  # (length, start), sorted: best fit by bisection
         self._ends: dict[int, int] = {}  # start -> end of each gap
         self._starts: dict[int, int] = {}  # end -> start of each gap
+        self._broken = False  # a change was cut short: rebuild before the next (_guarded)
         self.placed = self.overflowed = 0  # requests placed, and those no gap held
         pos = 0
         for lo, hi in sorted(live):
@@ -65,6 +84,7 @@ class Placer:
         if pos < size:
             self._add(pos, size)
 
+    @_guarded
     def place(self, nbytes: int) -> int:
         """The offset of the smallest gap holding ``nbytes`` (now taken); -1 when none does,
         :data:`APART` for a size to keep apart.
@@ -105,6 +125,8 @@ class Placer:
 
     def gaps_from(self, nbytes: int) -> Iterator[tuple[int, int]]:
         """The gaps that hold ``nbytes``, smallest first: ``(start, length)``."""
+        if self._broken:
+            self.mend()
         gaps = self._gaps
         for k in range(bisect_left(gaps, (nbytes, -1)), len(gaps)):
             length, lo = gaps[k]
@@ -117,11 +139,14 @@ class Placer:
 
     def largest(self) -> tuple[int, int]:
         """The largest gap: ``(start, length)``; ``(-1, 0)`` when none is left."""
+        if self._broken:
+            self.mend()
         if not self._gaps:
             return -1, 0
         length, lo = self._gaps[-1]
         return lo, length
 
+    @_guarded
     def take(self, start: int, lo: int, nbytes: int) -> None:
         """Take ``[lo, lo + nbytes)`` from inside the gap that begins at ``start`` (the rest
         of the gap stays free)."""
@@ -132,6 +157,7 @@ class Placer:
         self._carve(start, end, lo, lo + nbytes)
         self.placed += 1
 
+    @_guarded
     def withhold(self, lo: int, hi: int) -> None:
         """Take ``[lo, hi)``, which lies inside one gap, out of the free space without placing
         anything there (memory given back under the arena): it is placed in no more, and
@@ -143,6 +169,7 @@ class Placer:
             raise ValueError(f"[{lo:,}, {hi:,}) is not inside one gap")
         self._carve(start, end, lo, hi)
 
+    @_guarded
     def cut(self, size: int) -> None:
         """The range ends at ``size`` now (its free end was given back): no gap lies beyond."""
         if size >= self.size:
@@ -158,6 +185,15 @@ class Placer:
         """Every gap as ``(lo, hi)``, in address order."""
         return sorted(self._ends.items())
 
+    def mend(self) -> None:
+        """The indexes rebuilt from the gaps' ends (after a change cut short, see
+        :func:`_guarded`)."""
+        ends = dict(self._ends)
+        self._gaps = sorted((end - start, start) for start, end in ends.items())
+        self._starts = {end: start for start, end in ends.items()}
+        self._broken = False
+
+    @_guarded
     def release(self, lo: int, hi: int) -> None:
         """``[lo, hi)`` is free again: one gap with its free neighbours."""
         end = self._ends.pop(hi, None)
@@ -173,7 +209,7 @@ class Placer:
         self._add(lo, hi)
 
     def free_bytes(self) -> int:
-        return sum(length for length, _ in self._gaps)
+        return sum(end - start for start, end in self._ends.items())
 
     def _carve(self, start: int, end: int, lo: int, hi: int) -> None:
         """Cut ``[lo, hi)`` out of the gap ``[start, end)``; what is left of it stays free."""
@@ -264,6 +300,8 @@ class PagedSpace:
         counted backed (a heap maps their memory elsewhere): their numbers.  From the
         smallest gaps first, the least useful to the blocks placed here."""
         g, backed = self.page, self.backed
+        if self.free._broken:
+            self.free.mend()
         taken: list[int] = []
         while len(taken) < n:
             for length, start in self.free._gaps:
@@ -283,6 +321,8 @@ class PagedSpace:
     def idle_pages(self) -> list[tuple[int, int]]:
         """The runs of backed pages ``[first, stop)`` that lie wholly in free space."""
         g, backed = self.page, self.backed
+        if self.free._broken:
+            self.free.mend()
         runs = []
         for length, start in list(self.free._gaps):
             k, last = -(-start // g), min(self.high, (start + length) // g)
