@@ -113,8 +113,9 @@ class MemoryAccounts:
         try:
             if self.range is not None:
                 self.range.synchronize()
-            elif self.heap is not None or self._old_heaps:
-                (self.heap or self._old_heaps[0]).synchronize()
+            elif self._old_heaps or self.heap is not None:
+                # an old heap (rule 7) first: a cudaMalloc per request's sync waits for nothing
+                (self._old_heaps or [self.heap])[0].synchronize()
             self._cleared("sync")
             return True
         except NOT_GIVEN_BACK as e:
