@@ -113,9 +113,10 @@ class MemoryAccounts:
         try:
             if self.range is not None:
                 self.range.synchronize()
-            elif self._old_heaps or self.heap is not None:
-                # an old heap (rule 7) first: a cudaMalloc per request's sync waits for nothing
-                (self._old_heaps or [self.heap])[0].synchronize()
+            elif self._old_heaps:  # (rule 7) a cudaMalloc per request's sync waits for nothing
+                self._old_heaps[0].synchronize()
+            elif self.heap is not None:
+                self.heap.synchronize()
             self._cleared("sync")
             return True
         except NOT_GIVEN_BACK as e:
