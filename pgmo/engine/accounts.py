@@ -113,8 +113,10 @@ class MemoryAccounts:
         try:
             if self.range is not None:
                 self.range.synchronize()
-            elif self.heap is not None or self._old_heaps:
-                (self.heap or self._old_heaps[0]).synchronize()
+            elif self._old_heaps:  # (rule 7) a cudaMalloc per request's sync waits for nothing
+                self._old_heaps[0].synchronize()
+            elif self.heap is not None:
+                self.heap.synchronize()
             self._cleared("sync")
             return True
         except NOT_GIVEN_BACK as e:

@@ -435,7 +435,7 @@ class Engine(PlanChoice, PoolQueries):
         finally:
             # one line (see "Commits" in frees.py): no longer inside, no longer numbered
             state.end(); hot.end(); self.completed += 1  # noqa: E702
-        self.memory.stop_placing()
+            self.memory.stop_placing()  # (a placer left by a Ctrl-C: holes under blocks)
         self._refresh_kind()
         n = hot.n
         if aborted or not n or state.plan_dropped:
