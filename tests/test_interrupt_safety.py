@@ -256,34 +256,3 @@ def test_a_ctrl_c_while_a_plan_is_handed_over_to_be_kept_leaves_nothing_for_clos
     else:
         raise AssertionError("the hand-over never ran to its end uninterrupted")
     assert fired_somewhere
-
-
-class _CtrlCAsPopReturns(dict):
-    """A Placer's index of gap ends whose ``pop`` is followed by a Ctrl-C (a signal is
-    delivered as a call returns)."""
-
-    def pop(self, *args):
-        super().pop(*args)
-        raise KeyboardInterrupt
-
-
-@pytest.mark.xfail(strict=True, raises=KeyError, reason="the Placer's three indexes are "
-                   "updated by several calls: a Ctrl-C between them splits them (with "
-                   "heap='pages' at a full device, the pool's requests then raise KeyError)")
-def test_a_ctrl_c_inside_a_placer_update_leaves_it_usable():
-    """The page heap's and the arenas' free space (pgmo.placement.Placer), interrupted as a
-    freed range merges with the gap after it: every later request gets a free range or
-    -1, never a KeyError, never a range given twice."""
-    from pgmo.placement import Placer
-
-    placer = Placer(100, [(10, 20), (30, 40)])
-    placer._ends = _CtrlCAsPopReturns(placer._ends)
-    with pytest.raises(KeyboardInterrupt):
-        placer.release(10, 20)  # [10, 20) free again, with the gap [20, 30) after it
-    placer._ends = dict(placer._ends)
-    taken = []
-    for nbytes in (10, 10, 10, 60, 10):
-        lo = placer.place(nbytes)
-        if lo >= 0:
-            assert all(lo + nbytes <= a or b <= lo for a, b in taken)
-            taken.append((lo, lo + nbytes))
