@@ -92,8 +92,8 @@ The footprint policy, and why:
    middle goes back too: each mapping that lies wholly in a gap is unmapped
    (a *hole*, in which nothing is placed), as a caching pool frees its free
    chunks; the holes are mapped again as the iteration ends, and no plan is
-   followed in the arena while one is left (its iterations get memory of
-   their own until the device has room again).
+   followed in the arena while one is left (its iterations are placed in its
+   gaps, around the holes, until the device has room again).
 7. **A driver that says no costs a fallback, never a stuck pool.**  A call
    that fails for another reason than a full device
    (:class:`~pgmo.errors.DeviceError`: NOT_SUPPORTED under a container, say)
