@@ -177,7 +177,9 @@ class Check:
         """Run one child (a command line) under its limit (and what is left of the budget);
         its result or None."""
         limit = min(limit_s, self.remaining() - 5)
-        status = {"name": name, "limit_s": max(limit, 0.0), "seconds": 0.0}
+        # a status from the start: a Ctrl-C may come before the step's child does
+        status = {"name": name, "limit_s": max(limit, 0.0), "seconds": 0.0,
+                  "status": "stopped before it started"}
         self.data["steps"].append(status)
         if limit < MIN_STEP_S:
             status["status"] = "not started: time budget used up"

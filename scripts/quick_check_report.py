@@ -463,7 +463,8 @@ def render(data: dict, heading: str = "#") -> str:
                               or "unknown"),
             f"- date: {data.get('date', '?')}",
             "- steps (limit, time): " + "; ".join(
-                f"{s['name']} {s['status']} ({s['limit_s']:.0f} s, {s['seconds']:.0f} s)"
+                f"{s['name']} {s.get('status', 'no status')} ({s.get('limit_s', 0):.0f} s, "
+                f"{s.get('seconds', 0):.0f} s)"
                 for s in data.get("steps", [])),
             ""]
     rows = [(c.question, c.measured, c.verdict) for c in checks(data)]

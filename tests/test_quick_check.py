@@ -390,6 +390,23 @@ def test_a_stopped_check_writes_what_it_measured_and_says_so_in_one_line(tmp_pat
         "done", f"not run: stopped ({str(stop) or 'Ctrl-C'})"]
 
 
+def test_a_ctrl_c_before_a_steps_child_starts_still_writes_the_report(tmp_path, monkeypatch):
+    """The window between listing a step and starting its child (CI hit it)."""
+    args = quick.parse_args(["--dry-run", "--out", str(tmp_path)])
+    check = quick.Check(args, "python -m scripts.gpu_quick_check --dry-run")
+
+    def interrupted(**env):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(quick.children, "environment", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        check.step("first", 10.0, [sys.executable, "-c", "pass"])
+    text = check.write()
+    assert "first stopped before it started" in text
+    assert json.loads((tmp_path / "quick-check.json").read_text())["steps"][0]["status"] == \
+        "stopped before it started"
+
+
 @pytest.mark.parametrize("argv, message", [(["--budget", "0"], "--budget must be positive"),
                                            (["--device", "-1"], "--dry-run runs on the CPU")])
 def test_the_quick_check_answers_a_mistake_in_one_line(argv, message, capsys):
