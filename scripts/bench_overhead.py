@@ -16,11 +16,17 @@ Between two iterations the loop does what a training step does besides
 allocating: it launches work, here ``--launches`` small NumPy calls (a
 stand-in for kernel launches, timed).  Per workload and mode it reports:
 
-* boundaries (``begin_iteration`` + ``end_iteration``): the worst, the
-  median and the 99th percentile, and how many runs kept the worst under
+* boundaries (``begin_iteration`` + ``end_iteration``): the worst (and the
+  training thread's CPU time in it: far below the wall time, the thread
+  waited for the interpreter lock or the OS), the median and the 99th
+  percentile, and how many runs kept the worst under
   20 ms; sync and bestfit modes plan at the boundary by design, so the
   boundaries that planned (those that installed a plan or planned a
-  recurring shape) are shown apart;
+  recurring shape) are shown apart; and the worst boundary **with the
+  driver's calls modelled**: its time here plus what its virtual-memory
+  calls cost on the GPU the host model was fitted to
+  (:func:`pgmo.device.host_memory.call_cost_us`; here they are mmap calls
+  of microseconds), the calls' share alone in brackets;
 * plan latency: from the profiled iteration's end to its first plan and to
   its best plan installed (the one still in use when the next re-plan
   starts, or at the end), in iterations and seconds, the median over runs
@@ -183,10 +189,11 @@ class _GcTimer:
 
 
 def replay(ops: Ops, mode: str, time_limit: float, launches: int,
-           plan_cache: str | None = None) -> dict:
+           plan_cache: str | None = None, joins_unmaps: bool = True) -> dict:
     """One replay of ``ops`` through a fresh host pool in ``mode``: what the parent tabulates
     (``plan_cache``: a folder, in which the pool keeps its plans, as by default, in an
-    empty folder of its own: a first run)."""
+    empty folder of its own: a first run; ``joins_unmaps`` false: a driver that unmaps
+    one mapping per call)."""
     import numpy as np
 
     from pgmo.testing import host_pool  # a path every checkout has (see --compare)
@@ -216,6 +223,16 @@ def replay(ops: Ops, mode: str, time_limit: float, launches: int,
     boundaries: list[float] = []  # per iteration: its begin + its end, seconds
     installed: list[bool] = []  # whether that boundary installed a plan
     gc_in: list[float] = []
+    # the driver's calls at each boundary, timed as on the GPU the host model was fitted to
+    device = getattr(pool, "host_device", None)
+    modelled = device is not None and hasattr(device, "driver_us")  # (older versions: none)
+    if modelled:
+        device.joins_unmaps = joins_unmaps
+    driver: list[float] = []
+    d0 = d_begin = 0.0
+    cpu: list[float] = []  # per boundary: the training thread's own CPU time in it
+    thread_time = time.thread_time
+    c0 = c_begin = 0.0
     busy_calls = busy_time = idle_calls = idle_time = 0.0
     starts: list[tuple[int, float]] = []  # (iteration, time its end began): profiles made
     installs: list[tuple[int, float, str]] = []  # (iteration, time, method)
@@ -234,9 +251,13 @@ def replay(ops: Ops, mode: str, time_limit: float, launches: int,
             del live[index]
         elif code == BEGIN:
             gc0 = gct.total
+            d0 = device.driver_us if modelled else 0.0
+            c0 = thread_time()
             t0 = time.perf_counter()
             begin()
             stall = time.perf_counter() - t0
+            c_begin = thread_time() - c0
+            d_begin = device.driver_us - d0 if modelled else 0.0
             gc_begin = gct.total - gc0
             iteration_mode = pool.mode
             if engine.schedule is not schedule:
@@ -244,11 +265,16 @@ def replay(ops: Ops, mode: str, time_limit: float, launches: int,
                 installs.append((it, t0, schedule.plan.method))
         else:
             gc0 = gct.total
+            d0 = device.driver_us if modelled else 0.0
+            c0 = thread_time()
             t0 = time.perf_counter()
             end()
             t1 = time.perf_counter()
+            cpu.append(c_begin + thread_time() - c0)
             boundaries.append(stall + t1 - t0)
             gc_in.append(gc_begin + gct.total - gc0)
+            if modelled:
+                driver.append((d_begin + device.driver_us - d0) * 1e-6)
             new = engine.schedule is not schedule
             planned_shapes = shapes.planned if shapes is not None else 0
             # a boundary that installed a plan, or planned a recurring shape
@@ -285,7 +311,7 @@ def replay(ops: Ops, mode: str, time_limit: float, launches: int,
     pool.close()
     gct.close()
     return {"mode": mode, "ready_s": ready, "total_s": total, "boundaries": boundaries,
-            "installed": installed,
+            "installed": installed, "driver": driver, "cpu": cpu,
             "gc_in": gc_in, "starts": starts, "installs": installs,
             "busy_rate": busy_calls / busy_time if busy_time else None,
             "idle_rate": idle_calls / idle_time if idle_time else None,
@@ -325,19 +351,22 @@ def child(spec_path: str) -> None:
         ops.codes, ops.indices, ops.sizes = pickle.load(f)  # plain data: no class to import
     results = []
     for mode in spec["modes"]:
-        r = replay(ops, mode, spec["time_limit"], spec["launches"], spec.get("plan_cache"))
+        r = replay(ops, mode, spec["time_limit"], spec["launches"], spec.get("plan_cache"),
+                   spec.get("joins_unmaps", True))
         r["latency"] = latencies(r.pop("starts"), r.pop("installs"))
         results.append(r)
     Path(spec["out"]).write_text(json.dumps(results))
 
 
 # ------------------------------------------------------------------ the parent
-def run_child(root: Path, ops_file: str, modes: list[str], args, workdir: str) -> list[dict]:
+def run_child(root: Path, ops_file: str, modes: list[str], args, workdir: str,
+              joins_unmaps: bool = True) -> list[dict]:
     out = os.path.join(workdir, "result.json")
     spec = os.path.join(workdir, "spec.json")
     Path(spec).write_text(json.dumps({"ops": ops_file, "modes": modes,
                                       "time_limit": args.time_limit,
                                       "launches": args.launches, "out": out,
+                                      "joins_unmaps": joins_unmaps,
                                       "plan_cache": os.path.join(workdir, "cache")
                                       if args.plan_cache else None}))
     code = ("import runpy, sys; mod = runpy.run_path(sys.argv[1], run_name='bench_child'); "
@@ -375,10 +404,23 @@ def summarize(rows: list[dict]) -> dict:
     p99 = [sorted(r["boundaries"])[min(len(r["boundaries"]) - 1,
                                        int(0.99 * len(r["boundaries"])))] for r in rows]
     gc_worst = [max(r["gc_in"]) for r in rows]
+    # each boundary as it would take on the GPU: its time here plus its driver calls' model
+    # (the host model's calls themselves take little time here, so little is counted twice)
+    on_gpu = [max(b + d for b, d in zip(r["boundaries"], r["driver"]))
+              for r in rows if r.get("driver")]
+    calls = [max(r["driver"]) for r in rows if r.get("driver")]
+    # the worst boundary's CPU time on the training thread: near its wall time, pgmo's own
+    # work; far below it, the thread waited (the interpreter lock, the OS scheduler)
+    worst_run = max(rows, key=lambda r: max(r["boundaries"]))
+    k = max(range(len(worst_run["boundaries"])), key=worst_run["boundaries"].__getitem__)
+    worst_cpu = worst_run["cpu"][k] if worst_run.get("cpu") else None
     firsts = [r["latency"][0] for r in rows if r["latency"] and r["latency"][0] is not None]
     later = [lat for r in rows for lat in r["latency"][1:] if lat is not None]
     rates = [r["busy_rate"] / r["idle_rate"] for r in rows if r["busy_rate"] and r["idle_rate"]]
     return {"worst": max(worst), "ok": sum(w <= GOAL_MS / 1e3 for w in worst),
+            "on_gpu": max(on_gpu) if on_gpu else None, "worst_cpu": worst_cpu,
+            "on_gpu_ok": sum(w <= GOAL_MS / 1e3 for w in on_gpu),
+            "calls": max(calls) if calls else None,
             "quiet": max(quiet), "quiet_ok": sum(w <= GOAL_MS / 1e3 for w in quiet),
             "planning": max(planning), "median": statistics.median(median),
             "p99": statistics.median(p99), "gc": max(gc_worst),
@@ -402,11 +444,14 @@ def _lat(values: list[dict], key: str) -> str:
 
 
 def print_tables(results: dict, versions: list[str], modes: list[str], names: list[str]) -> None:
-    print("| workload | replan | version | worst ms | runs <= 20 ms | worst non-planning ms "
+    print("| workload | replan | version | worst ms (its CPU on the training thread) "
+          "| runs <= 20 ms "
+          "| worst with the driver's calls modelled ms (runs <= 20 ms; the calls alone) "
+          "| worst non-planning ms "
           "| worst planning ms | median ms | p99 ms | boundaries s | worst GC in a boundary ms "
           "| first plan | best plan | later re-plans (best) | launch rate planning/idle "
           "| other threads' CPU ms | final peak / LB | final method | planner ready s |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|---|---:|")
+    print("|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|---|---:|")
     for name in names:
         for mode in modes:
             for v in versions:
@@ -417,8 +462,11 @@ def print_tables(results: dict, versions: list[str], modes: list[str], names: li
                 rates = s["rates"]
                 rate = (f"{statistics.median(rates):.3f} (min {min(rates):.3f}, "
                         f"{s['busy_s']:.2f} s planning)" if rates else "-")
-                print(f"| {name} | {mode} | {v} | {_ms(s['worst'])} | {s['ok']}/{s['runs']} "
-                      f"| {_ms(s['quiet'])} | {_ms(s['planning'])} | {s['median'] * 1e3:.3f} "
+                gpu = (f"{_ms(s['on_gpu'])} ({s['on_gpu_ok']}/{s['runs']}; "
+                       f"{_ms(s['calls'])})" if s["on_gpu"] is not None else "-")
+                cpu = f" ({_ms(s['worst_cpu'])})" if s["worst_cpu"] is not None else ""
+                print(f"| {name} | {mode} | {v} | {_ms(s['worst'])}{cpu} | {s['ok']}/{s['runs']} "
+                      f"| {gpu} | {_ms(s['quiet'])} | {_ms(s['planning'])} | {s['median'] * 1e3:.3f} "
                       f"| {_ms(s['p99'])} | {s['boundaries_s']:.2f} | {_ms(s['gc'])} "
                       f"| {_lat(s['first'], 'first')} | {_lat(s['first'], 'best')} "
                       f"| {_lat(s['later'], 'best')} | {rate} | {s['others_ms']:.1f} "
@@ -451,6 +499,10 @@ def main(argv=None) -> None:
     ap.add_argument("--busy-core", action="store_true",
                     help="keep one core busy with another process during the runs (a machine "
                          "whose other work wants the CPU too, as data loaders do)")
+    ap.add_argument("--one-unmap-per-mapping", action="store_true",
+                    help="also run this checkout on a host model of a driver that unmaps one "
+                         "mapping per call (version 'this, one unmap per mapping'), "
+                         "interleaved: what joining a run's unmaps in one call saves")
     ap.add_argument("--raw", type=Path, help="also write every run's numbers to this JSON file")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -465,6 +517,11 @@ def main(argv=None) -> None:
     names = workload_names(args.workloads)
     roots = [ROOT] + [d.resolve() for d in args.compare]
     versions = ["this"] + [str(d) for d in args.compare]
+    joined = [True] * len(roots)
+    if args.one_unmap_per_mapping:
+        roots.append(ROOT)
+        versions.append("this, one unmap per mapping")
+        joined.append(False)
     print(f"workloads: {', '.join(names)}; modes {', '.join(modes)}; {args.runs} runs; "
           f"method best, time limit {args.time_limit} s; {args.launches} launches between "
           f"iterations; load average at the start {os.getloadavg()[0]:.2f}; "
@@ -484,11 +541,11 @@ def main(argv=None) -> None:
         try:
             for run in range(args.runs):
                 for name in names:
-                    order = list(zip(roots, versions))
+                    order = list(zip(roots, versions, joined))
                     if run % 2:
                         order.reverse()  # neither version always goes first
-                    for root, v in order:
-                        for r in run_child(root, files[name], modes, args, workdir):
+                    for root, v, joins in order:
+                        for r in run_child(root, files[name], modes, args, workdir, joins):
                             results.setdefault((name, r["mode"], v), []).append(r)
                 print(f"run {run + 1} of {args.runs} done; load average "
                       f"{os.getloadavg()[0]:.2f}", flush=True)

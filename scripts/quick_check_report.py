@@ -92,6 +92,11 @@ def device_checks(data: dict) -> list[Check]:
                                   f"pgmo's {part} fell back to {kind}"
                                   + (f": {why}" if why else ""))
         out.append(Check(f"device layer: pgmo's {part} ({key})", kind, verdict, status))
+    joins = (r.get("probe") or {}).get("joins_unmaps")
+    if joins is not None:  # (not in the files of 2026-11-27 and before)
+        out.append(Check("device layer: one cuMemUnmap over several adjacent mappings",
+                         "accepted" if joins else "refused: one call per mapping", "-",
+                         "info"))
     others = {p: w for p, w in reasons.items() if p not in ("arena", "heap")}
     if others:
         out.append(Check("device layer: other troubles (device_reasons)",
@@ -472,8 +477,8 @@ def render(data: dict, heading: str = "#") -> str:
     device = _result(data, "device")
     if device:
         out += _section(f"{sub} 1. The device layer pgmo chose",
-                        ["What `pgmo.device.cuda.device_layer` probed (one granule: reserve, "
-                         "create, map, set access, unmap, free; a pool: create, malloc, free, "
+                        ["What `pgmo.device.cuda.device_layer` probed (two granules: reserve, "
+                         "create, map, set access, one unmap over both, free; a pool: create, malloc, free, "
                          "trim) and a pgmo pool's `memory_summary()` after a short run:", "",
                          "```", device.get("summary", "(no summary)"), "```"])
     pool = _result(data, "driver-pool")

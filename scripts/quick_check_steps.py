@@ -93,7 +93,8 @@ def device(gpu, options: dict) -> dict:
                                    driver=gpu.driver, runtime=gpu.runtime,
                                    stream=gpu.current_stream)
     out["probe"] = {"arena": fields["reserve"] is not None, "heap": fields["heap"] is not None,
-                    "reasons": dict(reasons)}
+                    "reasons": dict(reasons),
+                    "joins_unmaps": getattr(fields["reserve"], "joins_unmaps", None)}
     del fields
     run = _run(options)
     pool = gpu.pgmo_pool(replan="sync", method="bestfit")

@@ -25,7 +25,10 @@ which every test expects empty), and what it refuses (an error code):
   *calling* thread's stream; a stream belongs to a device; a pool serves one
   device.  A block allocated from a pool of another device than its stream's
   or the current one is a violation.
-* **Mappings.**  ``cuMemUnmap`` unmaps exactly one whole mapping;
+* **Mappings.**  ``cuMemUnmap`` unmaps whole mappings: one, or a run of
+  adjacent ones where the device joins unmaps (``HostMemory(joins_unmaps=...)``,
+  true by default, as NVIDIA's samples use the driver; false refuses a run
+  with INVALID_VALUE, and anything else is a breach);
   ``cuMemSetAccess`` needs memory mapped throughout; memory is usable (the
   checker may touch it) only once access was granted; a handle is mapped at
   most once and must be released; ``cuMemAddressFree`` refuses a range with
@@ -400,17 +403,21 @@ class FakeDriver:
         if users:
             self.gpu.breach(f"cuMemUnmap of [{ptr:#x}, +{size:,}) while {users} may still "
                             f"use it (no sync before the unmap)")
+        lo = ptr - rng.ptr
+        starts = [s for s, n in rng.mappings() if lo <= s < lo + size]
         try:
-            handle = self.page_maps.get(ptr)
-            if handle is not None and size == handle.size:
-                rng.unmap_page(ptr - rng.ptr)
-                del self.page_maps[ptr]
-                handle.maps -= 1
-            else:
-                rng.unmap_one(ptr - rng.ptr, size)
+            rng.unmap_one(lo, size)
         except (ValueError, KeyError):
-            self.gpu.breach(f"cuMemUnmap of [{ptr:#x}, +{size:,}), not one whole mapping")
+            joined = len(starts) > 1 and not rng.joins_unmaps and \
+                sum(n for s, n in rng.mappings() if lo <= s < lo + size) == size and \
+                starts[0] == lo
+            if not joined:  # a driver that unmaps one mapping per call refuses a run
+                self.gpu.breach(f"cuMemUnmap of [{ptr:#x}, +{size:,}), not whole mappings")
             return self._refuse(INVALID_VALUE)
+        for start in starts:
+            handle = self.page_maps.pop(rng.ptr + start, None)
+            if handle is not None:
+                handle.maps -= 1
         return result
 
 

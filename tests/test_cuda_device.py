@@ -497,3 +497,84 @@ def test_every_cuda_call_failing_costs_no_block_lent_twice(call, start, code, he
         del engine
         gc.collect()
         assert gpu.memory.in_use == 0
+
+
+def test_a_range_the_driver_will_not_close_keeps_no_caller_alive(caplog):
+    """A range that dies where the driver refuses its unmaps logs one warning; the frame it
+    died in, and the arrays that frame holds, go at once (no cycle through the error's
+    traceback for the collector to find later: a block would stay counted in use)."""
+    import weakref
+
+    PAGE = 2 << 20  # the stand-in driver's granule
+    gpu = FakeGPU()
+    rng = CudaRange(2 * PAGE, 0, PAGE, driver=FakeDriver(gpu=gpu, fail={"cuMemUnmap": 801}),
+                    synchronize=lambda: None)
+    rng.map(0, PAGE)
+
+    class Array:  # what the caller's frame holds
+        pass
+
+    held = Array()
+    alive = weakref.ref(held)
+
+    def drops_the_range(array):
+        nonlocal rng
+        rng = None  # its __del__ runs here: close() is refused
+
+    gc.disable()
+    try:
+        drops_the_range(held)
+        del held
+        assert alive() is None
+    finally:
+        gc.enable()
+    assert "could not give its reserved range back" in caplog.text
+
+
+@pytest.mark.parametrize("joins", [True, False])
+def test_the_probe_finds_whether_one_unmap_gives_back_several_mappings(joins):
+    """One ``cuMemUnmap`` over a run of whole mappings where the driver takes it (NVIDIA's
+    samples do it), else one call per mapping; a page heap's stale pages likewise."""
+    PAGE = 2 << 20
+    gpu = FakeGPU(HostMemory(joins_unmaps=joins))
+    driver = FakeDriver(gpu=gpu)
+    fields, reasons = device_layer(0, 1 << 40, driver=driver, runtime=FakeRuntime(gpu=gpu),
+                                   stream=gpu.current_stream)
+    assert reasons == {} and fields["reserve"].joins_unmaps is joins
+    rng = fields["reserve"](16 * PAGE)
+    assert rng.joins_unmaps is joins
+    rng.map(0, 4 * PAGE, PAGE)
+    before = gpu.calls["cuMemUnmap"]
+    rng.synchronize()
+    rng.unmap(PAGE, 3 * PAGE)  # three mappings
+    assert gpu.calls["cuMemUnmap"] - before == (1 if joins else 3)
+    assert rng.mappings() == [(0, PAGE)] and gpu.violations == []
+    pages = [rng.create_page() for _ in range(3)]
+    for k, handle in enumerate(pages):
+        rng.map_page((8 + k) * PAGE, handle)
+    before = gpu.calls["cuMemUnmap"]
+    if joins:
+        rng.unmap_pages(8 * PAGE, 3)
+    else:
+        with pytest.raises(ValueError, match="one mapping per call"):
+            rng.unmap_pages(8 * PAGE, 3)
+        assert gpu.calls["cuMemUnmap"] == before  # refused before the driver was asked
+        for k in range(3):
+            rng.unmap_page((8 + k) * PAGE)
+    assert gpu.calls["cuMemUnmap"] - before == (1 if joins else 3)
+    for handle in pages:
+        rng.release_page(handle)
+    assert rng.pages_held == 0 and gpu.violations == []
+    rng.unmap(0, PAGE)
+    rng.close()
+
+
+@pytest.mark.parametrize("heap", HEAP_KINDS)
+def test_the_engine_on_a_driver_that_unmaps_one_mapping_per_call(heap):
+    gpu = FakeGPU(HostMemory(joins_unmaps=False))
+    engine, _, _ = cuda_engine(gpu, replan="sync", heap=heap)
+    checker = Checker(host=True, device=gpu.memory)
+    drive(engine, gpu, checker)
+    assert checker.corrupted == 0 and checker.overlaps == 0 and gpu.violations == []
+    books_add_up(engine, checker)
+    assert engine.stats().device_reasons == {}

@@ -223,8 +223,9 @@ def test_every_cudafree_counts_as_a_synchronizing_call():
 
 
 # ------------------------------------------------------------ virtual memory
-def test_a_reserved_range_is_mapped_and_unmapped_in_whole_mappings():
-    memory = HostMemory(capacity=16 * MiB)
+@pytest.mark.parametrize("joins", [True, False])
+def test_a_reserved_range_is_mapped_and_unmapped_in_whole_mappings(joins):
+    memory = HostMemory(capacity=16 * MiB, joins_unmaps=joins)
     r = memory.reserve()
     assert r.size == 32 * MiB and r.ptr % PAGE == 0 and memory.in_use == 0
     r.map(0, 4 * MiB)
@@ -238,9 +239,12 @@ def test_a_reserved_range_is_mapped_and_unmapped_in_whole_mappings():
     with pytest.raises(ValueError, match="whole granules"):
         r.map(6 * MiB, 1000)
     r.synchronize()
-    r.unmap(0, 6 * MiB)  # two mappings: one cuMemUnmap each (as the driver requires)
+    with pytest.raises(ValueError, match="not a run of whole mappings"):
+        r.unmap(2 * MiB, 4 * MiB)  # nor a run that starts inside one
+    assert memory.in_use == 6 * MiB and len(r.mappings()) == 2
+    r.unmap(0, 6 * MiB)  # two mappings: one cuMemUnmap for both where the device joins them
     assert memory.in_use == 0 and memory.sync_calls == 1  # the sync: the unmaps wait on none
-    assert memory.unmaps == memory.release_calls == 2
+    assert memory.unmaps == memory.release_calls == (1 if joins else 2)
     assert r.mappings() == []
     with pytest.raises(MemoryError, match="host device full"):
         r.map(0, 18 * MiB)  # past the capacity, as a full device refuses
@@ -330,3 +334,32 @@ def test_a_stream_ordered_pool_reuses_what_it_holds_and_trims_in_one_call():
     del blocks
     pool.trim()
     assert pool.held == memory.in_use == 0
+
+
+def test_the_driver_clock_adds_each_calls_fitted_cost():
+    """What a boundary's calls would take on the GPU the model was fitted to: one joined
+    unmap of three mappings costs one call's fixed part, three calls cost three."""
+    from pgmo.device.host_memory import call_cost_us
+    from pgmo.device.params import PARAMS
+
+    unmap = PARAMS["call_us"]["cuMemUnmap"]
+    assert call_cost_us("cuMemUnmap", 1 << 30) == pytest.approx(unmap["fixed"] + unmap["per_gib"])
+    assert call_cost_us("a call never measured") == 0.0
+    spent = {}
+    for joins in (True, False):
+        memory = HostMemory(joins_unmaps=joins)
+        r = memory.reserve(16 * PAGE)
+        r.map(0, 3 * PAGE, PAGE)
+        mapped = memory.driver_us
+        assert mapped == pytest.approx(3 * (call_cost_us("cuMemCreate", PAGE)
+                                            + call_cost_us("cuMemMap", PAGE)
+                                            + call_cost_us("cuMemRelease"))
+                                       + call_cost_us("cuMemSetAccess", 3 * PAGE))
+        r.synchronize()
+        r.unmap(0, 3 * PAGE)
+        spent[joins] = memory.driver_us - mapped
+        assert memory.driver_calls["cuMemUnmap"] == (1 if joins else 3)
+        r.close()
+    assert spent[True] == pytest.approx(call_cost_us("cuMemUnmap", 3 * PAGE))
+    assert spent[False] == pytest.approx(3 * call_cost_us("cuMemUnmap", PAGE))
+    assert spent[False] - spent[True] == pytest.approx(2 * unmap["fixed"])

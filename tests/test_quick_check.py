@@ -213,7 +213,7 @@ def test_a_pool_that_trims_below_its_growth_step_is_told_apart():
 # ------------------------------------------------------------------ the device layer
 def test_the_device_step_reports_what_pgmo_chose_and_passes_on_a_full_device_layer():
     result = run_step("device")
-    assert result["probe"] == {"arena": True, "heap": True, "reasons": {}}
+    assert result["probe"] == {"arena": True, "heap": True, "reasons": {}, "joins_unmaps": True}
     assert result["stats"]["arena_kind"] == "reserved range"
     assert result["stats"]["heap_kind"] == "own heap (reserved range)"  # the default heap
     assert result["replay"]["corrupted"] == 0 and result["replay"]["requests"] > 0
@@ -222,6 +222,8 @@ def test_the_device_step_reports_what_pgmo_chose_and_passes_on_a_full_device_lay
     assert failed(data) == []
     assert statuses(data)["device layer: pgmo's arena (arena_kind)"] == (
         "ok: pgmo's arena uses the reserved range", "ok")
+    joined = [c for c in report.checks(data) if "several adjacent" in c.question]
+    assert [c.measured for c in joined] == ["accepted"]
 
 
 @pytest.mark.parametrize("call, code", [("cuMemSetAccess", 801), ("cuMemAddressReserve", 800)])

@@ -24,6 +24,12 @@ The rules a real driver enforces, and how this module keeps them:
 * Access is granted once per growth, over all its new mappings (one
   ``cuMemSetAccess``); a handle is released right after it is mapped (the
   mapping keeps the memory).
+* ``cuMemUnmap`` gives back whole mappings only; one call takes a run of
+  adjacent whole mappings (NVIDIA's ``vectorAddMMAP`` sample frees a range
+  mapped in several pieces so) where :func:`device_layer`'s probe saw the
+  driver do it (``joins_unmaps``), else each mapping has a call of its own.
+  At the boundary where a profiled iteration's heap goes back that is a
+  handful of calls instead of thousands (about 30 us each on the H100).
 * A failed call changes nothing the books do not show: a growth that fails
   half-way gives back what it mapped, an unmap that fails keeps that mapping
   (and those below it) listed and counted (:class:`~pgmo.device.mappings.MappingLedger`).
@@ -38,8 +44,8 @@ The rules a real driver enforces, and how this module keeps them:
   the block is freed on the current stream (as CuPy's ``MemoryAsync`` does).
 
 :func:`device_layer` checks what the device supports (its attributes), then
-**probes** each part with one granule (reserve, create, map, set access,
-unmap, free; a pool's create, malloc, free, trim, destroy), so that a driver
+**probes** each part with two granules (reserve, create, map, set access,
+one unmap over both mappings, free; a pool's create, malloc, free, trim, destroy), so that a driver
 that says no (NOT_SUPPORTED under a container or vGPU, say) costs a fallback
 to cudaMalloc with its reason, not an error in the first iteration.  Both
 classes take their driver and runtime modules as arguments, so that the
@@ -77,9 +83,10 @@ class CudaRange:
     :meth:`map` backs ``[offset, offset + nbytes)`` with new mappings
     (``cuMemCreate`` + ``cuMemMap`` each, the handle released at once) and
     grants access to all of them with one ``cuMemSetAccess``: all or
-    nothing.  :meth:`unmap` gives back whole mappings (one ``cuMemUnmap``
-    each, as the driver requires), the highest first, so that what stays
-    mapped after a failure is still one run from offset 0.  Neither waits
+    nothing.  :meth:`unmap` gives back whole mappings, never part of one: a
+    run of them in one ``cuMemUnmap`` where the driver joins unmaps (probed),
+    else one call each, the highest first, so that what stays mapped after
+    a failure is still one run from offset 0.  Neither waits
     for the device: the caller calls :meth:`synchronize` (a device-wide
     sync) before an unmap; :meth:`close` does it itself.
     """
@@ -106,13 +113,19 @@ class CudaRange:
         self._synchronize = synchronize
         self._pages: dict[Any, bool] = {}  # handles made by create_page -> released
         self._page_bytes = 0  # their memory, until released and mapped nowhere
+        #: Whether one ``cuMemUnmap`` may give back a run of adjacent whole mappings
+        #: (NVIDIA's samples unmap several mappings in one call): set where
+        #: :func:`device_layer`'s probe saw the driver do it; else one call per mapping.
+        self.joins_unmaps = False
 
     def __del__(self) -> None:  # the arena's last block and the pool are gone
         try:
             self.close()
         except Exception as e:  # a driver that refuses, or one gone at interpreter exit
             try:
-                log.warning("pgmo could not give its reserved range back: %s", e)
+                # str(e): a record that kept the exception would keep, through its traceback,
+                # the frame the collector ran in alive, and the blocks that frame holds
+                log.warning("pgmo could not give its reserved range back: %s", str(e))
             except Exception:  # logging itself may be gone at interpreter exit
                 pass
 
@@ -160,13 +173,29 @@ class CudaRange:
             self._books.remove(start)
 
     def unmap(self, offset: int, nbytes: int) -> None:
-        """Give back the whole mappings that make up ``[offset, offset + nbytes)``, the highest
-        first (call :meth:`synchronize` before).  On a refusal, raises with the refused
-        mapping and those below it still listed and counted."""
+        """Give back the whole mappings that make up ``[offset, offset + nbytes)`` (call
+        :meth:`synchronize` before): one ``cuMemUnmap`` where the driver joins unmaps
+        (:attr:`joins_unmaps`), else one each, the highest first.  On a refusal, raises
+        with the refused mapping and those below it still listed and counted."""
         books = self._books
-        for start in reversed(books.run(offset, nbytes)):
+        starts = books.run(offset, nbytes)
+        if self.joins_unmaps and len(starts) > 1:
+            _check(self.driver.cuMemUnmap(self.ptr + offset, nbytes), "cuMemUnmap")
+            for start in starts:
+                self._forget(start)
+            return
+        for start in reversed(starts):
             _check(self.driver.cuMemUnmap(self.ptr + start, books.length(start)), "cuMemUnmap")
-            books.remove(start)
+            self._forget(start)
+
+    def _forget(self, start: int) -> None:
+        """The mapping at ``start`` is gone: off the books, and a released page mapped
+        nowhere any more off the pages held."""
+        handle = self._books.handle(start)
+        self._books.remove(start)
+        if handle is not None and self._pages.get(handle) and not self._books.maps_of(handle):
+            del self._pages[handle]
+            self._page_bytes -= self.granule
 
     # ----------------------------------------- physical pages of their own (page heap)
     @property
@@ -200,14 +229,22 @@ class CudaRange:
 
     def unmap_page(self, offset: int) -> None:
         """Drop the page mapping at ``offset`` (``cuMemUnmap``; :meth:`synchronize` first)."""
-        handle = self._books.handle(offset)
-        if handle is None:
-            raise ValueError(f"no page is mapped at {offset:,}")
-        _check(self.driver.cuMemUnmap(self.ptr + offset, self.granule), "cuMemUnmap")
-        self._books.remove(offset)
-        if self._pages.get(handle) and not self._books.maps_of(handle):
-            del self._pages[handle]
-            self._page_bytes -= self.granule
+        self.unmap_pages(offset, 1)
+
+    def unmap_pages(self, offset: int, count: int) -> None:
+        """Drop the ``count`` adjacent page mappings from ``offset`` in one ``cuMemUnmap``
+        (several only where the driver joins unmaps; :meth:`synchronize` first).
+        ValueError where any is not a page's mapping; on a refusal all stay listed."""
+        g = self.granule
+        for k in range(count):
+            if self._books.handle(offset + k * g) is None:
+                raise ValueError(f"no page is mapped at {offset + k * g:,}")
+        if count > 1 and not self.joins_unmaps:
+            raise ValueError(f"{count} pages in one call: this driver unmaps one mapping "
+                             f"per call")
+        _check(self.driver.cuMemUnmap(self.ptr + offset, count * g), "cuMemUnmap")
+        for k in range(count):
+            self._forget(offset + k * g)
 
     def release_page(self, handle: Any) -> None:
         """Give the page up (``cuMemRelease``): its memory goes back once mapped nowhere."""
@@ -249,7 +286,10 @@ class CudaRange:
             except DeviceError as e:
                 failure = failure or e
         if failure is not None:
-            raise failure
+            try:
+                raise failure
+            finally:  # no cycle (the error's traceback -> this frame -> the error): the frames
+                failure = None  # it holds, the collector's caller's too, go with the error
         for handle, released in list(self._pages.items()):  # the page heap's, if any
             if not released:
                 _check(self.driver.cuMemRelease(handle), "cuMemRelease")
@@ -417,15 +457,28 @@ def _current_stream() -> Any:
 
 
 def _probe_range(device_id: int, granule: int, driver: Any,
-                 synchronize: Callable[[], object]) -> None:
-    """Every call an arena makes, once, on one granule: a driver that says no, says it here."""
-    probe = CudaRange(granule, device_id, granule, driver=driver, synchronize=synchronize)
+                 synchronize: Callable[[], object]) -> bool:
+    """Every call an arena makes, once, on two granules mapped apart: a driver that says
+    no, says it here.  Returns whether one ``cuMemUnmap`` gave both back (else each goes
+    in a call of its own, and ranges unmap one mapping per call)."""
+    probe = CudaRange(2 * granule, device_id, granule, driver=driver, synchronize=synchronize)
     try:
-        probe.map(0, granule)
+        probe.map(0, 2 * granule, granule)
         probe.synchronize()
-        probe.unmap(0, granule)
+        joined = int(_first(driver.cuMemUnmap(probe.ptr, 2 * granule))) == 0
+        if joined:
+            probe._forget(granule)
+            probe._forget(0)
+        else:
+            probe.unmap(0, 2 * granule)  # one call each; raises if the driver refuses those
+        return joined
     finally:
         probe.close()
+
+
+def _first(result: Any) -> Any:
+    """A driver call's CUresult (``cuda.bindings`` returns a tuple)."""
+    return result[0] if isinstance(result, tuple) else result
 
 
 def _probe_pool(device_id: int, runtime: Any, stream: Callable[[], Any]) -> None:
@@ -470,11 +523,15 @@ def device_layer(device_id: int, total_memory: int, *, driver: Any = None, runti
     try:
         granule = vmm_granularity(device_id, driver)
         if granule:
-            _probe_range(device_id, granule, driver, synchronize)
+            joins = _probe_range(device_id, granule, driver, synchronize)
 
             def reserve(size: int) -> CudaRange:
-                return CudaRange(size, device_id, granule, driver=driver,
+                made = CudaRange(size, device_id, granule, driver=driver,
                                  synchronize=synchronize)
+                made.joins_unmaps = joins
+                return made
+
+            reserve.joins_unmaps = joins  # type: ignore[attr-defined]  # (the quick check)
 
             fields["reserve"] = reserve
         else:

@@ -25,7 +25,7 @@ and the driver's accounting.  What it models, and what it leaves out:
 * **Synchronizing calls and release calls.**  cudaFree waits for the whole
   device (every queued kernel), as does a device or stream sync;
   ``sync_calls`` counts them.  Giving memory back otherwise
-  (``cuMemUnmap``, one per mapping, and ``cudaMemPoolTrimTo``) is counted
+  (``cuMemUnmap``, one per run of adjacent mappings, and ``cudaMemPoolTrimTo``) is counted
   in ``release_calls``: pgmo makes those calls right after a device sync
   (counted), since they do not wait for queued work by themselves (PyTorch
   found that unmapping does not always synchronize; the GPU quick check
@@ -33,8 +33,14 @@ and the driver's accounting.  What it models, and what it leaves out:
   counts.
 * **Virtual memory** (:meth:`HostMemory.reserve`): a
   :class:`~pgmo.device.host_range.HostRange`.
+* **The driver's time, modelled** (``driver_us``, ``driver_calls``): each
+  virtual-memory call, cudaMalloc and cudaFree adds what it cost on the GPU
+  the model was fitted to (:func:`call_cost_us`), so that a benchmark can
+  say what a boundary's calls would take there; nothing waits for it.  The
+  driver's stream-ordered pool's calls and the device syncs are not in it.
 * Not modelled: the CUDA context and libraries' memory (about 0.6 GiB on the
-  H100), time, streams other than one, and the driver's own fragmentation.
+  H100), time itself, streams other than one, and the driver's own
+  fragmentation.
 """
 
 from __future__ import annotations
@@ -49,8 +55,10 @@ import numpy as np
 
 from ..units import ALIGNMENT
 from .host_range import HostRange
+from .params import PARAMS
 
-__all__ = ["HostMemory", "DRIVER_PAGE", "SMALL_MAX", "OWN_PAGES", "UNBOUNDED_RESERVATION"]
+__all__ = ["HostMemory", "DRIVER_PAGE", "SMALL_MAX", "OWN_PAGES", "UNBOUNDED_RESERVATION",
+           "call_cost_us"]
 
 #: The driver's page: what cudaMalloc and virtual-memory mappings are backed in.
 DRIVER_PAGE = 2 << 20
@@ -66,6 +74,18 @@ OWN_PAGES = 4 << 20
 
 #: Address space a reservation takes when the device has no capacity set.
 UNBOUNDED_RESERVATION = 256 << 30
+
+_CALL_US: dict = PARAMS.get("call_us") or {}
+
+
+def call_cost_us(call: str, nbytes: int = 0) -> float:
+    """What one driver call of ``nbytes`` costs on the GPU the host model was fitted to
+    (:mod:`pgmo.device.params`: ``fixed + per_gib x size`` microseconds; 0 for a call it
+    did not measure)."""
+    cost = _CALL_US.get(call)
+    if not cost:
+        return 0.0
+    return float(cost["fixed"]) + float(cost["per_gib"]) * nbytes / (1 << 30)
 
 
 class _HostBuffer:
@@ -100,7 +120,9 @@ class HostMemory:
     bytes as asked), ``peak`` the most held at once (:meth:`reset_peak`
     restarts it from ``in_use``); ``bytes_in_use`` counts the bytes as asked.
     ``allocations`` and ``releases`` count cudaMalloc and cudaFree calls,
-    ``maps`` and ``unmaps`` the virtual-memory calls, ``sync_calls`` every
+    ``maps`` and ``unmaps`` the virtual-memory calls (``joins_unmaps``: one
+    ``cuMemUnmap`` may give back a run of adjacent whole mappings, as the
+    driver does; false, one mapping per call), ``sync_calls`` every
     call that waits for the device (cudaFree, a device or stream sync),
     ``release_calls`` every other call that gives memory back (an unmap, a
     pool's trim).  Past the capacity it raises
@@ -108,9 +130,11 @@ class HostMemory:
     is called after each cudaMalloc.
     """
 
-    def __init__(self, capacity: int | None = None, page: int | None = DRIVER_PAGE):
+    def __init__(self, capacity: int | None = None, page: int | None = DRIVER_PAGE,
+                 joins_unmaps: bool = True):
         self.capacity = capacity
         self.page = page
+        self.joins_unmaps = joins_unmaps
         self.in_use = 0
         self.bytes_in_use = 0
         self.peak = 0
@@ -120,6 +144,8 @@ class HostMemory:
         self.unmaps = 0
         self.sync_calls = 0
         self.release_calls = 0
+        self.driver_us = 0.0  # the modelled time of the driver's calls (see the module)
+        self.driver_calls: dict[str, int] = {}
         self.on_allocate: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._starts: list[int] = []  # addresses of the buffers held, sorted
@@ -128,10 +154,16 @@ class HostMemory:
         self._ranges: "weakref.WeakSet[HostRange]" = weakref.WeakSet()
 
     # ------------------------------------------------------------- cudaMalloc
+    def charge(self, call: str, nbytes: int = 0) -> None:
+        """One driver call of ``nbytes`` made: its modelled cost added to ``driver_us``."""
+        self.driver_us += call_cost_us(call, nbytes)
+        self.driver_calls[call] = self.driver_calls.get(call, 0) + 1
+
     def __call__(self, size: int) -> _HostBuffer:
         with self._lock:
             page = self._take(size)
             self.allocations += 1
+            self.charge("cudaMalloc", size)
         try:
             buffer = _HostBuffer(self, size)
         except BaseException:
@@ -204,6 +236,7 @@ class HostMemory:
             if counted:
                 self.releases += 1
                 self.sync_calls += 1  # cudaFree waits for the device
+                self.charge("cudaFree", size)
             if ptr is not None and self._ends.pop(ptr, None) is not None:
                 del self._starts[_index(self._starts, ptr)]
 

@@ -35,6 +35,8 @@ class _Device(Protocol):
     @property
     def granule(self) -> int: ...
 
+    def charge(self, call: str, nbytes: int = 0) -> None: ...
+
     def _map(self, nbytes: int, calls: int = 1) -> None: ...
 
     def _unmap(self, nbytes: int, calls: int = 1) -> None: ...
@@ -92,8 +94,9 @@ class HostRange:
     :meth:`map` backs ``[offset, offset + nbytes)`` with mappings of ``piece``
     bytes at most (``cuMemCreate`` + ``cuMemMap`` each) and then grants access to
     all of them (one ``cuMemSetAccess``), all or nothing; :meth:`unmap` gives
-    back whole mappings (one ``cuMemUnmap`` each, the highest first, never part
-    of one) after the caller's :meth:`synchronize`.  Memory that is not mapped,
+    back whole mappings (one ``cuMemUnmap`` for the run where the device joins
+    unmaps, else one each, the highest first; never part of one) after the
+    caller's :meth:`synchronize`.  Memory that is not mapped,
     or mapped without access, faults when touched.  :meth:`map_one`,
     :meth:`grant` and :meth:`unmap_one` are the single calls (what the CUDA
     stand-ins drive); :meth:`commit` and :meth:`decommit` back memory without
@@ -179,6 +182,9 @@ class HostRange:
         self.commit(offset, nbytes, grant=False)
         self._books.add(offset, nbytes, usable=False)
         self.memory.maps += 1
+        for call in ("cuMemCreate", "cuMemMap"):
+            self.memory.charge(call, nbytes)
+        self.memory.charge("cuMemRelease")  # the handle, at once: the mapping keeps the memory
 
     def grant(self, offset: int, nbytes: int) -> None:
         """Access to ``[offset, offset + nbytes)`` (``cuMemSetAccess``): it must be mapped
@@ -191,16 +197,44 @@ class HostRange:
         self._open_granules(offset, nbytes)
         self._books.make_usable([s for s, n in self._books.mappings()
                                  if offset <= s and s + n <= offset + nbytes])
+        self.memory.charge("cuMemSetAccess", nbytes)
 
     def unmap_one(self, start: int, nbytes: int) -> None:
-        """Give back exactly one mapping (``cuMemUnmap``); ValueError for anything else."""
-        self._books.run(start, nbytes)
-        if self._books.handle(start) is not None:
-            raise ValueError(f"the mapping at {start:,} is a page's: unmap_page drops it")
-        if self._books.length(start) != nbytes:
+        """One ``cuMemUnmap`` over ``[start, start + nbytes)``: one whole mapping, or a run of
+        adjacent whole mappings where the device joins them (:attr:`joins_unmaps`);
+        ValueError for anything else, with nothing changed."""
+        starts = self._books.run(start, nbytes)
+        if len(starts) > 1 and not self.joins_unmaps:
             raise ValueError(f"[{start:,}, {start + nbytes:,}) is not one whole mapping")
+        for at in reversed(starts):
+            self._drop(at)
+        self.memory._unmap(0, calls=1)
+        self.memory.charge("cuMemUnmap", nbytes)
+
+    def _drop(self, start: int) -> None:
+        """The mapping at ``start`` goes (its part of one call, counted by the caller)."""
+        handle = self._books.handle(start)
+        if handle is None:
+            self.decommit(start, self._books.remove(start), calls=0)
+            return
+        g = self.granule
+        if self._protect:
+            addr = self.ptr + start
+            got = _LIBC.mmap(addr, g, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                             | _MAP_FIXED | _MAP_NORESERVE, -1, 0)
+            if got != addr:
+                raise OSError(f"host range: cannot unmap the page at {start:,}")
         self._books.remove(start)
-        self.decommit(start, nbytes, calls=1)
+        self._backed[start // g] = self._open[start // g] = 0
+        if handle in self._released and not self._books.maps_of(handle):
+            self._free_page(handle)
+
+    @property
+    def joins_unmaps(self) -> bool:
+        """Whether one ``cuMemUnmap`` may cover several adjacent whole mappings (the
+        device's ``joins_unmaps``; NVIDIA's own samples unmap a range of several mappings
+        in one call, and :func:`pgmo.device.cuda.device_layer` probes it)."""
+        return bool(getattr(self.memory, "joins_unmaps", False))
 
     def map(self, offset: int, nbytes: int, piece: int | None = None) -> None:
         """Back ``[offset, offset + nbytes)`` with mappings of ``piece`` bytes at most, then
@@ -223,10 +257,15 @@ class HostRange:
             raise
 
     def unmap(self, offset: int, nbytes: int) -> None:
-        """Give back the whole mappings that make up ``[offset, offset + nbytes)``, the highest
-        first (one call each, after :meth:`synchronize`); the range faults from now on."""
+        """Give back the whole mappings that make up ``[offset, offset + nbytes)`` (after
+        :meth:`synchronize`): one call where the device joins unmaps, else one each, the
+        highest first; the range faults from now on."""
         self._aligned(offset, nbytes)
-        for start in reversed(self._books.run(offset, nbytes)):
+        starts = self._books.run(offset, nbytes)
+        if self.joins_unmaps:
+            self.unmap_one(offset, nbytes)
+            return
+        for start in reversed(starts):
             self.unmap_one(start, self._books.length(start))
 
     # ----------------------------------------------------- physical pages of their own
@@ -252,6 +291,7 @@ class HostRange:
             self._state[1] -= g
             self.memory._unmap(g, calls=0)
             raise MemoryError(f"host range: cannot make a page ({e})") from None
+        self.memory.charge("cuMemCreate", g)
         return self._slots.pop()
 
     def map_page(self, offset: int, handle: int, grant: bool = True) -> None:
@@ -273,26 +313,33 @@ class HostRange:
         self._backed[offset // g] = 1
         self._open[offset // g] = int(grant)
         self.memory.maps += 1
+        self.memory.charge("cuMemMap", g)
+        if grant:
+            self.memory.charge("cuMemSetAccess", g)
 
     def unmap_page(self, offset: int) -> None:
         """Drop the page mapping at ``offset`` (``cuMemUnmap``, after the caller's
         :meth:`synchronize`): it faults from now on; the page's memory stays its handle's
         (given back once released and mapped nowhere)."""
+        self.unmap_pages(offset, 1)
+
+    def unmap_pages(self, offset: int, count: int) -> None:
+        """Drop the ``count`` adjacent page mappings from ``offset`` in one ``cuMemUnmap``
+        (only where the device joins unmaps, :attr:`joins_unmaps`; after the caller's
+        :meth:`synchronize`).  ValueError, with nothing changed, where any is not a page's
+        mapping."""
         g = self.granule
-        handle = self._books.handle(offset)
-        if handle is None or self._books.length(offset) != g:
-            raise ValueError(f"no page is mapped at {offset:,}")
-        if self._protect:
-            addr = self.ptr + offset
-            got = _LIBC.mmap(addr, g, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-                             | _MAP_FIXED | _MAP_NORESERVE, -1, 0)
-            if got != addr:
-                raise OSError(f"host range: cannot unmap the page at {offset:,}")
-        self._books.remove(offset)
-        self._backed[offset // g] = self._open[offset // g] = 0
+        for k in range(count):
+            at = offset + k * g
+            if self._books.handle(at) is None or self._books.length(at) != g:
+                raise ValueError(f"no page is mapped at {at:,}")
+        if count > 1 and not self.joins_unmaps:
+            raise ValueError(f"{count} pages in one call: this device unmaps one mapping "
+                             f"per call")
+        for k in reversed(range(count)):
+            self._drop(offset + k * g)
         self.memory._unmap(0, calls=1)
-        if handle in self._released and not self._books.maps_of(handle):
-            self._free_page(handle)
+        self.memory.charge("cuMemUnmap", count * g)
 
     def release_page(self, handle: int) -> None:
         """Give the page ``handle`` up (``cuMemRelease``): its memory goes back now, or once
@@ -300,6 +347,7 @@ class HostRange:
         if handle in self._released or handle in self._slots or \
                 not 0 <= handle < self._slot_count:
             raise ValueError(f"page {handle} released twice, or never made")
+        self.memory.charge("cuMemRelease", 0 if self._books.maps_of(handle) else self.granule)
         if self._books.maps_of(handle):
             self._released.add(handle)
         else:

@@ -10,12 +10,13 @@ hold whole chunks of idle memory (on the CPU model, GoogLeNet inference
 scripts.bench_footprint``).  Here every page (the device's granule, 2 MiB)
 is one mapping, made while a block needs it (access granted once per run of
 new pages) and given back once wholly free, after a device sync, at a
-boundary: one ``cuMemUnmap`` per page.  Mappings of several pages would make
-fewer calls and pin more memory, since a live block keeps its whole mapping:
-on the same model, mappings of 1/32 of the heap (64 MiB at most) cost
-DenseNet-BC 1.083x its limit against 1.045x, and the profiled iteration's
-heap of ResNet-50 went back in 1,777 calls against 114.  The GPU quick check
-measures what a call costs.
+boundary: one ``cuMemUnmap`` per run of adjacent free pages where the driver
+takes a run of mappings in one call (NVIDIA's samples do; the device layer
+probes it), else one per page (the profiled iteration's heap of ResNet-50:
+1,777 calls, about 30 us each on the H100).  Mappings of several pages
+would pin more memory, since a live block keeps its whole mapping: on the
+same model, mappings of 1/32 of the heap (64 MiB at most) cost DenseNet-BC
+1.083x its limit against 1.045x.
 
 Placement is best fit, in the memory the heap holds before memory it must
 map (:class:`pgmo.placement.PagedSpace`, as the host model of the driver's
@@ -182,7 +183,7 @@ class OwnHeap:
 
     def trim(self) -> int:
         """Unmap every wholly free page (after the caller's device sync: one ``cuMemUnmap``
-        each); returns the bytes given back.  What a refusal leaves stays mapped, and
+        per run of them, or each, as the range unmaps); returns the bytes given back.  What a refusal leaves stays mapped, and
         counted."""
         self._collect()
         self._release_quarantine()  # the caller synchronized the device
