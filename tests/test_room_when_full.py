@@ -213,6 +213,25 @@ def test_the_usable_end_is_looked_for_from_any_start():
     assert books.usable_end(4) == 4  # nothing mapped there
 
 
+def test_a_run_of_mappings_leaves_the_books_in_one_piece_or_not_at_all():
+    """One ``cuMemUnmap`` over several mappings: all of them off the books, a page's handle
+    counted once less; a range that is not whole mappings changes nothing."""
+    books = MappingLedger()
+    books.add(0, 4)
+    books.add(4, 4, handle="page")
+    books.add(8, 4, handle="page")  # one physical page mapped twice
+    books.add(12, 4)
+    with pytest.raises(ValueError):
+        books.remove_run(2, 10)  # starts inside a mapping
+    with pytest.raises(ValueError):
+        books.remove_run(4, 6)  # ends inside one
+    assert len(books.mappings()) == 4 and books.mapped == 16 and books.maps_of("page") == 2
+    gone = books.remove_run(4, 8)
+    assert gone == [(4, 4, "page"), (8, 4, "page")]
+    assert books.mappings() == [(0, 4), (12, 4)] and books.mapped == 8
+    assert books.maps_of("page") == 0 and books.usable_end() == 4
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=st.lists(st.integers(1, 6), min_size=1, max_size=5),
        iterations=st.lists(st.lists(st.tuples(st.integers(1, 16), st.booleans()),

@@ -181,21 +181,21 @@ class CudaRange:
         starts = books.run(offset, nbytes)
         if self.joins_unmaps and len(starts) > 1:
             _check(self.driver.cuMemUnmap(self.ptr + offset, nbytes), "cuMemUnmap")
-            for start in starts:
-                self._forget(start)
+            self._forget(offset, nbytes)
             return
         for start in reversed(starts):
-            _check(self.driver.cuMemUnmap(self.ptr + start, books.length(start)), "cuMemUnmap")
-            self._forget(start)
+            length = books.length(start)
+            _check(self.driver.cuMemUnmap(self.ptr + start, length), "cuMemUnmap")
+            self._forget(start, length)
 
-    def _forget(self, start: int) -> None:
-        """The mapping at ``start`` is gone: off the books, and a released page mapped
-        nowhere any more off the pages held."""
-        handle = self._books.handle(start)
-        self._books.remove(start)
-        if handle is not None and self._pages.get(handle) and not self._books.maps_of(handle):
-            del self._pages[handle]
-            self._page_bytes -= self.granule
+    def _forget(self, start: int, nbytes: int) -> None:
+        """The mappings of ``[start, start + nbytes)`` are gone: off the books (in one
+        slice), and released pages mapped nowhere any more off the pages held."""
+        for _, _, handle in self._books.remove_run(start, nbytes):
+            if handle is not None and self._pages.get(handle) \
+                    and not self._books.maps_of(handle):
+                del self._pages[handle]
+                self._page_bytes -= self.granule
 
     # ----------------------------------------- physical pages of their own (page heap)
     @property
@@ -243,8 +243,7 @@ class CudaRange:
             raise ValueError(f"{count} pages in one call: this driver unmaps one mapping "
                              f"per call")
         _check(self.driver.cuMemUnmap(self.ptr + offset, count * g), "cuMemUnmap")
-        for k in range(count):
-            self._forget(offset + k * g)
+        self._forget(offset, count * g)
 
     def release_page(self, handle: Any) -> None:
         """Give the page up (``cuMemRelease``): its memory goes back once mapped nowhere."""
@@ -467,8 +466,7 @@ def _probe_range(device_id: int, granule: int, driver: Any,
         probe.synchronize()
         joined = int(_first(driver.cuMemUnmap(probe.ptr, 2 * granule))) == 0
         if joined:
-            probe._forget(granule)
-            probe._forget(0)
+            probe._forget(0, 2 * granule)
         else:
             probe.unmap(0, 2 * granule)  # one call each; raises if the driver refuses those
         return joined

@@ -206,28 +206,40 @@ class HostRange:
         starts = self._books.run(start, nbytes)
         if len(starts) > 1 and not self.joins_unmaps:
             raise ValueError(f"[{start:,}, {start + nbytes:,}) is not one whole mapping")
-        for at in reversed(starts):
-            self._drop(at)
+        self._fault(start, nbytes)
+        self._forget(start, nbytes)
         self.memory._unmap(0, calls=1)
         self.memory.charge("cuMemUnmap", nbytes)
 
-    def _drop(self, start: int) -> None:
-        """The mapping at ``start`` goes (its part of one call, counted by the caller)."""
-        handle = self._books.handle(start)
-        if handle is None:
-            self.decommit(start, self._books.remove(start), calls=0)
+    def _fault(self, offset: int, nbytes: int) -> None:
+        """``[offset, offset + nbytes)`` reserved again, no memory, faulting when touched: one
+        ``mmap`` however many mappings it held (an anonymous granule's memory or a page's
+        view of its file), as one ``cuMemUnmap`` is one call."""
+        if not self._protect or not self._finalizer.alive:
             return
+        addr = self.ptr + offset
+        got = _LIBC.mmap(addr, nbytes, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                         | _MAP_FIXED | _MAP_NORESERVE, -1, 0)
+        if got != addr:
+            raise OSError(f"host range: cannot unmap [{offset:,}, {offset + nbytes:,})")
+
+    def _forget(self, start: int, nbytes: int) -> None:
+        """The books after the mappings of ``[start, start + nbytes)`` went (:meth:`_fault`
+        made it fault): their own memory back, released pages mapped nowhere freed."""
+        gone = self._books.remove_run(start, nbytes)
         g = self.granule
-        if self._protect:
-            addr = self.ptr + start
-            got = _LIBC.mmap(addr, g, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-                             | _MAP_FIXED | _MAP_NORESERVE, -1, 0)
-            if got != addr:
-                raise OSError(f"host range: cannot unmap the page at {start:,}")
-        self._books.remove(start)
-        self._backed[start // g] = self._open[start // g] = 0
-        if handle in self._released and not self._books.maps_of(handle):
-            self._free_page(handle)
+        self._backed[start // g:(start + nbytes) // g] = bytes(nbytes // g)
+        self._open[start // g:(start + nbytes) // g] = bytes(nbytes // g)
+        if not self._finalizer.alive:  # the whole reservation went back already (at exit)
+            return
+        own = sum(length for _, length, handle in gone if handle is None)
+        if own:
+            self._state[0] -= own
+            self.memory._unmap(own, calls=0)
+        for _, _, handle in gone:
+            if handle is not None and handle in self._released \
+                    and not self._books.maps_of(handle):
+                self._free_page(handle)
 
     @property
     def joins_unmaps(self) -> bool:
@@ -336,8 +348,8 @@ class HostRange:
         if count > 1 and not self.joins_unmaps:
             raise ValueError(f"{count} pages in one call: this device unmaps one mapping "
                              f"per call")
-        for k in reversed(range(count)):
-            self._drop(offset + k * g)
+        self._fault(offset, count * g)
+        self._forget(offset, count * g)
         self.memory._unmap(0, calls=1)
         self.memory.charge("cuMemUnmap", count * g)
 

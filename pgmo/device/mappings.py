@@ -84,6 +84,29 @@ class MappingLedger:
         self.mapped -= nbytes
         return nbytes
 
+    def remove_run(self, offset: int, nbytes: int) -> list[tuple[int, int, object]]:
+        """The mappings that make up ``[offset, offset + nbytes)`` exactly went back to the
+        driver (one call): ``(start, nbytes, handle)`` of each, in address order.  One
+        slice of the books, not one removal each (a boundary may drop thousands).
+        ValueError, with nothing changed, as :meth:`run`."""
+        starts = self.run(offset, nbytes)
+        k = bisect.bisect_left(self._starts, offset)
+        del self._starts[k:k + len(starts)]
+        self._end0 = None
+        gone = []
+        maps_of, handles = self._maps_of, self._handles
+        for start in starts:
+            length = self._lengths.pop(start)
+            self._unusable.discard(start)
+            handle = handles.pop(start, None)
+            if handle is not None:
+                left = maps_of.pop(handle) - 1
+                if left:
+                    maps_of[handle] = left
+            gone.append((start, length, handle))
+        self.mapped -= nbytes
+        return gone
+
     def length(self, start: int) -> int:
         return self._lengths[start]
 

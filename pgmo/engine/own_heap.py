@@ -183,8 +183,8 @@ class OwnHeap:
 
     def trim(self) -> int:
         """Unmap every wholly free page (after the caller's device sync: one ``cuMemUnmap``
-        per run of them, or each, as the range unmaps); returns the bytes given back.  What a refusal leaves stays mapped, and
-        counted."""
+        per run of them, or one each, as the range unmaps); returns the bytes given back.
+        What a refusal leaves stays mapped, and counted."""
         self._collect()
         self._release_quarantine()  # the caller synchronized the device
         g = self.page
