@@ -10,7 +10,9 @@ the host at several sizes:
   ``cudaMemPoolTrimTo(0)``), through CuPy's runtime;
 * CUDA virtual memory, one granule-rounded physical allocation mapped into
   a reserved range (``cuMemCreate``, ``cuMemMap``, ``cuMemSetAccess``,
-  ``cuMemUnmap``, ``cuMemRelease``), through ``cuda.bindings.driver``
+  ``cuMemUnmap``, ``cuMemRelease``), and one ``cuMemUnmap`` over a run of
+  one-granule mappings (what pgmo's heap gives back at a boundary), through
+  ``cuda.bindings.driver``
   (``pip install cuda-bindings``; without it that part says why).
 
 Each call is timed idle (nothing queued), right after queueing ``behind_ms``
@@ -34,6 +36,9 @@ SIZES = (512, 64 * KiB, 2 * MiB, 20 * MiB, 256 * MiB, 4 * GiB)
 BEHIND_MS = 5.0
 KERNELS = 5
 MAX_THRESHOLD = (1 << 64) - 1
+#: The op name of one ``cuMemUnmap`` over a run of one-granule mappings (the host model
+#: times a joined unmap by its fitted line, where a GPU measured it).
+RUN_UNMAP = "cuMemUnmap (a run of granules)"
 
 
 # ------------------------------------------------------------------ timing one call
@@ -156,9 +161,9 @@ class Granules:
         return check(self.driver, "cuMemCreate",
                      self.driver.cuMemCreate(self.rounded(size), self.prop, 0))
 
-    def map(self, size, handle):
+    def map(self, size, handle, offset: int = 0):
         check(self.driver, "cuMemMap",
-              self.driver.cuMemMap(self.base, self.rounded(size), 0, handle, 0))
+              self.driver.cuMemMap(self.base + offset, self.rounded(size), 0, handle, 0))
         return handle
 
     def set_access(self, size, handle):
@@ -191,6 +196,31 @@ def granule_ops(granules: Granules, size_of: dict):
     yield ("cuMemUnmap", mapped, lambda size, handle: g.unmap(size, handle), g.release)
     yield ("cuMemRelease", lambda size: g.unmap(size, mapped(size)),
            lambda size, handle: g.release(handle), lambda _: None)
+
+    def apart(size):
+        """``size`` as one mapping per granule, side by side (pgmo's heap's pages), each
+        handle released (the mappings keep the memory), access granted over all."""
+        step = g.granularity
+        for k in range(g.rounded(size) // step):
+            handle = g.create(step)
+            try:
+                g.map(step, handle, k * step)
+            finally:
+                g.release(handle)
+        return g.set_access(size, None)
+
+    def unmap_run(size, _):
+        """One ``cuMemUnmap`` over all of them: where the driver refuses, one call each (so
+        that the range is empty for the next row), and the refusal is the row's error."""
+        result = g.driver.cuMemUnmap(g.base, g.rounded(size))
+        if int(result[0] if isinstance(result, tuple) else result) != 0:
+            step = g.granularity
+            for k in range(g.rounded(size) // step):
+                g.driver.cuMemUnmap(g.base + k * step, step)
+            check(g.driver, "cuMemUnmap over several mappings", result)
+
+    # last: a driver that refuses it leaves nothing mapped for the rows after it
+    yield (RUN_UNMAP, apart, unmap_run, lambda _: None)
 
 
 # ------------------------------------------------------------------ measuring

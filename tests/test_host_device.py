@@ -363,3 +363,24 @@ def test_the_driver_clock_adds_each_calls_fitted_cost():
     assert spent[True] == pytest.approx(call_cost_us("cuMemUnmap", 3 * PAGE))
     assert spent[False] == pytest.approx(3 * call_cost_us("cuMemUnmap", PAGE))
     assert spent[False] - spent[True] == pytest.approx(2 * unmap["fixed"])
+
+
+def test_a_joined_unmap_costs_its_own_fitted_line_where_a_gpu_measured_it(monkeypatch):
+    from pgmo.device import host_memory
+
+    line = {"fixed": 100.0, "per_gib": 0.0}
+    monkeypatch.setitem(host_memory._CALL_US, host_memory.RUN_UNMAP, line)
+    memory = HostMemory()
+    r = memory.reserve(16 * PAGE)
+    r.map(0, 3 * PAGE, PAGE)
+    r.map(3 * PAGE, PAGE)
+    r.synchronize()
+    before = memory.driver_us
+    r.unmap(3 * PAGE, PAGE)  # one mapping: the plain line
+    assert memory.driver_us - before == pytest.approx(host_memory.call_cost_us("cuMemUnmap",
+                                                                               PAGE))
+    before = memory.driver_us
+    r.unmap(0, 3 * PAGE)  # three in one call: the run's line
+    assert memory.driver_us - before == pytest.approx(100.0)
+    assert memory.driver_calls["cuMemUnmap"] == 2
+    r.close()

@@ -172,13 +172,26 @@ def test_the_allocation_costs_tell_a_waiting_call_from_one_that_does_not():
     result = costs.measure(gpu, sizes=(512, 20 * MiB), repeats=3, behind_ms=4.0)
     assert result["problems"] == [] and result["info"]["granularity"] == 2 * MiB
     rows = result["rows"]
-    assert len(rows) == 11 * 2 and "error" not in str(rows)
+    assert len(rows) == 12 * 2 and "error" not in str(rows)
+    assert {r["op"] for r in rows} >= {costs.RUN_UNMAP, "cuMemUnmap"}  # one call, 10 mappings
     for row in rows:
         waits = row["op"] == "cudaFree"
         assert (row["waited"], row["other_waited"]) == (waits, waits), row
     free = [r for r in rows if r["op"] == "cudaFree"]
     assert all(r["behind_us"] >= 4000 > r["idle_us"] for r in free)
     assert gpu.memory.in_use == 0  # every measurement gave its memory back
+
+
+def test_a_driver_that_unmaps_one_mapping_per_call_is_measured_and_left_clean():
+    costs = script("allocator_costs")
+    gpu = stand_ins.modules()
+    gpu.memory.joins_unmaps = False
+    result = costs.measure(gpu, sizes=(512, 20 * MiB), repeats=2, behind_ms=1.0)
+    runs = [r for r in result["rows"] if r["op"] == costs.RUN_UNMAP]
+    assert runs and all("cuMemUnmap over several mappings" in r["error"] for r in runs
+                        if r["size"] > 2 * MiB)
+    assert all("error" not in r for r in result["rows"] if r["op"] != costs.RUN_UNMAP)
+    assert gpu.memory.in_use == 0  # the refused run was unmapped one mapping at a time
 
 
 # ------------------------------------------------------------------ the driver's pool

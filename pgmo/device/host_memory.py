@@ -76,6 +76,10 @@ OWN_PAGES = 4 << 20
 UNBOUNDED_RESERVATION = 256 << 30
 
 _CALL_US: dict = PARAMS.get("call_us") or {}
+#: One ``cuMemUnmap`` over a run of mappings, where a GPU measured it apart (the quick
+#: check's costs, ``scripts/allocator_costs.py``); else a run costs what one mapping of its
+#: size does.
+RUN_UNMAP = "cuMemUnmap (a run of granules)"
 
 
 def call_cost_us(call: str, nbytes: int = 0) -> float:
@@ -154,9 +158,12 @@ class HostMemory:
         self._ranges: "weakref.WeakSet[HostRange]" = weakref.WeakSet()
 
     # ------------------------------------------------------------- cudaMalloc
-    def charge(self, call: str, nbytes: int = 0) -> None:
-        """One driver call of ``nbytes`` made: its modelled cost added to ``driver_us``."""
-        self.driver_us += call_cost_us(call, nbytes)
+    def charge(self, call: str, nbytes: int = 0, mappings: int = 1) -> None:
+        """One driver call of ``nbytes`` made (over ``mappings`` mappings): its modelled cost
+        added to ``driver_us``."""
+        timed = RUN_UNMAP if call == "cuMemUnmap" and mappings > 1 and RUN_UNMAP in _CALL_US \
+            else call
+        self.driver_us += call_cost_us(timed, nbytes)
         self.driver_calls[call] = self.driver_calls.get(call, 0) + 1
 
     def __call__(self, size: int) -> _HostBuffer:

@@ -35,7 +35,7 @@ class _Device(Protocol):
     @property
     def granule(self) -> int: ...
 
-    def charge(self, call: str, nbytes: int = 0) -> None: ...
+    def charge(self, call: str, nbytes: int = 0, mappings: int = 1) -> None: ...
 
     def _map(self, nbytes: int, calls: int = 1) -> None: ...
 
@@ -209,7 +209,7 @@ class HostRange:
         self._fault(start, nbytes)
         self._forget(start, nbytes)
         self.memory._unmap(0, calls=1)
-        self.memory.charge("cuMemUnmap", nbytes)
+        self.memory.charge("cuMemUnmap", nbytes, len(starts))
 
     def _fault(self, offset: int, nbytes: int) -> None:
         """``[offset, offset + nbytes)`` reserved again, no memory, faulting when touched: one
@@ -351,7 +351,7 @@ class HostRange:
         self._fault(offset, count * g)
         self._forget(offset, count * g)
         self.memory._unmap(0, calls=1)
-        self.memory.charge("cuMemUnmap", count * g)
+        self.memory.charge("cuMemUnmap", count * g, count)
 
     def release_page(self, handle: int) -> None:
         """Give the page ``handle`` up (``cuMemRelease``): its memory goes back now, or once
