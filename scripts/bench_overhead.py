@@ -17,8 +17,8 @@ allocating: it launches work, here ``--launches`` small NumPy calls (a
 stand-in for kernel launches, timed).  Per workload and mode it reports:
 
 * boundaries (``begin_iteration`` + ``end_iteration``): the worst (and the
-  training thread's CPU time in it: far below the wall time, the thread
-  waited for the interpreter lock or the OS), the median and the 99th
+  training thread's CPU time in it: where far below the wall time, the
+  thread waited for the interpreter lock or the OS), the median and the 99th
   percentile, and how many runs kept the worst under
   20 ms; sync and bestfit modes plan at the boundary by design, so the
   boundaries that planned (those that installed a plan or planned a
@@ -26,7 +26,11 @@ stand-in for kernel launches, timed).  Per workload and mode it reports:
   driver's calls modelled**: its time here plus what its virtual-memory
   calls cost on the GPU the host model was fitted to
   (:func:`pgmo.device.host_memory.call_cost_us`; here they are mmap calls
-  of microseconds), the calls' share alone in brackets;
+  of microseconds), the calls' share alone in brackets (one ``cuMemUnmap``
+  over a run of mappings costed as one over a single mapping of that size
+  until a GPU's quick check times the joined call); with
+  ``--one-unmap-per-mapping`` also on a model of a driver that takes one
+  mapping per call (version "this, one unmap per mapping");
 * plan latency: from the profiled iteration's end to its first plan and to
   its best plan installed (the one still in use when the next re-plan
   starts, or at the end), in iterations and seconds, the median over runs
@@ -514,6 +518,8 @@ def main(argv=None) -> None:
     for d in args.compare:
         if not (d / "pgmo" / "__init__.py").is_file():
             ap.error(f"--compare {d}: no pgmo package there")
+    if args.raw and not args.raw.parent.is_dir():  # found now, not after the runs
+        ap.error(f"--raw {args.raw}: no folder {args.raw.parent}")
     names = workload_names(args.workloads)
     roots = [ROOT] + [d.resolve() for d in args.compare]
     versions = ["this"] + [str(d) for d in args.compare]

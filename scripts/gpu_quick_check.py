@@ -59,6 +59,7 @@ import argparse
 import datetime
 import json
 import logging
+import os
 import shlex
 import signal
 import subprocess
@@ -250,6 +251,14 @@ def main(argv=None) -> int:
         except programs.UsageError as error:  # one line, as programs.run says it
             print(f"{programs.program_name()}: error: {error}", file=sys.stderr)
             return 2
+    try:  # here, not once the first step has run: the report goes there
+        args.out.mkdir(parents=True, exist_ok=True)
+        if not os.access(args.out, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as error:
+        print(f"{programs.program_name()}: error: argument --out/-o: {args.out}: "
+              f"{error.strerror or error}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     check = Check(args, shlex.join(["python", "-m", "scripts.gpu_quick_check", *argv]))
 

@@ -95,7 +95,9 @@ def device_checks(data: dict) -> list[Check]:
     joins = (r.get("probe") or {}).get("joins_unmaps")
     if joins is not None:  # (not in the files of 2026-11-27 and before)
         out.append(Check("device layer: one cuMemUnmap over several adjacent mappings",
-                         "accepted" if joins else "refused: one call per mapping", "-",
+                         "accepted" if joins else "refused: one call per mapping",
+                         "pgmo gives a run of adjacent pages back in one call" if joins
+                         else "pgmo gives each page back in a call of its own",
                          "info"))
     others = {p: w for p, w in reasons.items() if p not in ("arena", "heap")}
     if others:
@@ -497,7 +499,10 @@ def render(data: dict, heading: str = "#") -> str:
              "call returned only once the queue was empty and took at least half that time."
              "  Virtual memory maps whole granules"
              + (f" of {size_text(info['granularity'])}" if info.get("granularity") else "")
-             + ": smaller sizes are rounded up.", "",
+             + ": smaller sizes are rounded up.  *cuMemUnmap (a run of granules)*: one "
+             "call over the size mapped as one mapping per granule, side by side (as pgmo's "
+             "heap gives its pages back at a boundary); up to one granule that is a single "
+             "mapping.", "",
              *markdown(COST_COLUMNS, cost_rows(costs), 3)])
     replays = replay_rows(data)
     if replays:
