@@ -90,3 +90,25 @@ def test_a_ctrl_c_inside_a_placer_update_leaves_it_usable():
                 (lo, lo + nbytes) == (10, 20)
             taken.append((lo, lo + nbytes))
     assert taken  # the free space not being changed is still placed in
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(1, 64), min_size=1, max_size=40), data=st.data())
+def test_releasing_many_spans_at_once_leaves_the_gaps_that_one_at_a_time_does(sizes, data):
+    """A heap applies an iteration's frees at its boundary in one call: the free space after
+    it is exactly what releasing them one by one gives, and every span is placeable again."""
+    one, many = Placer(4096, []), Placer(4096, [])
+    spans = []
+    for size in sizes:
+        lo = one.place(size)
+        assert many.place(size) == lo
+        if lo >= 0:
+            spans.append((lo, lo + size))
+    freed = data.draw(st.lists(st.sampled_from(spans), unique=True)) if spans else []
+    for lo, hi in freed:
+        one.release(lo, hi)
+    many.release_many(list(reversed(freed)))  # any order
+    assert sorted(many.free_spans()) == sorted(one.free_spans())
+    assert many.free_bytes() == one.free_bytes()
+    for lo, hi in freed:
+        assert many.place(hi - lo) >= 0

@@ -136,16 +136,22 @@ class OwnHeap:
         if self._suspect:
             self._rebuild()
         returned = self._returned
+        if not returned:
+            return
+        # suspect until the frees are applied: a Ctrl-C in between rebuilds the free list
+        # from the live blocks (those taken off ``live`` below are free there)
+        self._suspect = True
+        live, current, spans = self.live, self._current, []
         while returned:
             lo, rs, stream = returned[0]
             # one line: unlisted and dequeued together
-            self.live.pop(lo, None); returned.popleft()  # noqa: E702
-            if stream != self._current:
+            live.pop(lo, None); returned.popleft()  # noqa: E702
+            if stream != current:
                 self._quarantine.append((lo, rs))
-                continue
-            self._suspect = True
-            self._space.free.release(lo, lo + rs)
-            self._suspect = False
+            else:
+                spans.append((lo, lo + rs))
+        self._space.free.release_many(spans)  # a boundary's thousands, side by side joined
+        self._suspect = False
 
     def _release_quarantine(self) -> None:
         """After a device sync: what other streams freed may be reused."""
