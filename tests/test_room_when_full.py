@@ -341,3 +341,27 @@ def test_a_ctrl_c_while_a_departed_iteration_ends_leaves_no_placer_behind():
         assert checker.free(a) and checker.free(b)
         a = b = None
     sound(engine, checker)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pieces=st.lists(st.tuples(st.integers(1, 4), st.booleans()), min_size=1, max_size=12),
+       lo=st.integers(0, 40), n=st.integers(1, 40))
+def test_a_run_of_whole_mappings_is_told_from_anything_else(pieces, lo, n):
+    """``run`` answers the mappings that make up a range exactly, or refuses it: checked
+    against the units each mapping covers (mappings side by side, with gaps)."""
+    books, pos, units = MappingLedger(), 0, {}
+    for length, gap in pieces:
+        pos += gap  # a unit left unmapped before it
+        books.add(pos, length)
+        for u in range(pos, pos + length):
+            units[u] = pos
+        pos += length
+    covered = all(u in units for u in range(lo, lo + n))
+    whole = covered and units.get(lo) == lo and \
+        (lo + n not in units or units[lo + n] == lo + n)
+    if whole:
+        starts = books.run(lo, n)
+        assert starts == sorted({units[u] for u in range(lo, lo + n)})
+    else:
+        with pytest.raises(ValueError):
+            books.run(lo, n)

@@ -115,7 +115,16 @@ class MappingLedger:
 
         Raises ValueError when the range is not a run of whole mappings (the
         driver unmaps nothing less)."""
-        k = bisect.bisect_left(self._starts, offset)
+        starts, lengths = self._starts, self._lengths
+        end = offset + nbytes
+        k = bisect.bisect_left(starts, offset)
+        j = bisect.bisect_left(starts, end)
+        if k < j and starts[k] == offset and starts[j - 1] + lengths[starts[j - 1]] == end \
+                and sum(map(lengths.__getitem__, starts[k:j])) == nbytes:
+            # disjoint mappings inside [offset, end), from its start to its end, as long as
+            # it: they cover it whole (one sum in C: a boundary's run may be thousands)
+            return starts[k:j]
+        # not a run: the walk below says where it breaks
         starts = []
         pos, end = offset, offset + nbytes
         while pos < end:
