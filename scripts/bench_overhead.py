@@ -432,7 +432,9 @@ def summarize(rows: list[dict]) -> dict:
             "first": firsts, "later": later, "rates": rates,
             "busy_s": sum(r["busy_s"] for r in rows),
             "ready_s": max(r.get("ready_s", 0.0) for r in rows),
-            "others_ms": statistics.median(r.get("others_cpu_s", 0.0) * 1e3 for r in rows),
+            # (the process's and the thread's clocks tick apart: a few us below 0 is none)
+            "others_ms": max(0.0, statistics.median(r.get("others_cpu_s", 0.0) * 1e3
+                                                    for r in rows)),
             "peak_lb": max(r["final_peak"] / r["lower_bound"] if r["lower_bound"] else 1.0
                            for r in rows),
             "methods": sorted({r["final_method"] for r in rows}),

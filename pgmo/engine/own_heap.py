@@ -155,10 +155,9 @@ class OwnHeap:
 
     def _release_quarantine(self) -> None:
         """After a device sync: what other streams freed may be reused."""
-        self._suspect = True
-        while self._quarantine:
-            lo, rs = self._quarantine.pop()
-            self._space.free.release(lo, lo + rs)
+        self._suspect = True  # (a Ctrl-C below: rebuilt from the live blocks, see _collect)
+        quarantine, self._quarantine = self._quarantine, []
+        self._space.free.release_many([(lo, lo + rs) for lo, rs in quarantine])
         self._suspect = False
 
     def _rebuild(self) -> None:
