@@ -213,7 +213,7 @@ def granule_ops(granules: Granules, size_of: dict):
         """One ``cuMemUnmap`` over all of them: where the driver refuses, one call each (so
         that the range is empty for the next row), and the refusal is the row's error."""
         result = g.driver.cuMemUnmap(g.base, g.rounded(size))
-        if int(result[0] if isinstance(result, tuple) else result) != 0:
+        if result[0] != g.driver.CUresult.CUDA_SUCCESS:  # as check() reads it
             step = g.granularity
             for k in range(g.rounded(size) // step):
                 g.driver.cuMemUnmap(g.base + k * step, step)

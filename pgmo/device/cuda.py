@@ -67,7 +67,7 @@ import weakref
 from typing import Any, Callable
 
 from ..errors import DeviceError
-from .cuda_calls import _allocation_prop, _check, _driver, _runtime, vmm_granularity
+from .cuda_calls import _allocation_prop, _check, _code, _driver, _runtime, vmm_granularity
 from .mappings import MappingLedger
 
 __all__ = ["CudaRange", "CudaAsyncPool", "device_layer", "vmm_granularity", "DeviceError"]
@@ -166,7 +166,7 @@ class CudaRange:
         One the driver refuses stays listed (counted, never usable)."""
         for start in reversed(starts):
             result = self.driver.cuMemUnmap(self.ptr + start, self._books.length(start))
-            if int(result[0] if isinstance(result, tuple) else result) != 0:
+            if _code(result) != 0:
                 log.warning("pgmo could not unmap %d bytes it had just mapped", 
                             self._books.length(start))
                 return
@@ -464,7 +464,7 @@ def _probe_range(device_id: int, granule: int, driver: Any,
     try:
         probe.map(0, 2 * granule, granule)
         probe.synchronize()
-        joined = int(_first(driver.cuMemUnmap(probe.ptr, 2 * granule))) == 0
+        joined = _code(driver.cuMemUnmap(probe.ptr, 2 * granule)) == 0
         if joined:
             probe._forget(0, 2 * granule)
         else:
@@ -472,11 +472,6 @@ def _probe_range(device_id: int, granule: int, driver: Any,
         return joined
     finally:
         probe.close()
-
-
-def _first(result: Any) -> Any:
-    """A driver call's CUresult (``cuda.bindings`` returns a tuple)."""
-    return result[0] if isinstance(result, tuple) else result
 
 
 def _probe_pool(device_id: int, runtime: Any, stream: Callable[[], Any]) -> None:

@@ -44,6 +44,12 @@ def _check(result: Any, what: str) -> Any:
     return values[0] if len(values) == 1 else tuple(values)
 
 
+def _code(result: Any) -> int:
+    """A driver call's CUresult as a number, where the caller looks at it without raising
+    (``cuda.bindings`` returns a tuple)."""
+    return int(result[0] if isinstance(result, tuple) else result)
+
+
 def _runtime(what: str, call: Callable[..., Any], *args: Any) -> Any:
     """A ``cupy.cuda.runtime`` call: its CUDARuntimeError as MemoryError or DeviceError."""
     try:

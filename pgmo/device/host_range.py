@@ -273,11 +273,10 @@ class HostRange:
         :meth:`synchronize`): one call where the device joins unmaps, else one each, the
         highest first; the range faults from now on."""
         self._aligned(offset, nbytes)
-        starts = self._books.run(offset, nbytes)
         if self.joins_unmaps:
             self.unmap_one(offset, nbytes)
             return
-        for start in reversed(starts):
+        for start in reversed(self._books.run(offset, nbytes)):
             self.unmap_one(start, self._books.length(start))
 
     # ----------------------------------------------------- physical pages of their own

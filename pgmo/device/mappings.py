@@ -72,17 +72,7 @@ class MappingLedger:
 
     def remove(self, start: int) -> int:
         """The mapping at ``start`` went back to the driver; its length."""
-        nbytes = self._lengths.pop(start)
-        self._end0 = None
-        del self._starts[bisect.bisect_left(self._starts, start)]
-        self._unusable.discard(start)
-        handle = self._handles.pop(start, None)
-        if handle is not None:
-            left = self._maps_of.pop(handle) - 1
-            if left:
-                self._maps_of[handle] = left
-        self.mapped -= nbytes
-        return nbytes
+        return self.remove_run(start, self._lengths[start])[0][1]
 
     def remove_run(self, offset: int, nbytes: int) -> list[tuple[int, int, object]]:
         """The mappings that make up ``[offset, offset + nbytes)`` exactly went back to the
