@@ -54,7 +54,7 @@ class Plan:
         """Bytes the arena needs: the highest ``offset + size``."""
         cached = self.__dict__.get("_peak")
         if cached is None:
-            cached = packing_peak(self.offsets, [b.size for b in self.trace.blocks])
+            cached = packing_peak(self.offsets, self.trace.log_columns()[2])
             object.__setattr__(self, "_peak", cached)
         return cached
 

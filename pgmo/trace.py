@@ -38,7 +38,7 @@ but :mod:`pgmo.errors` and :mod:`pgmo.units`.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .errors import TraceFormatError
@@ -209,7 +209,6 @@ class _UniqueIds:
 
 
 # ---------------------------------------------------------------------- trace
-@dataclass(frozen=True)
 class Trace:
     """An ordered, immutable collection of blocks plus free-form metadata.
 
@@ -217,16 +216,71 @@ class Trace:
     iteration.  ``metadata`` records how the trace was made (model, batch
     size, device, "recorded by pgmo" or "synthetic").  This one type carries
     a profile from recording through planning to saved files.
+
+    Two traces are equal when their blocks and metadata are (``source``, the file
+    it came from, does not count).  A trace made by :meth:`from_columns` keeps
+    its columns and makes its :class:`Block` objects only when ``blocks`` is
+    first read: the pool profiles thousands of requests at an iteration's end,
+    and a burst of objects there can set off a full garbage collection in the
+    training thread (the planner needs the columns alone).
     """
 
-    blocks: tuple[Block, ...]
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    source: str | None = field(default=None, compare=False)  # file it came from
+    def __init__(self, blocks: Iterable[Block] = (), metadata: Mapping[str, Any] | None = None,
+                 source: str | None = None) -> None:
+        state = self.__dict__
+        state["_blocks"] = tuple(blocks)
+        state["_log"] = state["_ids"] = None
+        state["metadata"] = dict(metadata or {})
+        state["source"] = source
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.blocks, tuple):
-            object.__setattr__(self, "blocks", tuple(self.blocks))
-        object.__setattr__(self, "metadata", dict(self.metadata))
+    metadata: dict[str, Any]
+    source: str | None
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        """The blocks, block ``i`` answering request ``i``."""
+        state = self.__dict__
+        blocks = state["_blocks"]
+        if blocks is None:
+            lowers, uppers, sizes = state["_log"]
+            ids = state["_ids"] or range(len(sizes))
+            blocks = state["_blocks"] = tuple(map(Block, ids, lowers, uppers, sizes))
+        return blocks
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Trace):
+            return NotImplemented
+        if self.metadata != other.metadata or len(self) != len(other):
+            return False
+        if self.__dict__["_blocks"] is None and other.__dict__["_blocks"] is None:
+            return (self.log_columns() == other.log_columns()
+                    and list(self._block_ids()) == list(other._block_ids()))
+        return self.blocks == other.blocks
+
+    __hash__ = None  # type: ignore[assignment]  # mutable metadata, as a dataclass's was
+
+    def _block_ids(self) -> Sequence[Any]:
+        """The blocks' ids, without making the blocks."""
+        state = self.__dict__
+        if state["_blocks"] is not None:
+            return [b.id for b in state["_blocks"]]
+        return state["_ids"] or range(len(state["_log"][2]))
+
+    def _replaced(self, metadata: Mapping[str, Any] | None = None,
+                  source: str | None = None) -> "Trace":
+        """This trace with other metadata or source, its columns kept unmade."""
+        twin = Trace.__new__(Trace)
+        twin.__dict__.update(_blocks=self.__dict__["_blocks"], _log=self.__dict__["_log"],
+                             _ids=self.__dict__["_ids"],
+                             metadata=dict(self.metadata if metadata is None else metadata),
+                             source=self.source if source is None else source)
+        return twin
 
     # -- construction -------------------------------------------------------
     @classmethod
@@ -262,11 +316,16 @@ class Trace:
         if not len(lowers) == len(uppers) == len(sizes):
             raise ValueError(f"columns of different lengths: {len(lowers)} lowers, "
                              f"{len(uppers)} uppers, {len(sizes)} sizes")
-        return cls(tuple(map(Block, range(len(sizes)), lowers, uppers, sizes)), metadata or {})
+        trace = cls.__new__(cls)
+        trace.__dict__.update(_blocks=None, _ids=None,
+                              _log=(list(lowers), list(uppers), list(sizes)),
+                              metadata=dict(metadata or {}), source=None)
+        return trace
 
     # -- sequence protocol --------------------------------------------------
     def __len__(self) -> int:
-        return len(self.blocks)
+        log = self.__dict__["_log"]
+        return len(log[2]) if log is not None else len(self.__dict__["_blocks"])
 
     def __iter__(self) -> Iterator[Block]:
         return iter(self.blocks)
@@ -274,15 +333,24 @@ class Trace:
     def __getitem__(self, i: int) -> Block:
         return self.blocks[i]
 
+    def size_of(self, i: int) -> int:
+        """Block ``i``'s size, read without making the blocks."""
+        log = self.__dict__["_log"]
+        return log[2][i] if log is not None else self.blocks[i].size
+
     # -- open blocks --------------------------------------------------------
     @property
     def open_ids(self) -> tuple:
         """Ids of the blocks still live when the recording ended."""
+        log = self.__dict__["_log"]
+        if log is not None:
+            ids = self._block_ids()
+            return tuple(ids[i] for i, upper in enumerate(log[1]) if upper is None)
         return tuple(b.id for b in self.blocks if b.upper is None)
 
     def closed(self) -> "Trace":
         """Open blocks live until the horizon: what they occupy if never freed."""
-        if all(b.upper is not None for b in self.blocks):
+        if not self.open_ids:
             return self
         end = self.horizon
         blocks = tuple(b if b.upper is not None else Block(b.id, b.lower, end, b.size)
@@ -292,25 +360,39 @@ class Trace:
 
     def without_open(self) -> "Trace":
         """Only the blocks that were freed: what the pool's arena serves."""
-        if all(b.upper is not None for b in self.blocks):
+        pinned = self.open_ids
+        if not pinned:
             return self
-        return Trace(tuple(b for b in self.blocks if b.upper is not None),
-                     {**self.metadata, "pinned": list(self.open_ids)}, self.source)
+        metadata = {**self.metadata, "pinned": list(pinned)}
+        log = self.__dict__["_log"]
+        if log is None:
+            return Trace(tuple(b for b in self.blocks if b.upper is not None), metadata,
+                         self.source)
+        ids = self._block_ids()
+        kept = [i for i, upper in enumerate(log[1]) if upper is not None]
+        trace = self._replaced(metadata)
+        trace.__dict__.update(_blocks=None, _ids=[ids[i] for i in kept],
+                              _log=tuple([column[i] for i in kept] for column in log))
+        return trace
 
     # -- derived facts ------------------------------------------------------
     def columns(self) -> tuple[list[int], list[int], list[int]]:
         """``(lowers, uppers, sizes)`` as plain lists (open blocks end at the horizon)."""
         cached = self.__dict__.get("_columns")
         if cached is None:
-            blocks = self.closed().blocks
-            cached = ([b.lower for b in blocks], [b.upper for b in blocks],
-                      [b.size for b in blocks])
-            object.__setattr__(self, "_columns", cached)
+            lowers, uppers, sizes = self.log_columns()
+            if None in uppers:
+                end = self.horizon
+                uppers = [end if u is None else u for u in uppers]
+            cached = self.__dict__["_columns"] = (lowers, uppers, sizes)
         return list(cached[0]), list(cached[1]), list(cached[2])
 
     def log_columns(self) -> tuple[list[int], list[int | None], list[int]]:
         """``(lowers, uppers, sizes)`` as plain lists, an open block's upper None: what
         :meth:`from_columns` takes back (plain data for another process)."""
+        log = self.__dict__["_log"]
+        if log is not None:
+            return list(log[0]), list(log[1]), list(log[2])
         blocks = self.blocks
         return ([b.lower for b in blocks], [b.upper for b in blocks], [b.size for b in blocks])
 
@@ -319,24 +401,28 @@ class Trace:
         cached = self.__dict__.get("_lower_bound")
         if cached is None:
             cached = max_load(*self.columns())
-            object.__setattr__(self, "_lower_bound", cached)
+            self.__dict__["_lower_bound"] = cached
         return cached
 
     @property
     def total_bytes(self) -> int:
-        return sum(b.size for b in self.blocks)
+        return sum(self.log_columns()[2])
 
     @property
     def horizon(self) -> int:
         """One past the last tick used (an open block's alloc tick counts)."""
-        return max((b.lower + 1 if b.upper is None else b.upper for b in self.blocks),
-                   default=0)
+        lowers, uppers, _ = self.log_columns()
+        return max((lo + 1 if up is None else up for lo, up in zip(lowers, uppers)), default=0)
 
     def with_metadata(self, **extra: Any) -> "Trace":
-        return dataclasses.replace(self, metadata={**self.metadata, **extra})
+        return self._replaced(metadata={**self.metadata, **extra})
+
+    def with_source(self, source: str) -> "Trace":
+        """This trace, read from the file ``source``."""
+        return self._replaced(source=source)
 
     def __repr__(self) -> str:
         where = f", source={self.source!r}" if self.source else ""
-        n_open = sum(b.upper is None for b in self.blocks)
+        n_open = len(self.open_ids)
         opened = f", open={n_open}" if n_open else ""
         return f"Trace(n={len(self)}{opened}, lower_bound={self.lower_bound()}{where})"

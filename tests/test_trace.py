@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pgmo
 from pgmo import Block, Trace, TraceFormatError
@@ -91,6 +92,69 @@ def test_trace_is_immutable_and_compares_by_content():
     with pytest.raises(AttributeError):
         a.blocks = ()
     assert isinstance(Trace([Block(0, 0, 1, 1)]).blocks, tuple)
+
+
+@st.composite
+def logs(draw):
+    """A pool's log: allocs in order on the event clock, some blocks never freed."""
+    n = draw(st.integers(0, 12))
+    lowers = sorted(draw(st.lists(st.integers(0, 40), min_size=n, max_size=n, unique=True)))
+    uppers = [draw(st.one_of(st.none(), st.integers(lo + 1, 50))) for lo in lowers]
+    sizes = draw(st.lists(st.integers(1, 64), min_size=n, max_size=n))
+    return lowers, uppers, sizes
+
+
+@settings(max_examples=120, deadline=None)
+@given(log=logs(), extra=st.booleans())
+def test_a_trace_from_columns_answers_as_one_made_of_blocks(log, extra):
+    """The pool's profiles keep their columns and make no blocks until asked: every
+    answer (open blocks, closing, the arena's share, bounds, equality) is the same."""
+    lazy = Trace.from_columns(*log, {"m": 1})
+    made = Trace(tuple(Block(i, lo, up, sz) for i, (lo, up, sz) in enumerate(zip(*log))),
+                 {"m": 1})
+    if extra:
+        assert lazy.blocks == made.blocks  # made now: the answers stay the same
+    assert lazy == made and made == lazy and len(lazy) == len(made)
+    assert lazy.open_ids == made.open_ids and lazy.horizon == made.horizon
+    assert lazy.total_bytes == made.total_bytes and lazy.lower_bound() == made.lower_bound()
+    assert lazy.columns() == made.columns() and lazy.log_columns() == made.log_columns()
+    assert [lazy.size_of(i) for i in range(len(lazy))] == [b.size for b in made]
+    arena, arena_made = lazy.without_open(), made.without_open()
+    assert arena.blocks == arena_made.blocks and arena.metadata == arena_made.metadata
+    assert arena == arena_made and arena.columns() == arena_made.columns()
+    assert lazy.closed() == made.closed()
+    assert lazy.with_metadata(x=2) == made.with_metadata(x=2) != made
+    other = Trace.from_columns(log[0], log[1], [s + 1 for s in log[2]], {"m": 1})
+    assert (other == lazy) == (len(lazy) == 0)
+
+
+def test_a_profile_of_many_requests_makes_no_object_per_request():
+    """A burst of objects at an iteration's end can set off a full collection in the
+    training thread: the profile keeps its requests as columns."""
+    import gc
+
+    n = 20_000
+    lowers = list(range(0, 2 * n, 2))
+    columns = (lowers, [lo + 3 for lo in lowers], [512] * n)
+    collections = []
+
+    def count(phase, info):
+        collections.append(phase)
+
+    def profile_of(columns):
+        profile = Trace.from_columns(*columns, {"recorded_by": "pgmo"})
+        return profile, profile.without_open(), profile.open_ids, profile.size_of(7)
+
+    gc.callbacks.append(count)
+    try:
+        profile, arena, open_ids, size = profile_of(columns)
+        quiet = len(collections)
+        blocks = profile.blocks  # made when asked: here, a burst of them
+    finally:
+        gc.callbacks.remove(count)
+    assert arena is profile and open_ids == () and size == 512 and len(profile) == n
+    assert blocks[7] == Block(7, 14, 17, 512)
+    assert quiet <= 2 < len(collections), (quiet, len(collections))  # the test can tell
 
 
 def test_repr_shows_size_and_lower_bound():

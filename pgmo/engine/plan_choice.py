@@ -122,8 +122,8 @@ class PlanChoice(HintedStart):
     # ----------------------------------------------------- an iteration's shape
     def _main_key(self) -> int:
         """The main plan's shape: its first request's size."""
-        blocks = self.schedule.profile.blocks if self.schedule is not None else ()
-        return blocks[0].size if blocks else -1
+        profile = self.schedule.profile if self.schedule is not None else None
+        return profile.size_of(0) if profile is not None and len(profile) else -1
 
     def _choose(self, rs: int) -> None:
         """The iteration's first request (``rs`` bytes) names its shape: follow its plan
@@ -172,7 +172,7 @@ class PlanChoice(HintedStart):
         if key == self._main_key():
             return
         newest = self.planner.profile  # a newer main profile may be this shape already
-        if newest is not None and newest.blocks and newest.blocks[0].size == key:
+        if newest is not None and len(newest) and newest.size_of(0) == key:
             return  # its plan is on its way: no second plan for the same shape
         if current is not self.schedule:  # it left its shape's plan
             if self.shapes.forget(key):

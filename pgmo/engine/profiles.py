@@ -89,8 +89,8 @@ def filled(log: Log, planned_for: Trace) -> Log:
     planned for: a log that stands on its own, whatever the profile is by now."""
     if 0 not in log.sizes:
         return log
-    blocks = planned_for.blocks
-    sizes = [s or blocks[i].size for i, s in enumerate(log.sizes)]
+    planned = planned_for.log_columns()[2]
+    sizes = [s or planned[i] for i, s in enumerate(log.sizes)]
     return Log(log.lowers, log.uppers, sizes)
 
 

@@ -63,8 +63,7 @@ class Schedule:
     @property
     def pinned_sizes(self) -> frozenset[int]:
         """The sizes of the requests that outlived their iteration (gradients, a kept loss)."""
-        blocks = self.profile.blocks
-        return frozenset(round_size(blocks[i].size) for i in self.pinned)
+        return frozenset(round_size(self.profile.size_of(i)) for i in self.pinned)
 
     @property
     def arena_size(self) -> int:

@@ -118,4 +118,4 @@ class AllocationLog:
             else:
                 recorder.free(handle[block])
         trace = recorder.trace(**metadata)
-        return dataclasses.replace(trace, source=source) if source else trace
+        return trace.with_source(source) if source else trace
