@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import gc
 import logging
+import signal
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
+from pgmo.device import cuda, cuda_calls
 from pgmo.device.cuda import CudaAsyncPool, CudaRange, device_layer
 from pgmo.engine import Backend, Engine, pool_options
 from pgmo.errors import DeviceError
@@ -578,3 +582,107 @@ def test_the_engine_on_a_driver_that_unmaps_one_mapping_per_call(heap):
     assert checker.corrupted == 0 and checker.overlaps == 0 and gpu.violations == []
     books_add_up(engine, checker)
     assert engine.stats().device_reasons == {}
+
+
+# ------------------------------------------------ a Ctrl-C inside the range's calls
+#: Where a real Ctrl-C lands: any line of the range's own code, its checked calls included.
+RANGE_FILES = tuple(str(Path(module.__file__).resolve()) for module in (cuda, cuda_calls))
+
+
+class CtrlCAtLine:
+    """A real SIGINT raised just before the ``at``-th line the range's code runs: Python
+    runs its handler there (or wherever pgmo let it wait)."""
+
+    def __init__(self, at: int):
+        self.at, self.seen, self.fired = at, 0, False
+
+    def _local(self, frame, event, arg):
+        if event == "line" and not self.fired:
+            self.seen += 1
+            if self.seen == self.at:
+                self.fired = True
+                signal.raise_signal(signal.SIGINT)
+        return self._local
+
+    def _global(self, frame, event, arg):
+        if str(Path(frame.f_code.co_filename).resolve()) in RANGE_FILES and not self.fired:
+            return self._local
+        return None
+
+    def __enter__(self):
+        sys.settrace(self._global)
+        return self
+
+    def __exit__(self, *exc):
+        sys.settrace(None)
+
+
+def _pages_range(joins):
+    gpu = FakeGPU()
+    driver = FakeDriver(gpu=gpu)
+    r = CudaRange(64 * MiB, 0, 2 * MiB, driver=driver, synchronize=gpu.sync_device)
+    r.joins_unmaps = gpu.memory.joins_unmaps = joins
+    return gpu, driver, r
+
+
+def _grown(r):
+    r.map(0, 6 * MiB, piece=2 * MiB)
+
+
+def _paged(r):
+    pages = [r.create_page() for _ in range(3)]
+    for k, page in enumerate(pages):
+        r.map_page(16 * MiB + k * 2 * MiB, page)
+    r.release_page(pages[0])
+    return pages
+
+
+RANGE_STEPS = {
+    "map": (lambda r: None, lambda r, _: r.map(0, 8 * MiB, piece=2 * MiB)),
+    "unmap": (_grown, lambda r, _: r.unmap(0, 6 * MiB)),
+    "unmap the top": (_grown, lambda r, _: r.unmap(4 * MiB, 2 * MiB)),
+    "create a page": (lambda r: None, lambda r, _: r.create_page()),
+    "map a page": (lambda r: r.create_page(), lambda r, page: r.map_page(0, page)),
+    "unmap pages": (_paged, lambda r, _: r.unmap_pages(16 * MiB, 3 if r.joins_unmaps else 1)),
+    "release a page": (_paged, lambda r, pages: r.release_page(pages[1])),
+    "close": (_paged, lambda r, _: r.close()),
+}
+
+
+def _driver_truth(driver, r):
+    """The mappings the driver holds in the range."""
+    host = driver.ranges.get(r.ptr)
+    return sorted(host.mappings()) if host is not None else []
+
+
+@pytest.mark.parametrize("joins", [True, False], ids=["joined unmaps", "one per mapping"])
+@pytest.mark.parametrize("step", RANGE_STEPS)
+def test_a_ctrl_c_anywhere_in_a_range_call_leaves_the_books_true(step, joins):
+    """A Ctrl-C at any line of the range's calls: the call happens wholly or not at all as
+    far as the books can tell, so they keep saying what the driver holds (a mapping the
+    books call gone may be handed out again; one they call mapped may be used), and the
+    range closes with nothing left on the device."""
+    prepare, act = RANGE_STEPS[step]
+    landed = 0
+    for at in range(1, 400):
+        gpu, driver, r = _pages_range(joins)
+        made = prepare(r)
+        ctrl_c = CtrlCAtLine(at)
+        try:
+            with ctrl_c:
+                act(r, made)
+        except KeyboardInterrupt:
+            landed += 1
+        if not ctrl_c.fired:
+            break
+        where = f"{step}, Ctrl-C at its line {at}"
+        if not r._closed:
+            assert sorted(r.mappings()) == _driver_truth(driver, r), where
+            assert r.mapped == sum(n for _, n in _driver_truth(driver, r)), where
+        r.close()
+        assert gpu.memory.in_use == 0 and driver.ranges == {}, where
+        assert all(h.released for h in driver.handles), where
+        assert gpu.violations == [], where
+    else:
+        pytest.fail("the call never ended")
+    assert landed > 3  # the sweep reached the call's lines

@@ -33,6 +33,8 @@ The rules a real driver enforces, and how this module keeps them:
 * A failed call changes nothing the books do not show: a growth that fails
   half-way gives back what it mapped, an unmap that fails keeps that mapping
   (and those below it) listed and counted (:class:`~pgmo.device.mappings.MappingLedger`).
+* A Ctrl-C waits for a range's call to end (:func:`~pgmo.device.whole_calls.whole`):
+  the books and the driver never disagree, whatever line it lands on.
 * A pool serves one device: peer access does not cover ``cuMemMap``'d
   memory, so the engine sends requests made under another device to CuPy's
   pool for that device.
@@ -69,6 +71,7 @@ from typing import Any, Callable
 from ..errors import DeviceError
 from .cuda_calls import _allocation_prop, _check, _code, _driver, _runtime, vmm_granularity
 from .mappings import MappingLedger
+from .whole_calls import whole
 
 __all__ = ["CudaRange", "CudaAsyncPool", "device_layer", "vmm_granularity", "DeviceError"]
 
@@ -91,6 +94,7 @@ class CudaRange:
     sync) before an unmap; :meth:`close` does it itself.
     """
 
+    @whole
     def __init__(self, size: int, device_id: int, granule: int, driver: Any = None,
                  synchronize: Callable[[], object] | None = None):
         """``synchronize()`` waits for every queued kernel of the device
@@ -134,6 +138,7 @@ class CudaRange:
         """Bytes the driver holds for this range now (every mapping, usable or stranded)."""
         return self._books.mapped
 
+    @whole
     def map(self, offset: int, nbytes: int, piece: int | None = None) -> None:
         """Map ``[offset, offset + nbytes)`` in mappings of ``piece`` bytes at most, then grant
         access over all of it at once.  All or nothing: MemoryError (full device) or
@@ -172,6 +177,7 @@ class CudaRange:
                 return
             self._books.remove(start)
 
+    @whole
     def unmap(self, offset: int, nbytes: int) -> None:
         """Give back the whole mappings that make up ``[offset, offset + nbytes)`` (call
         :meth:`synchronize` before): one ``cuMemUnmap`` where the driver joins unmaps
@@ -203,6 +209,7 @@ class CudaRange:
         """Bytes of the pages made (:meth:`create_page`) and not given back yet."""
         return self._page_bytes
 
+    @whole
     def create_page(self) -> Any:
         """One granule of device memory, mapped nowhere yet (``cuMemCreate``): its handle.
         MemoryError when the device is full."""
@@ -211,6 +218,7 @@ class CudaRange:
         self._page_bytes += self.granule
         return handle
 
+    @whole
     def map_page(self, offset: int, handle: Any) -> None:
         """Map the page ``handle`` at ``offset`` (``cuMemMap``; the driver maps one handle at
         several addresses) and grant access to it (``cuMemSetAccess``): both or neither."""
@@ -231,6 +239,7 @@ class CudaRange:
         """Drop the page mapping at ``offset`` (``cuMemUnmap``; :meth:`synchronize` first)."""
         self.unmap_pages(offset, 1)
 
+    @whole
     def unmap_pages(self, offset: int, count: int) -> None:
         """Drop the ``count`` adjacent page mappings from ``offset`` in one ``cuMemUnmap``
         (several only where the driver joins unmaps; :meth:`synchronize` first).
@@ -245,6 +254,7 @@ class CudaRange:
         _check(self.driver.cuMemUnmap(self.ptr + offset, count * g), "cuMemUnmap")
         self._forget(offset, count * g)
 
+    @whole
     def release_page(self, handle: Any) -> None:
         """Give the page up (``cuMemRelease``): its memory goes back once mapped nowhere."""
         if self._pages.get(handle, True):
@@ -269,6 +279,7 @@ class CudaRange:
         if self._synchronize is not None:
             self._synchronize()
 
+    @whole
     def close(self) -> None:
         """Wait for the device, unmap everything, give the address space back.
 
