@@ -41,6 +41,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
+
 from .errors import TraceFormatError
 from .units import size_refused
 
@@ -64,6 +66,8 @@ def packing_peak(offsets: Sequence[int], sizes: Sequence[int]) -> int:
 
 def max_load(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int]) -> int:
     """Largest total size live at one instant (frees at t before allocs at t)."""
+    if len(sizes) >= _MAX_LOAD_WITH_NUMPY:
+        return _max_load_numpy(lowers, uppers, sizes)
     deltas = [(u, -s) for u, s in zip(uppers, sizes)]
     deltas += [(lo, s) for lo, s in zip(lowers, sizes)]
     # At equal ticks the negative deltas (frees) sort first.
@@ -74,6 +78,22 @@ def max_load(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int])
         if live > best:
             best = live
     return best
+
+
+#: From this many blocks on, :func:`max_load` sorts with NumPy: no Python object per event
+#: (12,774 requests made 25,548 tuples, enough to set off a full garbage collection in
+#: the training thread where a pool's profile is measured), and 5-10x faster.
+_MAX_LOAD_WITH_NUMPY = 256
+
+
+def _max_load_numpy(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[int]) -> int:
+    """:func:`max_load` in NumPy's arrays (sizes and ticks fit in 64 bits: the size rule)."""
+    size = np.asarray(sizes, dtype=np.int64)
+    ticks = np.concatenate((np.asarray(uppers, dtype=np.int64),
+                            np.asarray(lowers, dtype=np.int64)))
+    deltas = np.concatenate((-size, size))
+    order = np.lexsort((deltas, ticks))  # by tick, frees (negative) first at a tick
+    return max(0, int(np.cumsum(deltas[order]).max()))
 
 
 @dataclass(frozen=True, slots=True)

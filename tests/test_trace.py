@@ -143,16 +143,18 @@ def test_a_profile_of_many_requests_makes_no_object_per_request():
 
     def profile_of(columns):
         profile = Trace.from_columns(*columns, {"recorded_by": "pgmo"})
-        return profile, profile.without_open(), profile.open_ids, profile.size_of(7)
+        return (profile, profile.without_open(), profile.open_ids, profile.size_of(7),
+                profile.lower_bound())
 
     gc.callbacks.append(count)
     try:
-        profile, arena, open_ids, size = profile_of(columns)
+        profile, arena, open_ids, size, bound = profile_of(columns)
         quiet = len(collections)
         blocks = profile.blocks  # made when asked: here, a burst of them
     finally:
         gc.callbacks.remove(count)
     assert arena is profile and open_ids == () and size == 512 and len(profile) == n
+    assert bound == 2 * 512  # [2i, 2i + 3): two blocks live at a tick
     assert blocks[7] == Block(7, 14, 17, 512)
     assert quiet <= 2 < len(collections), (quiet, len(collections))  # the test can tell
 
@@ -160,3 +162,21 @@ def test_a_profile_of_many_requests_makes_no_object_per_request():
 def test_repr_shows_size_and_lower_bound():
     assert repr(Trace.from_tuples([(0, 2, 4), (1, 3, 4)])) == "Trace(n=2, lower_bound=8)"
     assert pgmo.Trace is Trace
+
+
+@settings(max_examples=80, deadline=None)
+@given(trace=traces(min_blocks=256, max_blocks=400, max_tick=600, max_size=1 << 40))
+def test_the_max_load_of_a_long_trace_is_the_same_by_numpy(trace):
+    """Long traces are measured in NumPy's arrays: the same answer as the events sorted
+    one by one (frees at a tick before allocs), sizes up to the size rule's."""
+    from pgmo.trace import _MAX_LOAD_WITH_NUMPY, _max_load_numpy
+
+    lowers, uppers, sizes = trace.columns()
+    assert len(sizes) >= _MAX_LOAD_WITH_NUMPY
+    events = sorted([(u, -s) for u, s in zip(uppers, sizes)] +
+                    [(lo, s) for lo, s in zip(lowers, sizes)])
+    live = best = 0
+    for _, delta in events:
+        live += delta
+        best = max(best, live)
+    assert max_load(lowers, uppers, sizes) == _max_load_numpy(lowers, uppers, sizes) == best
