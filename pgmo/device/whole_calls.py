@@ -43,11 +43,15 @@ def whole(call: F) -> F:
     def held(*args: Any, **kwargs: Any) -> Any:
         if threading.get_ident() != _MAIN:
             return call(*args, **kwargs)  # no signal handler runs in this thread
-        before = signal.getsignal(signal.SIGINT)
-        if before is None:  # installed from C: it could not be put back
-            return call(*args, **kwargs)
         kept: list[Any] = []
-        signal.signal(signal.SIGINT, lambda signum, frame: kept.append(frame))
+        try:
+            before = signal.getsignal(signal.SIGINT)
+            if before is not None:  # None: installed from C, it could not be put back
+                signal.signal(signal.SIGINT, lambda signum, frame: kept.append(frame))
+        except (ValueError, TypeError):  # not the main interpreter; or shutting down
+            before = None
+        if before is None:
+            return call(*args, **kwargs)
         try:
             return call(*args, **kwargs)
         finally:
