@@ -41,6 +41,9 @@ stand-in for kernel launches, timed).  Per workload and mode it reports:
 * the CPU time the training process spent on threads other than the
   training loop's during the loop (the planner's threads: what shares the
   interpreter lock with training), the median over runs;
+* which hot path each version ran (a line above the tables: a checkout copied
+  without its files' times, ``cp -r``, looks edited since it was compiled
+  and runs the plain-Python one, whose boundaries are slower);
 * the final planned peak over the lower bound, garbage-collector pauses
   inside boundaries (a long stall's usual suspect), and how long the
   planner took to be ready after the pool was made (the loop starts then,
@@ -358,8 +361,31 @@ def child(spec_path: str) -> None:
         r = replay(ops, mode, spec["time_limit"], spec["launches"], spec.get("plan_cache"),
                    spec.get("joins_unmaps", True))
         r["latency"] = latencies(r.pop("starts"), r.pop("installs"))
+        r["hot_path"] = hot_path_run()
         results.append(r)
     Path(spec["out"]).write_text(json.dumps(results))
+
+
+def hot_path_run() -> str:
+    """Which hot path the checkout measured runs: a copy whose compiled module looks older
+    than its source (``cp -r``) runs the plain-Python one, and its boundaries are slower."""
+    try:
+        from pgmo.engine.hot_path_choice import COMPILED, compiled
+    except ImportError:  # a version before the compiled hot path
+        return "plain Python (none compiled in this version)"
+    if compiled():
+        return "compiled"
+    if os.environ.get("PGMO_PURE_PYTHON"):
+        return "plain Python (PGMO_PURE_PYTHON)"
+    return "plain Python (its compiled module is stale)" if COMPILED else "plain Python"
+
+
+def hot_paths(results: dict, versions: list[str]) -> str:
+    """One line: the hot path each version ran (every run of it, or each kind seen)."""
+    seen: dict[str, set] = {}
+    for (_, _, version), rows in results.items():
+        seen.setdefault(version, set()).update(r.get("hot_path", "unknown") for r in rows)
+    return "; ".join(f"{v}: {', '.join(sorted(seen.get(v, {'no run'})))}" for v in versions)
 
 
 # ------------------------------------------------------------------ the parent
@@ -563,6 +589,7 @@ def main(argv=None) -> None:
                 print_tables(results, versions, modes, names)
             raise
     print()
+    print(f"hot path run: {hot_paths(results, versions)}")
     print_tables(results, versions, modes, names)
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
     if args.raw:

@@ -184,6 +184,26 @@ def test_bench_overhead_runs_a_few_iterations():
             if line.startswith("| h100-alexnet-train-b32 |")]
     assert rows == [["| h100-alexnet-train-b32", mode, "this"]
                     for mode in ("sync", "bestfit", "background")]
+    from pgmo.engine.hot_path_choice import compiled
+
+    ran = "compiled" if compiled() else "plain Python"
+    assert f"hot path run: this: {ran}" in out  # what the boundaries' times are of
+
+
+def test_bench_overhead_says_a_stale_compiled_hot_path_ran_plain(monkeypatch):
+    """A checkout copied without its files' times looks edited since it was compiled: the
+    bench says its boundaries are the plain-Python hot path's."""
+    from pgmo.engine import hot_path_choice
+    from scripts import bench_overhead
+
+    monkeypatch.setattr(hot_path_choice, "_stale", lambda: True)
+    monkeypatch.delenv("PGMO_PURE_PYTHON", raising=False)
+    expected = ("plain Python (its compiled module is stale)" if hot_path_choice.COMPILED
+                else "plain Python")
+    assert bench_overhead.hot_path_run() == expected
+    rows = {("w", "background", "this"): [{"hot_path": expected}],
+            ("w", "background", "old"): [{"hot_path": "compiled"}]}
+    assert bench_overhead.hot_paths(rows, ["this", "old"]) == f"this: {expected}; old: compiled"
 
 
 def test_a_busy_core_is_kept_busy_while_inside_and_stopped_after():
