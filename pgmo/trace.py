@@ -228,6 +228,12 @@ class _UniqueIds:
         self.seen[block.id] = position
 
 
+def _plain(column: Sequence[Any]) -> list:
+    """A column as a list; NumPy's arrays as Python integers (as files and other processes
+    want them)."""
+    return column.tolist() if isinstance(column, np.ndarray) else list(column)
+
+
 # ---------------------------------------------------------------------- trace
 class Trace:
     """An ordered, immutable collection of blocks plus free-form metadata.
@@ -247,8 +253,13 @@ class Trace:
 
     def __init__(self, blocks: Iterable[Block] = (), metadata: Mapping[str, Any] | None = None,
                  source: str | None = None) -> None:
+        blocks = tuple(blocks)
+        if not all(isinstance(b, Block) for b in blocks):
+            bad = next(b for b in blocks if not isinstance(b, Block))
+            raise TypeError(f"a Trace holds Block objects, got {bad!r}: make one from rows with "
+                            f"Trace.from_rows, or from columns with Trace.from_columns")
         state = self.__dict__
-        state["_blocks"] = tuple(blocks)
+        state["_blocks"] = blocks
         state["_log"] = state["_ids"] = None
         state["metadata"] = dict(metadata or {})
         state["source"] = source
@@ -338,7 +349,7 @@ class Trace:
                              f"{len(uppers)} uppers, {len(sizes)} sizes")
         trace = cls.__new__(cls)
         trace.__dict__.update(_blocks=None, _ids=None,
-                              _log=(list(lowers), list(uppers), list(sizes)),
+                              _log=(_plain(lowers), _plain(uppers), _plain(sizes)),
                               metadata=dict(metadata or {}), source=None)
         return trace
 

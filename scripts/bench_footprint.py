@@ -290,7 +290,8 @@ def tables(rows: list[dict], modes: list[str]) -> list[str]:
         out.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     out += ["", "## Calls that wait for the device (cudaFree, device or stream syncs): most "
             "inside one iteration / most at one boundary / in all; release calls (an unmap "
-            "per mapping, a pool's trim, each after a device sync): most inside one "
+            "per run of mappings where the driver joins them, else per mapping; a pool's "
+            "trim; each after a device sync): most inside one "
             "iteration / most at one boundary; share of requests after the fifth iteration "
             "that reached cudaMalloc", "",
             "| workload | CuPy's pool | " + " | ".join(modes) + " |",

@@ -535,12 +535,14 @@ def main(argv=None) -> None:
                     help="also run this checkout on a host model of a driver that unmaps one "
                          "mapping per call (version 'this, one unmap per mapping'), "
                          "interleaved: what joining a run's unmaps in one call saves")
-    ap.add_argument("--raw", type=Path, help="also write every run's numbers to this JSON file")
+    ap.add_argument("--raw", type=Path, help="also write every run's numbers to this JSON file "
+                                             "(once every run is done)")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     known = ("sync", "bestfit", "background")
     if not modes or any(m not in known for m in modes):
-        ap.error(f"--modes takes {', '.join(known)}")
+        bad = ", ".join(m for m in modes if m not in known) or repr(args.modes)
+        ap.error(f"--modes {bad}: the modes are {', '.join(known)}")
     if args.runs < 1 or args.iterations < 4 or args.launches < 0:
         ap.error("--runs must be >= 1, --iterations >= 4 and --launches >= 0")
     for d in args.compare:
@@ -548,7 +550,13 @@ def main(argv=None) -> None:
             ap.error(f"--compare {d}: no pgmo package there")
     if args.raw and not args.raw.parent.is_dir():  # found now, not after the runs
         ap.error(f"--raw {args.raw}: no folder {args.raw.parent}")
+    if args.raw and args.raw.is_dir():
+        ap.error(f"--raw {args.raw}: a folder; give a file to write")
+    if args.growth < 0:
+        ap.error("--growth must be >= 0")
     names = workload_names(args.workloads)
+    if not names:
+        ap.error(f"--workloads {args.workloads!r} names no workload (real, family, or names)")
     roots = [ROOT] + [d.resolve() for d in args.compare]
     versions = ["this"] + [str(d) for d in args.compare]
     joined = [True] * len(roots)
@@ -584,8 +592,9 @@ def main(argv=None) -> None:
                 print(f"run {run + 1} of {args.runs} done; load average "
                       f"{os.getloadavg()[0]:.2f}", flush=True)
         except KeyboardInterrupt:
-            if results:  # the runs so far, then the one line Ctrl-C gets
+            if results:  # the runs so far, then the one line Ctrl-C gets (no --raw file)
                 print("\nthe runs finished before Ctrl-C:")
+                print(f"hot path run: {hot_paths(results, versions)}")
                 print_tables(results, versions, modes, names)
             raise
     print()

@@ -357,3 +357,33 @@ def test_a_damaged_plan_file_is_refused_with_the_reason(damage, reason):
     _, data = _saved_plan()
     with pytest.raises(pgmo.PlanFileError, match=reason):
         planfile.loads(damage(data), "plan.json")
+
+
+def test_a_trace_of_numpy_columns_is_written_as_plain_integers(tmp_path):
+    import numpy as np
+
+    trace = pgmo.Trace.from_columns(np.array([0, 1]), np.array([2, 4]), np.array([4, 4]))
+    for name in ("t.json", "t.csv"):
+        pgmo.write_trace(trace, tmp_path / name)
+        back = pgmo.read_trace(tmp_path / name)
+        assert [(b.lower, b.upper, b.size) for b in back] == [(0, 2, 4), (1, 4, 4)]
+        assert all(type(b.size) is int for b in back)
+
+
+@pytest.mark.parametrize("columns, field", [(([0], [0], [4]), "upper"),
+                                            (([0], [2], [0]), "size"),
+                                            (([-1], [2], [4]), "lower")])
+def test_a_trace_the_readers_would_refuse_is_not_written(tmp_path, columns, field):
+    """A file written by pgmo reads back: a block the readers refuse is named, and no
+    file is left."""
+    trace = pgmo.Trace.from_columns(*columns)
+    path = tmp_path / "bad.json"
+    with pytest.raises(ValueError, match=rf"bad.json: block 0 \(id 0\) cannot be written: "
+                                         rf"field '{field}'"):
+        pgmo.write_trace(trace, path)
+    assert not path.exists()
+
+
+def test_a_trace_of_tuples_is_refused_at_once_with_the_way_to_make_one():
+    with pytest.raises(TypeError, match="Trace.from_rows"):
+        pgmo.Trace([(0, 1, 4)])

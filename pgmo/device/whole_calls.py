@@ -10,16 +10,20 @@ around such a call (``tests/test_interrupt_safety.py``); it relies on the call
 being whole.
 
 So the call runs with SIGINT held: a Ctrl-C that arrives meanwhile is kept
-and handed to the handler that was there before, as the call ends (with its
-default handler: KeyboardInterrupt, raised where the call returns).  Python
-runs signal handlers in the main thread only, so other threads' calls need
-nothing; neither does a process whose SIGINT handler was not installed from
-Python (:func:`signal.getsignal` says None: it cannot be put back).  The cost
-is two ``signal.signal`` calls, about 4 us, against the 15-55 us of one of
-the driver's calls it wraps (``pgmo/device/params.py``).
+and handed to the handler that was there before, once, as the call ends
+(with its default handler: KeyboardInterrupt, raised where the call
+returns; several presses during one call count as one).  The hold lasts the
+whole method: a growth maps its pieces, a ``close`` waits for the device and
+unmaps everything, before a Ctrl-C is acted on.  Python runs signal handlers
+in the main thread only, so other threads' calls need nothing; neither does
+a process whose SIGINT handler was not installed from Python
+(:func:`signal.getsignal` says None: it cannot be put back).  The cost is
+about 4-7 us a call (a ``getsignal`` and two ``signal.signal``), against the
+15-55 us of each driver call it wraps (``pgmo/device/params.py``).
 
-Tested by ``tests/test_cuda_device.py`` (a real SIGINT at every line of each
-range call, against the driver stand-in).
+Tested by ``tests/test_whole_calls.py`` (the handler's part) and
+``tests/test_cuda_device.py`` (a real SIGINT at every line of each range
+call, against the driver stand-in).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import TraceFormatError
-from ..trace import Trace
+from ..trace import SizeTotal, Trace, block_from_values
 from . import minimalloc, pgmo_json, planfile, pytorch, rmm
 from .files import read_head, write_bytes_atomically
 from .model import Loaded, ReadOptions
@@ -143,13 +143,30 @@ def read_trace(path: str | os.PathLike, inclusive: bool = False, format: str | N
     return load(path, format, ReadOptions(inclusive=inclusive, **options)).trace
 
 
+def _checked(trace: Trace, path: str | os.PathLike) -> Trace:
+    """``trace`` with each block checked by the readers' rules (:func:`.block_from_values`),
+    its numbers plain integers; a ValueError naming the block otherwise."""
+    total = SizeTotal()
+    blocks = []
+    for i, b in enumerate(trace.blocks):
+        try:
+            blocks.append(block_from_values(b.id, b.lower, b.upper, b.size, {}, total=total))
+        except TraceFormatError as e:
+            raise ValueError(f"{os.fspath(path)}: block {i} (id {b.id!r}) cannot be written: "
+                             f"field '{e.field}': {e.reason}") from None
+    return Trace(tuple(blocks), trace.metadata, trace.source)
+
+
 def write_trace(trace: Trace, path: str | os.PathLike, offsets: Sequence[int] | None = None,
                 extra_metadata: dict | None = None) -> None:
     """Write ``trace`` (and the offsets of its closed blocks) as JSON or CSV, by suffix.
 
     ``.json``/``.json.gz`` write pgmo JSON (metadata kept); anything else
-    MiniMalloc CSV (``.gz``: compressed).
+    MiniMalloc CSV (``.gz``: compressed).  Every block is checked as the readers check
+    it (a ValueError names the block, and nothing is written): a file written here reads
+    back.  NumPy integers are written as plain integers.
     """
+    trace = _checked(trace, path)
     n_closed = sum(b.upper is not None for b in trace.blocks)
     if offsets is not None and len(offsets) != n_closed:
         raise ValueError(f"{len(offsets)} offsets for {n_closed} blocks")
