@@ -26,7 +26,6 @@ still block ``i`` = the ``i``-th alloc, built by :class:`~pgmo.recorder.EventRec
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Hashable
 
 from ..recorder import EventRecorder
