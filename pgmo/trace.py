@@ -347,10 +347,17 @@ class Trace:
         if not len(lowers) == len(uppers) == len(sizes):
             raise ValueError(f"columns of different lengths: {len(lowers)} lowers, "
                              f"{len(uppers)} uppers, {len(sizes)} sizes")
+        return cls._of_columns((_plain(lowers), _plain(uppers), _plain(sizes)), None,
+                               metadata, None)
+
+    @classmethod
+    def _of_columns(cls, log: tuple[list, list, list], ids: list | None,
+                    metadata: Mapping[str, Any] | None, source: str | None) -> "Trace":
+        """A trace that keeps ``log``'s columns (``ids``: its blocks' ids, None for their
+        indices) and makes its blocks when asked."""
         trace = cls.__new__(cls)
-        trace.__dict__.update(_blocks=None, _ids=None,
-                              _log=(_plain(lowers), _plain(uppers), _plain(sizes)),
-                              metadata=dict(metadata or {}), source=None)
+        trace.__dict__.update(_blocks=None, _ids=ids, _log=log, metadata=dict(metadata or {}),
+                              source=source)
         return trace
 
     # -- sequence protocol --------------------------------------------------
@@ -401,10 +408,9 @@ class Trace:
                          self.source)
         ids = self._block_ids()
         kept = [i for i, upper in enumerate(log[1]) if upper is not None]
-        trace = self._replaced(metadata)
-        trace.__dict__.update(_blocks=None, _ids=[ids[i] for i in kept],
-                              _log=tuple([column[i] for i in kept] for column in log))
-        return trace
+        lowers, uppers, sizes = ([column[i] for i in kept] for column in log)
+        return Trace._of_columns((lowers, uppers, sizes), [ids[i] for i in kept], metadata,
+                                 self.source)
 
     # -- derived facts ------------------------------------------------------
     def columns(self) -> tuple[list[int], list[int], list[int]]:
