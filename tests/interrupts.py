@@ -20,6 +20,7 @@ The real signals of :class:`SignalStorm` keep every point they can reach.
 from __future__ import annotations
 
 import dis
+import signal
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -71,11 +72,15 @@ def _in_device_model(frame) -> bool:
 
 class Injector:
     """Counts the engine's line events; raises :class:`Interrupt` at the ``at``-th one, or at
-    every ``every``-th one (``at=None, every=None``: only counts, listing the lines)."""
+    every ``every``-th one (``at=None, every=None``: only counts, listing the lines).
+
+    ``real``: a real SIGINT is raised there instead, which Python's handler (or whatever
+    the code let wait for it) turns into a KeyboardInterrupt."""
 
     def __init__(self, at: int | None = None, every: int | None = None,
-                 traced: tuple[str, ...] = TRACED):
+                 traced: tuple[str, ...] = TRACED, real: bool = False):
         self.traced = traced
+        self.real = real
         self.at = at
         self.every = every
         self.seen = 0
@@ -94,7 +99,10 @@ class Injector:
                 self.lines.append((frame.f_code.co_filename, frame.f_lineno))
             elif self._due():
                 self.fired += 1
-                raise Interrupt(f"injected at {frame.f_code.co_filename}:{frame.f_lineno}")
+                if self.real:
+                    signal.raise_signal(signal.SIGINT)
+                else:
+                    raise Interrupt(f"injected at {frame.f_code.co_filename}:{frame.f_lineno}")
         return self._local
 
     def _global(self, frame, event, arg):
@@ -133,14 +141,10 @@ class SignalStorm:
             raise Interrupt(f"signal at {frame.f_code.co_filename}:{frame.f_lineno}")
 
     def __enter__(self):
-        import signal
-
         self._old = signal.signal(signal.SIGALRM, self._handler)
         signal.setitimer(signal.ITIMER_REAL, self.interval, self.interval)
         return self
 
     def __exit__(self, *exc):
-        import signal
-
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, self._old)

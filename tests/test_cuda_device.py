@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -31,6 +30,7 @@ from pgmo.testing import TEST_DEFAULTS, Checker
 
 from .cuda_standins import (NOT_PERMITTED, NOT_SUPPORTED, OUT_OF_MEMORY, PER_THREAD,
                             FakeDriver, FakeGPU, FakeRuntime)
+from .interrupts import Injector
 from .threads import CheckedThread
 
 MiB = 1 << 20
@@ -585,36 +585,9 @@ def test_the_engine_on_a_driver_that_unmaps_one_mapping_per_call(heap):
 
 
 # ------------------------------------------------ a Ctrl-C inside the range's calls
-#: Where a real Ctrl-C lands: any line of the range's own code, its checked calls included.
+#: Where a real Ctrl-C lands (``Injector(real=True)``: a SIGINT just before the line): any
+#: line of the range's own code, its checked calls included.
 RANGE_FILES = tuple(str(Path(module.__file__).resolve()) for module in (cuda, cuda_calls))
-
-
-class CtrlCAtLine:
-    """A real SIGINT raised just before the ``at``-th line the range's code runs: Python
-    runs its handler there (or wherever pgmo let it wait)."""
-
-    def __init__(self, at: int):
-        self.at, self.seen, self.fired = at, 0, False
-
-    def _local(self, frame, event, arg):
-        if event == "line" and not self.fired:
-            self.seen += 1
-            if self.seen == self.at:
-                self.fired = True
-                signal.raise_signal(signal.SIGINT)
-        return self._local
-
-    def _global(self, frame, event, arg):
-        if str(Path(frame.f_code.co_filename).resolve()) in RANGE_FILES and not self.fired:
-            return self._local
-        return None
-
-    def __enter__(self):
-        sys.settrace(self._global)
-        return self
-
-    def __exit__(self, *exc):
-        sys.settrace(None)
 
 
 def _pages_range(joins):
@@ -667,7 +640,7 @@ def test_a_ctrl_c_anywhere_in_a_range_call_leaves_the_books_true(step, joins):
     for at in range(1, 400):
         gpu, driver, r = _pages_range(joins)
         made = prepare(r)
-        ctrl_c = CtrlCAtLine(at)
+        ctrl_c = Injector(at=at, traced=RANGE_FILES, real=True)
         try:
             with ctrl_c:
                 act(r, made)
