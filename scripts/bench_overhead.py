@@ -18,13 +18,13 @@ stand-in for kernel launches, timed).  Per workload and mode it reports:
 
 * boundaries (``begin_iteration`` + ``end_iteration``): the worst (and the
   training thread's CPU time in it: where far below the wall time, the
-  thread waited for the interpreter lock or the OS), the median and the 99th
-  percentile, and how many runs kept the worst under
-  20 ms; sync and bestfit modes plan at the boundary by design, so the
-  boundaries that planned (those that installed a plan or planned a
-  recurring shape) are shown apart; and the worst boundary **with the
-  driver's calls modelled**: its time here plus what its virtual-memory
-  calls cost on the GPU the host model was fitted to
+  thread waited for the interpreter lock or the OS), the median (in
+  microseconds: a steady boundary takes a few) and the 99th percentile, and
+  how many runs kept the worst under 20 ms; sync and bestfit modes plan at
+  the boundary by design, so the boundaries that planned (those that
+  installed a plan or planned a recurring shape) are shown apart; and the
+  worst boundary **with the driver's calls modelled**: its time here plus
+  what its virtual-memory calls cost on the GPU the host model was fitted to
   (:func:`pgmo.device.host_memory.call_cost_us`; here they are mmap calls
   of microseconds), the calls' share alone in brackets (one ``cuMemUnmap``
   over a run of mappings costed as one over a single mapping of that size
@@ -480,7 +480,7 @@ def print_tables(results: dict, versions: list[str], modes: list[str], names: li
           "| runs <= 20 ms "
           "| worst with the driver's calls modelled ms (runs <= 20 ms; the calls alone) "
           "| worst non-planning ms "
-          "| worst planning ms | median ms | p99 ms | boundaries s | worst GC in a boundary ms "
+          "| worst planning ms | median us | p99 ms | boundaries s | worst GC in a boundary ms "
           "| first plan | best plan | later re-plans (best) | launch rate planning/idle "
           "| other threads' CPU ms | final peak / LB | final method | planner ready s |")
     print("|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|---|---:|")
@@ -498,7 +498,7 @@ def print_tables(results: dict, versions: list[str], modes: list[str], names: li
                        f"{_ms(s['calls'])})" if s["on_gpu"] is not None else "-")
                 cpu = f" ({_ms(s['worst_cpu'])})" if s["worst_cpu"] is not None else ""
                 print(f"| {name} | {mode} | {v} | {_ms(s['worst'])}{cpu} | {s['ok']}/{s['runs']} "
-                      f"| {gpu} | {_ms(s['quiet'])} | {_ms(s['planning'])} | {s['median'] * 1e3:.3f} "
+                      f"| {gpu} | {_ms(s['quiet'])} | {_ms(s['planning'])} | {s['median'] * 1e6:.1f} "
                       f"| {_ms(s['p99'])} | {s['boundaries_s']:.2f} | {_ms(s['gc'])} "
                       f"| {_lat(s['first'], 'first')} | {_lat(s['first'], 'best')} "
                       f"| {_lat(s['later'], 'best')} | {rate} | {s['others_ms']:.1f} "

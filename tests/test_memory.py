@@ -157,3 +157,35 @@ def test_the_boundary_without_a_plan_is_decided_by_rule_4():
     assert engine.memory.awaiting_plan(True) is True  # varying: it goes back
     assert engine.stats().exact_bytes < held
     assert checker.corrupted == 0 and checker.overlaps == 0
+
+
+def test_a_steady_run_unmaps_nothing_and_a_smaller_plan_trims_the_arena_end():
+    """Repeating iterations leave the reserved arena as it is (no unmap, no search of the
+    live blocks' end at their boundaries); a smaller plan gives the mappings beyond it back
+    at the boundary that installs it, and its iterations are checked block by block."""
+    MiB = 1 << 20
+    engine = host_engine(warmup=0, replan="sync", method="bestfit")
+    device = engine.host_device
+    checker = Checker(host=True, device=device, write=True)
+
+    def iteration(sizes):
+        with engine.iteration():
+            blocks = [checker.alloc(engine, size) for size in sizes]
+            while blocks:  # freed inside the iteration: none outlives it
+                assert checker.free(blocks.pop())
+
+    for _ in range(4):  # profiled, then planned: two 32 MiB blocks live together
+        iteration([32 * MiB, 32 * MiB])
+    assert engine.mode == "optimized" and engine.hot.arena.size == 64 * MiB
+    unmaps, maps = device.unmaps, device.maps
+    for _ in range(5):
+        iteration([32 * MiB, 32 * MiB])
+    assert (device.unmaps, device.maps) == (unmaps, maps)
+    small = pgmo.Trace.from_tuples([(0, 0, 1, 4 * MiB)])
+    engine.adopt(small, pgmo.Plan(small, (0,)))
+    assert 4 * MiB <= engine.hot.arena.size < 8 * MiB and device.unmaps > unmaps
+    for _ in range(3):
+        iteration([4 * MiB])
+    assert engine.mode == "optimized" and engine.hot.arena.size < 8 * MiB
+    assert checker.corrupted == 0 and checker.overlaps == 0
+    engine.close()

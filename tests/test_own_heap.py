@@ -143,3 +143,22 @@ def test_a_block_keeps_its_heap_mapped_after_the_heap_is_dropped():
     del block
     gc.collect()
     assert memory.in_use == 0
+
+
+def test_the_bytes_in_use_follow_every_malloc_and_free():
+    """``used`` (asked at every boundary, so kept between changes) is always the live blocks'
+    bytes: after a malloc, after frees applied or still on their way."""
+    import random
+
+    h = Heap()
+    rng = random.Random(5)
+    live = []
+    for step in range(300):
+        if live and rng.random() < 0.45:
+            live.pop(rng.randrange(len(live)))  # its free waits for the heap's next call
+        else:
+            live.append(h.malloc(rng.choice([512, 4096, MiB, 3 * MiB])))
+        if step % 3 == 0:
+            assert h.heap.used == sum(b.size for b in live)
+    live.clear()
+    assert h.heap.used == 0

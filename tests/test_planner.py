@@ -504,3 +504,26 @@ def test_a_pool_used_after_close_plans_again_instead_of_waiting_for_a_lost_plan(
         pool.engine.planner.wait_idle(30)
     assert pool.stats().mode == "optimized" and pool.stats().planned_requests > 0
     pool.close()
+
+
+@pytest.mark.parametrize("n, survivors", [
+    (40, []), (40, [3]), (40, [0, 39]), (40, list(range(0, 40, 2))),  # a few, many
+    (1500, []), (1500, [7, 1499]),  # a long log: NumPy's scan
+])
+def test_the_survivors_of_an_iteration_are_its_unfreed_requests(n, survivors):
+    """Whatever their number, the requests not freed in the log, in order; the log's room past
+    the iteration's requests is not looked at, whatever it holds."""
+    import array
+    from types import SimpleNamespace
+
+    from pgmo.engine.handout import NOT_FREED
+    from pgmo.engine.profiles import survivors_of
+
+    uppers = array.array("q", [NOT_FREED]) * (n + 9)  # room past the n requests
+    for i in range(n):
+        if i not in survivors:
+            uppers[i] = i + 1
+    hot = SimpleNamespace(log_arrays=(None, uppers, None))
+    assert survivors_of(hot, n) == survivors
+    uppers[n + 3] = 5
+    assert survivors_of(hot, n) == survivors

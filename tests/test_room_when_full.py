@@ -213,6 +213,20 @@ def test_the_usable_end_is_looked_for_from_any_start():
     assert books.usable_end(4) == 4  # nothing mapped there
 
 
+def test_the_books_say_whether_a_mapping_starts_in_a_range():
+    """What the arena's boundary asks before it looks for its live blocks' end: whether a
+    trim to ``lo`` would unmap anything below ``hi``."""
+    books = MappingLedger()
+    assert not books.starts_in(0, 100)
+    books.add(0, 4)
+    books.add(8, 4)
+    assert books.starts_in(0, 1) and books.starts_in(8, 9) and books.starts_in(5, 12)
+    assert not books.starts_in(1, 8)  # inside the first mapping, up to the second's start
+    assert not books.starts_in(9, 100) and not books.starts_in(4, 4)
+    books.remove(8)
+    assert not books.starts_in(1, 100)
+
+
 def test_a_run_of_mappings_leaves_the_books_in_one_piece_or_not_at_all():
     """One ``cuMemUnmap`` over several mappings: all of them off the books, a page's handle
     counted once less; a range that is not whole mappings changes nothing."""

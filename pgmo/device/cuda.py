@@ -269,6 +269,10 @@ class CudaRange:
     def mappings(self) -> list[tuple[int, int]]:
         return self._books.mappings()
 
+    def starts_in(self, lo: int, hi: int) -> bool:
+        """Whether a mapping starts in ``[lo, hi)``."""
+        return self._books.starts_in(lo, hi)
+
     def usable_end(self, start: int = 0) -> int:
         """The end of the usable memory from ``start`` (from offset 0: what an arena on this
         range may use)."""

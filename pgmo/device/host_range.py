@@ -378,6 +378,10 @@ class HostRange:
         """``(offset, nbytes)`` of each mapping, in address order."""
         return self._books.mappings()
 
+    def starts_in(self, lo: int, hi: int) -> bool:
+        """Whether a mapping starts in ``[lo, hi)``."""
+        return self._books.starts_in(lo, hi)
+
     def usable_end(self, start: int = 0) -> int:
         """The end of the usable memory from ``start`` (from offset 0: what an arena on this
         range may use)."""

@@ -154,6 +154,11 @@ class MappingLedger:
         """``(offset, nbytes)`` of each mapping, in address order."""
         return [(s, self._lengths[s]) for s in self._starts]
 
+    def starts_in(self, lo: int, hi: int) -> bool:
+        """Whether a mapping starts in ``[lo, hi)`` (a trim to ``lo`` would unmap one)."""
+        k = bisect.bisect_left(self._starts, lo)
+        return k < len(self._starts) and self._starts[k] < hi
+
     def usable_end(self, start: int = 0) -> int:
         """The end of the unbroken run of usable mappings that starts at ``start`` (``start``
         itself when no usable mapping begins there)."""

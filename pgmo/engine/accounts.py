@@ -94,8 +94,9 @@ class MemoryAccounts:
         return {**self.reasons, **self._states}
 
     def _heaps(self) -> list[StreamHeap]:
-        heaps = [h for h in self._old_heaps if h.held]
-        self._old_heaps = heaps
+        heaps = self._old_heaps
+        if heaps:
+            heaps = self._old_heaps = [h for h in heaps if h.held]
         return heaps + [self.heap] if self.heap is not None else heaps
 
     def _may_release(self) -> bool:

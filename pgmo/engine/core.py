@@ -376,8 +376,8 @@ class Engine(PlanChoice, PoolQueries):
                     elsewhere)
         self._first_request = 0
         follow = opening or (None if choosing else self.schedule)
-        if on_plan:
-            self._follow(follow)
+        if on_plan and follow is not None:  # (choosing: the first request picks the plan, and
+            self._follow(follow)             # the one installed stays until then: unused)
         self._began_auto = auto
         self._start_hot(on_plan, follow)
         if holed:
@@ -389,7 +389,9 @@ class Engine(PlanChoice, PoolQueries):
         """Begin the hot path's iteration; a planned one logs into arrays sized for its plans
         (+1 for the request beyond), others grow theirs as they go."""
         hot, period = self.hot, self.watch.period  # a detected iteration's length
-        most = max([s.n for s in (self.schedule, follow) if s] + [self.shapes.most_requests()])
+        schedule = self.schedule
+        most = max(schedule.n if schedule is not None else 0,
+                   follow.n if follow is not None else 0, self.shapes.most_requests())
         hot.begin(_get_ident(), self._thread_hooks() if self._thread_hooks is not None else None,
                   self._context() if self._context is not None else None, on_plan,
                   period if self._began_auto and period is not None else _NO_LIMIT,
@@ -405,7 +407,8 @@ class Engine(PlanChoice, PoolQueries):
             self._admit()
             if not self.state.inside:
                 raise RuntimeError("end_iteration() without begin_iteration()")
-            self._refuse_other_thread("end_iteration()")
+            if _get_ident() != self.hot.owner:
+                self._refuse_other_thread("end_iteration()")
             self._end(aborted)
 
     def _refuse_other_thread(self, call: str) -> None:
@@ -445,9 +448,11 @@ class Engine(PlanChoice, PoolQueries):
         if state.planned:
             current = self.current
             assert current is not None  # a planned iteration with requests follows a plan
-            if not set(survivors_of(hot, n)) <= current.pinned:
+            survivors = survivors_of(hot, n)
+            if survivors and not set(survivors) <= current.pinned:
                 state.departed = True  # planned blocks outlived the iteration
-            if self._hinted_end(state.departed):  # an earlier run's plan that did not hold
+            # an earlier run's plan that did not hold
+            if self._hinted and self._hinted_end(state.departed):
                 return True
             if not state.departed:  # the usual case: its log is not needed
                 self._at_boundary()

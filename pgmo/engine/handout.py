@@ -99,8 +99,11 @@ def _new_slots(n: int) -> array.array:
 
 def _new_log(n: int) -> tuple[array.array, array.array, array.array]:
     """Empty log arrays (lowers, uppers, sizes: :meth:`.Trace.columns`' order) for ``n`` requests."""
-    return (array.array("q", [0]) * n, array.array("q", [NOT_FREED]) * n,
-            array.array("q", [0]) * n)
+    return _ZERO * n, _UNFREED * n, _ZERO * n
+
+
+_ZERO = array.array("q", [0])  # (one each: a new log at every boundary repeats them)
+_UNFREED = array.array("q", [NOT_FREED])
 
 
 def _unconnected(*args: Any) -> Any:

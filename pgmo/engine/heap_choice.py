@@ -98,17 +98,22 @@ class HeapChoice(MemoryAccounts):
 
     _tidied_at = -1  # the boundary (iteration number) of the last tidy
 
-    def tidy_heap(self) -> bool:
+    def tidy_heap(self, heaps: list[StreamHeap] | None = None) -> bool:
         """A page heap's old mappings dropped, its pages kept: one device sync, once per
         boundary (rule 1 of :mod:`.memory`), apart from the boundary's one release (rule 4:
         the heap's idle pages must still go back before an arena is taken); True when
-        done."""
+        done.  ``heaps``: :meth:`_heaps`, when the caller has them."""
+        heaps = self._heaps() if heaps is None else heaps
+        for heap in heaps:  # (a loop: at every boundary)
+            if getattr(heap, "stale", 0):
+                break
+        else:
+            return False
         boundary = self.hot.iteration
-        if not self._stale_mappings() or self._tidied_at == boundary \
-                or self._released_at == boundary or not self._sync():
+        if self._tidied_at == boundary or self._released_at == boundary or not self._sync():
             return False
         self._tidied_at = boundary
-        for heap in self._heaps():
+        for heap in heaps:
             self._tidy(heap)
         return True
 
@@ -122,10 +127,6 @@ class HeapChoice(MemoryAccounts):
         except NOT_GIVEN_BACK as e:  # rule 7: the mapping stays listed, and counted
             self._trouble("trim", "pgmo could not unmap its page heap's old mappings (%s); "
                           "skipped", e)
-
-    def _stale_mappings(self) -> int:
-        """Mappings a page heap left behind, to drop at a boundary (0 for other heaps)."""
-        return sum(getattr(h, "stale", 0) for h in self._heaps())
 
     def _trim(self, heap: StreamHeap) -> None:
         try:

@@ -124,8 +124,10 @@ class HintedStart(EngineParts):
 
     def _openings_arena(self) -> int:
         """The arena the hinted warm-up plans still to come need."""
-        return max((s.arena_size for s in self._openings[self.completed:self.warmup]),
-                   default=0)
+        openings = self._openings
+        if not openings or self.completed >= self.warmup:
+            return 0
+        return max((s.arena_size for s in openings[self.completed:self.warmup]), default=0)
 
     def _choose_hint(self, rs: int) -> None:
         """The first iteration's first request (``rs`` bytes): follow a hinted plan from it

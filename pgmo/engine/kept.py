@@ -58,7 +58,8 @@ class KeptBuffers:
         """A buffer of ``rs`` bytes: an idle one of this size, else a new one, ``take(rs)``
         (the heap's, ``DeviceMemory.exact``; passed here, not kept: no cycle keeps a dropped
         pool alive)."""
-        self.collect(stamp)
+        if self._returned:  # (a call saved per survivor when none died since)
+            self.collect(stamp)
         idle = self._idle.get(rs)
         buffer = idle.pop()[0] if idle else take(rs)
         key = self._next_key
@@ -83,6 +84,8 @@ class KeptBuffers:
         """Give back idle buffers (those idle since before iteration ``before``; None: all)."""
         self.collect(stamp)
         idle = self._idle
+        if not idle:  # (at every boundary: usually no survivor's buffer is idle)
+            return
         if before is None:
             idle.clear()
             return

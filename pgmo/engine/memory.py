@@ -373,9 +373,11 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
                 return False
             self.hot.retire()
             return self._trim_range(arena, self._live_end(arena))
-        arena = self._range_arena()
+        arena = self.hot.arena
         if arena is None:
-            return False
+            arena = self._range_arena()
+            if arena is None:
+                return False
         if arena.size < size:
             self.release_cached()  # what is idle goes first (rule 4)
             self.trim_heap(force=True)
@@ -393,12 +395,20 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
             return True
         self.blocked = False
         self._cleared("arena refused")
-        # The live blocks' end is looked for only when the arena is worth trimming (an O(n)
-        # scan of the plan's slots: not at every boundary of a repeating run).
+        # The live blocks' end is looked for only when the arena is worth trimming and a
+        # mapping starts beyond the plan (an O(n) scan of the plan's slots: not at every
+        # boundary of a repeating run whose arena ends in a mapping the plan reaches into).
+        rng = self.range
+        assert rng is not None  # the arena is on the reserved range
         if arena.size - size >= TRIM_SLACK * size:
-            need = max(size, self._live_end(arena), departed_end)
-            if arena.size - need >= TRIM_SLACK * need and self._trim_range(arena, need):
-                return True
+            holes = self.holes
+            end = self._usable_end() if holes else rng.usable_end()
+            if not holes and not rng.starts_in(size, end):
+                arena.size = end  # nothing to unmap (as _trim_range would find)
+            else:
+                need = max(size, self._live_end(arena), departed_end)
+                if arena.size - need >= TRIM_SLACK * need and self._trim_range(arena, need):
+                    return True
         self.trim_heap()
         return False
 
@@ -456,6 +466,8 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         """The iteration ended: a cudaMalloc arena whose gaps it overflowed grows at the next
         boundary (when the workload varies; otherwise its next plan covers it)."""
         placer, self.placer = self.placer, None
+        if placer is None and not self.holes:  # (at every boundary: the usual case)
+            return
         arena = self.hot.arena
         if placer is not None and placer.overflowed and arena is not None:
             self.wanted = max(self.wanted, round_size(int(arena.size * GROWTH)))
@@ -497,11 +509,17 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         """Give the heaps' wholly free chunks back (one device sync, one trim call) when they
         are worth it, or before an arena grows (``force``); once per boundary (rule 4)."""
         heaps = self._heaps()
-        share = 0.0 if force else HEAP_SLACK * self.total_bytes()
-        # what is held bounds what is idle: the live blocks are summed only when it may do
-        idle = 0 if sum(h.held for h in heaps) < share else sum(h.held - h.used for h in heaps)
-        if idle <= 0 or idle < share:
-            return self.tidy_heap()
+        idle = held = 0
+        for heap in heaps:
+            h = heap.held
+            if h:  # (nothing held, nothing idle: its live blocks are not summed)
+                held += h
+                idle += h - heap.used
+        # All pgmo holds (the heaps' part of it first) is summed only when something idle may
+        # be worth giving back: not at every boundary of a repeating run.
+        if idle <= 0 or (not force and (idle < HEAP_SLACK * held
+                                        or idle < HEAP_SLACK * self.total_bytes())):
+            return self.tidy_heap(heaps)
         if not self._may_release() or not self._sync():
             return False
         for heap in heaps:

@@ -85,6 +85,7 @@ class OwnHeap:
         self._returned: collections.deque = collections.deque()  # (offset, bytes, stream)
         self._quarantine: list[tuple[int, int]] = []  # freed after a stream change
         self._suspect = False  # a call was cut short: rebuild the free list first
+        self._used: int | None = None  # bytes of ``live``, None: to be summed
 
     @property
     def held(self) -> int:
@@ -94,7 +95,10 @@ class OwnHeap:
     def used(self) -> int:
         """Bytes of live blocks (frees that arrived are applied first)."""
         self._collect()
-        return sum(self.live.values())
+        used = self._used
+        if used is None:  # summed again after any change (asked at every boundary)
+            used = self._used = sum(self.live.values())
+        return used
 
     # ----------------------------------------------------------------- blocks
     def malloc(self, size: int) -> _OwnBlock:
@@ -122,6 +126,7 @@ class OwnHeap:
         block = _OwnBlock()
         block.ptr, block.size, block._lo, block._stream, block._heap = \
             self.range.ptr + lo, rs, lo, stream, self
+        self._used = None  # (first: the sum is never older than ``live``)
         # one line: listed live and armed together (see "Commits" in frees.py)
         self.live[lo] = rs; block._returned = self._returned  # noqa: E702
         return block
@@ -141,6 +146,7 @@ class OwnHeap:
         # suspect until the frees are applied: a Ctrl-C in between rebuilds the free list
         # from the live blocks (those taken off ``live`` below are free there)
         self._suspect = True
+        self._used = None
         live, current, spans = self.live, self._current, []
         while returned:
             lo, rs, stream = returned[0]

@@ -60,14 +60,17 @@ def log_of(hot: HotPath, n: int, planned: Trace | None = None) -> Log:
 def survivors_of(hot: HotPath, n: int) -> list[int]:
     """The first ``n`` requests whose block is still live (not freed in the hot path's log)."""
     uppers = hot.log_arrays[1]
-    if n < SCAN_WITH_NUMPY:  # a short log: Python's own scan costs less than NumPy's calls
-        found: list[int] = []
-        try:  # each survivor found by a scan in C (the usual case: none, or a few)
-            i = uppers.index(NOT_FREED, 0, n)
-            while True:
-                found.append(i)
+    if n < SCAN_WITH_NUMPY:  # a short log: its survivors counted in C first; the usual
+        # case, none or a few, found one by one (in C)
+        many = uppers[:n].count(NOT_FREED)
+        if not many:
+            return []
+        if many < FIND_WITH_NUMPY:
+            found: list[int] = []
+            i = -1
+            for _ in range(many):
                 i = uppers.index(NOT_FREED, i + 1, n)
-        except ValueError:
+                found.append(i)
             return found
     found = np.frombuffer(uppers, dtype=np.int64, count=n) == NOT_FREED  # the log, no copy
     return np.flatnonzero(found).tolist()
@@ -77,6 +80,8 @@ def survivors_of(hot: HotPath, n: int) -> list[int]:
 #: whatever their length (DenseNet-BC's 3,414 requests: 76 us in Python), against about
 #: 1 us in Python for AlexNet's 133.
 SCAN_WITH_NUMPY = 1024
+#: Or when this many survivors are counted in a short log (one Python step each, else).
+FIND_WITH_NUMPY = 16
 
 
 def to_profile(log: Log) -> Trace:

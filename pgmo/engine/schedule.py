@@ -18,6 +18,7 @@ paths) and ``tests/test_pool_properties.py``.
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass
 from typing import Final, cast
 
@@ -65,8 +66,9 @@ class Schedule:
         """The sizes of the requests that outlived their iteration (gradients, a kept loss)."""
         return frozenset(round_size(self.profile.size_of(i)) for i in self.pinned)
 
-    @property
+    @functools.cached_property
     def arena_size(self) -> int:
+        """The arena the plan needs (read at every boundary: kept)."""
         return round_size(self.plan.peak)
 
 

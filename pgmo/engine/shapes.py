@@ -74,11 +74,15 @@ class ShapeBook:
 
     def most_requests(self) -> int:
         """The most requests a shape plan holds (the iteration's log is sized for it)."""
+        if not self._plans:  # (at every boundary: most workloads have no shape plans)
+            return 0
         with self._lock:
             return max((s.n for s in self._plans.values()), default=0)
 
     def arena_size(self) -> int:
         """The arena every shape plan needs."""
+        if not self._plans:
+            return 0
         with self._lock:
             return max((s.arena_size for s in self._plans.values()), default=0)
 
