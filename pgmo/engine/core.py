@@ -370,7 +370,7 @@ class Engine(PlanChoice, PoolQueries):
         # iteration's first request may name a plan of an earlier run (hinted.py).
         choosing = (not planless and self._hint_wanted()) or (
             on_plan and opening is None and self.options.shape_plans
-            and (len(self.shapes) > 0 or self.planner.varying > 0))
+            and (self.planner.varying > 0 or len(self.shapes) > 0))
         self._opener = weakref.ref(opener) if opener is not None else None
         state.begin("fallback" if elsewhere else self._next_mode(), on_plan, choosing,
                     elsewhere)

@@ -82,7 +82,8 @@ class KeptBuffers:
 
     def release(self, stamp: int, before: int | None = None) -> None:
         """Give back idle buffers (those idle since before iteration ``before``; None: all)."""
-        self.collect(stamp)
+        if self._returned:
+            self.collect(stamp)
         idle = self._idle
         if not idle:  # (at every boundary: usually no survivor's buffer is idle)
             return
