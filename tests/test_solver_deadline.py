@@ -149,3 +149,32 @@ def test_a_search_in_slices_visits_the_nodes_of_one_search(trace, slice_nodes, s
         result = sliced.advance(min(slice_nodes, 400 - sliced.nodes))
     assert result == expected
     assert sliced.nodes == whole.nodes
+
+
+def test_a_phase_share_knows_the_whole_budget_it_came_from():
+    whole = Budget(deadline=10.0, clock=lambda: 0.0)
+    part = whole.share(0.5)
+    inner = part.share(0.5)
+    assert (part.deadline, inner.deadline) == (5.0, 2.5)
+    assert inner.whole is whole and part.whole is whole and whole.whole is whole
+
+
+def test_a_core_found_is_filled_past_its_phase_share_within_the_whole_limit():
+    """The peak core's fill is the phase's only payoff: once a core packs under the
+    capacity, the fill may use the whole search's time left, not only the phase's share;
+    where even that is too short, nothing is filled (no packing is yielded)."""
+    from pgmo.solver.peak_core import core_packings
+
+    n = 1200
+    lowers = [2 * i for i in range(n)]
+    uppers = [2 * i + 3 for i in range(n)]  # each block overlaps the next one
+    sizes = [512 * (1 + i % 7) for i in range(n)]
+    capacity = max(sizes[i] + sizes[i + 1] for i in range(n - 1))
+    whole = Budget(deadline=10.0, clock=lambda: 1.0)
+    part = whole.share(0.1)  # 0.9 s of its own: a 5 s fill does not fit it
+    assert not part.fits(5.0) and whole.fits(5.0)
+    packed = list(core_packings(lowers, uppers, sizes, capacity, part, fill_seconds=5.0))
+    assert packed
+    for _, offsets in packed:
+        assert find_conflict(Trace.from_columns(lowers, uppers, sizes).blocks, offsets) is None
+    assert not list(core_packings(lowers, uppers, sizes, capacity, part, fill_seconds=20.0))

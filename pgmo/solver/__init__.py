@@ -35,10 +35,13 @@ from .packing import Packing
 
 __all__ = ["solve", "METHODS", "BACKENDS", "SolverOptions", "Packing", "deadline_for"]
 
-#: Seconds the end of a solve (the plan, its validation) takes per block,
-#: reserved out of the limit: 1.3 us measured on 28 000 blocks, 3.8 us on
-#: 62 000, twice that with the machine's other core busy.
-_TAIL_SECONDS_PER_BLOCK = 1e-5
+#: Seconds the end of a solve (the plan, its validation) takes per block, reserved out of
+#: the limit: it grows with the trace (1.3 us measured per block on 28 000 blocks, 3.8 us
+#: on 62 000, twice that with the machine's other core busy), so the reserve per block is
+#: this plus :data:`_TAIL_SECONDS_PER_PAIR` per block more (2.1 us per block on 10 000
+#: blocks, 3.8 on 28 000, 7.2 on 62 000).
+_TAIL_SECONDS_PER_BLOCK = 1e-6
+_TAIL_SECONDS_PER_PAIR = 1e-10
 #: Most of the limit reserved so (half: a 1 s limit on 62 000 blocks).
 _TAIL_MAX_SHARE = 0.5
 
@@ -47,7 +50,8 @@ def deadline_for(options: SolverOptions, n_blocks: int, start: float) -> float |
     """When a method must stop so that :func:`solve` returns within the time limit."""
     if options.time_limit is None:
         return None
-    reserve = min(_TAIL_MAX_SHARE * options.time_limit, 0.02 + _TAIL_SECONDS_PER_BLOCK * n_blocks)
+    tail = n_blocks * (_TAIL_SECONDS_PER_BLOCK + _TAIL_SECONDS_PER_PAIR * n_blocks)
+    reserve = min(_TAIL_MAX_SHARE * options.time_limit, 0.02 + tail)
     return start + options.time_limit - reserve
 
 

@@ -37,6 +37,17 @@ class Budget:
         self.deadline = deadline
         self.clock = clock
         self.used = 0
+        #: The budget this one is a share of (None: the whole search's own).
+        self.outer: Budget | None = None
+
+    @property
+    def whole(self) -> "Budget":
+        """The whole search's budget: for work that is a phase's only payoff, which a
+        phase may finish past its share (the phases after it get less)."""
+        budget = self
+        while budget.outer is not None:
+            budget = budget.outer
+        return budget
 
     @property
     def steps_left(self) -> int | None:
@@ -73,7 +84,9 @@ class Budget:
         if self.deadline is not None:
             now = self.clock()
             deadline = now + max(0.0, self.deadline - now) * fraction
-        return Budget(steps, deadline, self.clock)
+        part = Budget(steps, deadline, self.clock)
+        part.outer = self
+        return part
 
     def limit(self, steps: int) -> int:
         """``steps``, or fewer when fewer are left."""

@@ -83,12 +83,15 @@ def core_packings(lowers: Sequence[int], uppers: Sequence[int], sizes: Sequence[
             stats["restarts"] += 1
             if status != FOUND or offsets is None:  # FOUND carries the offsets
                 continue
-            if not budget.fits(fill_seconds):
+            # The fill is the core's payoff: it may use the whole search's time left (a
+            # core found under the capacity is worth more than the phases after this one).
+            whole = budget.whole
+            if not whole.fits(fill_seconds):
                 return
             fixed = {int(i): o for i, o in zip(inside, offsets)}
             try:
                 packed = gap_fit_offsets(lowers, uppers, sizes, size_order, "first", fixed,
-                                         budget)
+                                         whole)
             except OutOfTime:
                 return
             yield f"peak-core/{half}/{rule}", packed

@@ -216,15 +216,17 @@ def gap_greedies(best: Incumbent, budget: Budget, seed: int = 0) -> PhaseReport:
 def peak_core(best: Incumbent, budget: Budget, seed: int = 0) -> PhaseReport:
     """Pack the blocks around the max-load instant exactly, the rest around them.
 
-    Skipped where the time left does not fit one fill of the rest (its
-    estimate): a core packing gives nothing without one, and setting the
-    core up takes seconds on 60 000 blocks.  (Its block orders are fixed:
+    Skipped where the whole search's time left does not fit one fill of the
+    rest (its estimate): a core packing gives nothing without one, and
+    setting the core up takes seconds on 60 000 blocks.  A core found is
+    filled within the whole search's time, past this phase's share if need be
+    (the phases after it then get less).  (Its block orders are fixed:
     ``seed`` is unused.)
     """
     report = PhaseReport("peak-core")
     stats: dict = {}
-    fill = 2 * best.cost.get("gap", _GAP_COST_PER_BLOCK * best.n)
-    if not budget.fits(fill):
+    fill = best.cost.get("gap", _GAP_COST_PER_BLOCK * best.n)
+    if not budget.whole.fits(fill):
         report.skipped.append("peak-core")
         return report
     for name, offsets in core_packings(*best.cols, best.lower_bound, budget,
