@@ -298,3 +298,80 @@ def test_without_virtual_memory_a_refused_larger_arena_leaves_the_old_one_in_use
     assert engine.hot.arena.size == 3 * MiB and engine.stats().planned_peak == 3 * MiB
     assert checker.corrupted == 0 and checker.overlaps == 0
     engine.close()
+
+
+def test_a_shape_plan_that_lands_inside_an_iteration_longer_than_its_log_is_not_followed():
+    """A recurring shape's plan is made in the background and may land after an iteration
+    began, its log already sized for the plans there were.  Followed from that iteration's
+    first request, a plan with more requests than the log has room for would fail half-way
+    through a hand-out (the block counted, its free never armed).  The iteration follows the
+    main plan instead (and departs from it); the shape's plan is followed from the next."""
+    import pgmo
+    from pgmo.engine.schedule import compile_schedule
+    from pgmo.measure.hosts import host_engine
+    from pgmo.measure.replay import Checker
+
+    MiB = 1 << 20
+    engine = host_engine(warmup=0, replan="sync", method="bestfit")
+    checker = Checker(host=True, device=engine.host_device, write=True)
+
+    def iteration(sizes):
+        with engine.iteration():
+            for size in sizes:
+                assert checker.free(checker.alloc(engine, size))
+
+    def shape_plan(n, size):
+        profile = pgmo.Trace.from_tuples([(i, i, i + 1, size) for i in range(n)])
+        return compile_schedule(profile, pgmo.Plan(profile, (0,) * n))
+
+    for _ in range(3):
+        iteration([MiB, MiB])
+    engine.shapes._plans[8192] = shape_plan(2, 8192)  # a shape planned before: iterations
+    engine.begin_iteration()                          # begin by choosing their plan
+    log_room = len(engine.hot.log_arrays[0])
+    engine.shapes._plans[4096] = shape_plan(log_room + 40, 4096)  # lands now
+    for _ in range(log_room + 40):
+        assert checker.free(checker.alloc(engine, 4096))
+    engine.end_iteration()
+    st = engine.stats()
+    assert st.departures >= 1 and st.shape_iterations == 0
+    iteration([4096] * (log_room + 40))  # the next iteration follows the shape's plan
+    assert engine.stats().shape_iterations == 1
+    assert engine.stats().departures == st.departures
+    assert checker.corrupted == 0 and checker.overlaps == 0
+    engine.close()
+
+
+def test_a_ctrl_c_while_the_first_request_picks_the_plan_leaves_the_pick_to_the_next():
+    """The first request of a varying workload's iteration picks its plan; a Ctrl-C that
+    lands before the pick is installed leaves the iteration still to pick (the next request
+    picks, through the engine), never serving from the plan installed before."""
+    from pgmo.measure.hosts import host_engine
+    from pgmo.measure.replay import Checker
+
+    MiB = 1 << 20
+    engine = host_engine(warmup=0, replan="sync", method="bestfit")
+    checker = Checker(host=True, device=engine.host_device, write=True)
+    for sizes in ([MiB, MiB],) * 3 + ([2 * MiB, MiB],) * 3:  # a second shape, planned
+        with engine.iteration():
+            for size in sizes:
+                assert checker.free(checker.alloc(engine, size))
+    follow, calls = engine._follow, []
+
+    def cut_short(schedule):
+        calls.append(schedule)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        follow(schedule)
+
+    with engine.iteration():
+        assert engine.state.choosing
+        engine._follow = cut_short
+        with pytest.raises(KeyboardInterrupt):
+            checker.alloc(engine, MiB)
+        assert engine.state.choosing  # not picked: the next request picks
+        for size in (MiB, MiB):
+            assert checker.free(checker.alloc(engine, size))
+    assert len(calls) == 2 and calls[0] is calls[1]
+    assert checker.corrupted == 0 and checker.overlaps == 0
+    engine.close()

@@ -131,17 +131,23 @@ class PlanChoice(HintedStart):
         if self._hinting:
             self._choose_hint(rs)
             return
-        self.state.choosing = False
         self._first_request = rs
         chosen = None
         if rs != self._main_key():
+            hot = self.hot
             chosen = self.shapes.schedule_for(rs)
-            arena = self.hot.arena
-            if chosen is not None and (arena is None or chosen.arena_size > arena.size):
-                chosen = None  # the arena cannot hold it yet
+            arena = hot.arena
+            if chosen is not None and (arena is None or chosen.arena_size > arena.size
+                                       or chosen.n > len(hot.log_arrays[0])):
+                # the arena cannot hold it yet, or it landed (from the background) after
+                # the iteration's log was sized: followed from the next iteration
+                chosen = None
+        self._follow(chosen or self.schedule)
         if chosen is not None:
             self.shapes.switches += 1
-        self._follow(chosen or self.schedule)
+        # after: a choice cut short (a Ctrl-C) is made again at the next request, never
+        # served from the rows installed before it
+        self.state.choosing = False
         self._refresh_kind()
 
     def _follow(self, schedule: Schedule | None) -> None:
