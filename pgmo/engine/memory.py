@@ -403,7 +403,7 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
         if arena.size - size >= TRIM_SLACK * size:
             holes = self.holes
             end = self._usable_end() if holes else rng.usable_end()
-            if not holes and not rng.starts_in(size, end):
+            if not holes and not self._starts_in(size, end):
                 arena.size = end  # nothing to unmap (as _trim_range would find)
             else:
                 need = max(size, self._live_end(arena), departed_end)

@@ -88,8 +88,6 @@ class ReservedRange(Reservation, Protocol):
 
     def mappings(self) -> list[tuple[int, int]]: ...
 
-    def starts_in(self, lo: int, hi: int) -> bool: ...
-
     def usable_end(self, start: int = 0) -> int: ...
 
 
@@ -165,7 +163,8 @@ class Backend:
     ``reserve(nbytes)`` reserves a virtual address range (CUDA's virtual
     memory management; an object with ``ptr``, ``size``, ``granule``,
     ``mapped``, ``map(offset, nbytes)``, ``unmap(offset, nbytes)``,
-    ``mappings()``, ``synchronize()``, ``close()``), or is None where the
+    ``mappings()``, ``usable_end()``, ``synchronize()``, ``close()``, and
+    optionally ``starts_in(lo, hi)``), or is None where the
     device or the bindings lack it: the arena is then one cudaMalloc.
     ``heap()`` makes a private stream-ordered pool (``malloc(nbytes)`` whose
     block's death frees it without a device sync, ``trim()``,

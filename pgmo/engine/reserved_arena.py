@@ -245,6 +245,16 @@ class ReservedArena(MemoryAccounts):
             self.note_reserved()
         return True
 
+    def _starts_in(self, lo: int, hi: int) -> bool:
+        """Whether a mapping of the range starts in ``[lo, hi)`` (one bisection of its books;
+        a range of the user's own backend without ``starts_in``: its mappings read)."""
+        rng = self.range
+        assert rng is not None
+        starts_in = getattr(rng, "starts_in", None)
+        if starts_in is not None:
+            return bool(starts_in(lo, hi))
+        return any(lo <= start < hi for start, _ in rng.mappings())
+
     def _live_end(self, arena: Arena) -> int:
         return max((end for _, end in self.hot.live_spans(arena)), default=0)
 
