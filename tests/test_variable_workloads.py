@@ -375,3 +375,72 @@ def test_a_ctrl_c_while_the_first_request_picks_the_plan_leaves_the_pick_to_the_
     assert len(calls) == 2 and calls[0] is calls[1]
     assert checker.corrupted == 0 and checker.overlaps == 0
     engine.close()
+
+
+def test_a_shape_plan_that_lands_after_the_boundarys_fit_is_not_followed_into_a_trim():
+    """A reserved arena may be trimmed inside an iteration (``free_all_blocks``, a full
+    device) down to the plans its boundary fitted.  A shape's plan that landed after that
+    fit is not covered, so it is followed from the next iteration, not this one: a trim
+    inside this one could unmap the end it would hand out."""
+    import pgmo
+    from pgmo.engine.schedule import compile_schedule
+    from pgmo.measure.hosts import host_engine
+    from pgmo.measure.replay import Checker
+
+    KiB, MiB = 1 << 10, 1 << 20
+    engine = host_engine(warmup=0, replan="sync", method="bestfit", page=512)
+    checker = Checker(host=True, device=engine.host_device, write=True)
+
+    def iteration(sizes):
+        with engine.iteration():
+            for size in sizes:
+                assert checker.free(checker.alloc(engine, size))
+
+    def shape_plan(offsets, size):
+        n = len(offsets)
+        profile = pgmo.Trace.from_tuples([(i, i, i + 1, size) for i in range(n)])
+        return compile_schedule(profile, pgmo.Plan(profile, tuple(offsets)))
+
+    for _ in range(3):
+        iteration([MiB, MiB])
+    engine.shapes._plans[4096] = shape_plan([0], 4096)  # iterations begin by choosing
+    engine.shapes._plans[8192] = shape_plan([0, MiB], 16 * KiB)  # 1 MiB + 16 KiB
+    iteration([MiB, MiB])  # the boundary fits the arena to it
+    engine.shapes.forget(8192)
+    iteration([MiB, MiB])  # the arena stays; the plans it is fitted to no longer need it
+    assert engine.hot.arena.size > MiB
+    engine.begin_iteration()
+    late = shape_plan([0, MiB], 16 * KiB)
+    engine.shapes._plans[16384] = late  # lands now, after the boundary's fit
+    a = checker.alloc(engine, 16 * KiB)
+    assert engine.current is not late
+    assert checker.free(a)
+    engine.free_all_blocks()  # trims the arena to the plans fitted
+    b = checker.alloc(engine, 16 * KiB)
+    assert engine.host_device.holds(b[0].ptr, 16 * KiB)
+    assert checker.free(b)
+    engine.end_iteration()
+    iteration([16 * KiB, 16 * KiB])  # followed from the next iteration
+    assert engine.current is late
+    assert checker.corrupted == 0 and checker.overlaps == 0
+    engine.close()
+
+
+def test_the_addresses_of_plans_no_longer_followed_are_not_kept_for_ever():
+    """More recurring shapes than the shape book keeps: evicted shapes come back and are
+    planned again; the arena addresses computed for the plans followed stay bounded."""
+    from pgmo.measure.hosts import host_engine
+
+    KiB = 1 << 10
+    engine = host_engine(warmup=0, replan="sync", method="bestfit", page=512)
+    most = 0
+    for _ in range(25):
+        for k in range(12):
+            with engine.iteration():
+                blocks = [engine.malloc((k + 1) * 4 * KiB)]
+                blocks += [engine.malloc(512 * KiB if j == k else 8 * KiB) for j in range(12)]
+                del blocks
+        most = max(most, len(engine._addresses))
+    assert engine.shapes.planned > 12  # shapes were evicted and planned again
+    assert most <= 16
+    engine.close()

@@ -33,6 +33,10 @@ __all__ = ["PlanChoice", "PLAN_OVER_HEAP"]
 
 log = logging.getLogger("pgmo.pool")
 
+#: Plans whose addresses in the arena are kept between the iterations that follow them
+#: (the main plan and the shape plans, :data:`.shapes.MAX_SHAPES`, with room to spare).
+_ADDRESSES_KEPT = 16
+
 #: A first plan is searched further, then declined, when, beside what outlives the iterations,
 #: its arena would hold more than this times the most the heap held while it served them (a
 #: plan may hold a little more than the heap: it costs no call, no search at a request).
@@ -138,9 +142,12 @@ class PlanChoice(HintedStart):
             chosen = self.shapes.schedule_for(rs)
             arena = hot.arena
             if chosen is not None and (arena is None or chosen.arena_size > arena.size
+                                       or not self.memory.keeps(chosen.arena_size)
                                        or chosen.n > len(hot.log_arrays[0])):
                 # the arena cannot hold it yet, or it landed (from the background) after
-                # the iteration's log was sized: followed from the next iteration
+                # the boundary fitted the arena to the plans (a trim inside the iteration
+                # could unmap its end) or sized the iteration's log: followed from the
+                # next iteration
                 chosen = None
         self._follow(chosen or self.schedule)
         if chosen is not None:
@@ -162,10 +169,15 @@ class PlanChoice(HintedStart):
             return
         arena = hot.arena
         ptr = arena.ptr if arena is not None else 0
-        cached = self._addresses.get(id(schedule))
+        addresses = self._addresses
+        cached = addresses.get(id(schedule))
         if cached is None or cached[0] != ptr or cached[2] is not schedule:
+            if len(addresses) >= _ADDRESSES_KEPT:  # plans no longer followed (shape plans
+                main = self.schedule                # replaced or evicted) are not kept
+                for key in [k for k, v in addresses.items() if v[2] is not main]:
+                    del addresses[key]
             cached = (ptr, hot.addresses_for(schedule.rows), schedule)
-            self._addresses[id(schedule)] = cached
+            addresses[id(schedule)] = cached
         hot.install(schedule.rows, cached[1])
         self.current = schedule  # after: cut short before, the next call installs it
 

@@ -245,6 +245,14 @@ class ReservedArena(MemoryAccounts):
             self.note_reserved()
         return True
 
+    def keeps(self, size: int) -> bool:
+        """Whether the arena keeps its first ``size`` bytes mapped until the next boundary,
+        whatever is given back inside an iteration (rule 4: a reserved arena is trimmed
+        to the plans its boundary fitted, ``planned``; a cudaMalloc arena is not changed
+        inside an iteration)."""
+        arena = self.hot.arena
+        return arena is not None and (not self._on_range(arena) or size <= self.planned)
+
     def _starts_in(self, lo: int, hi: int) -> bool:
         """Whether a mapping of the range starts in ``[lo, hi)`` (one bisection of its books;
         a range of the user's own backend without ``starts_in``: its mappings read)."""
