@@ -300,14 +300,30 @@ def test_without_virtual_memory_a_refused_larger_arena_leaves_the_old_one_in_use
     engine.close()
 
 
+def checked_iteration(engine, checker, sizes):
+    """One iteration of ``engine``: a block of each size, written, checked and freed."""
+    with engine.iteration():
+        for size in sizes:
+            assert checker.free(checker.alloc(engine, size))
+
+
+def shape_plan(offsets, size):
+    """A shape's plan as the planner would compile it: ``len(offsets)`` blocks of ``size``
+    bytes one after the other, at these offsets."""
+    import pgmo
+    from pgmo.engine.schedule import compile_schedule
+
+    n = len(offsets)
+    profile = pgmo.Trace.from_tuples([(i, i, i + 1, size) for i in range(n)])
+    return compile_schedule(profile, pgmo.Plan(profile, tuple(offsets)))
+
+
 def test_a_shape_plan_that_lands_inside_an_iteration_longer_than_its_log_is_not_followed():
     """A recurring shape's plan is made in the background and may land after an iteration
     began, its log already sized for the plans there were.  Followed from that iteration's
     first request, a plan with more requests than the log has room for would fail half-way
     through a hand-out (the block counted, its free never armed).  The iteration follows the
     main plan instead (and departs from it); the shape's plan is followed from the next."""
-    import pgmo
-    from pgmo.engine.schedule import compile_schedule
     from pgmo.measure.hosts import host_engine
     from pgmo.measure.replay import Checker
 
@@ -316,20 +332,14 @@ def test_a_shape_plan_that_lands_inside_an_iteration_longer_than_its_log_is_not_
     checker = Checker(host=True, device=engine.host_device, write=True)
 
     def iteration(sizes):
-        with engine.iteration():
-            for size in sizes:
-                assert checker.free(checker.alloc(engine, size))
-
-    def shape_plan(n, size):
-        profile = pgmo.Trace.from_tuples([(i, i, i + 1, size) for i in range(n)])
-        return compile_schedule(profile, pgmo.Plan(profile, (0,) * n))
+        checked_iteration(engine, checker, sizes)
 
     for _ in range(3):
         iteration([MiB, MiB])
-    engine.shapes._plans[8192] = shape_plan(2, 8192)  # a shape planned before: iterations
+    engine.shapes._plans[8192] = shape_plan([0, 0], 8192)  # a shape planned before: iterations
     engine.begin_iteration()                          # begin by choosing their plan
     log_room = len(engine.hot.log_arrays[0])
-    engine.shapes._plans[4096] = shape_plan(log_room + 40, 4096)  # lands now
+    engine.shapes._plans[4096] = shape_plan([0] * (log_room + 40), 4096)  # lands now
     for _ in range(log_room + 40):
         assert checker.free(checker.alloc(engine, 4096))
     engine.end_iteration()
@@ -353,9 +363,7 @@ def test_a_ctrl_c_while_the_first_request_picks_the_plan_leaves_the_pick_to_the_
     engine = host_engine(warmup=0, replan="sync", method="bestfit")
     checker = Checker(host=True, device=engine.host_device, write=True)
     for sizes in ([MiB, MiB],) * 3 + ([2 * MiB, MiB],) * 3:  # a second shape, planned
-        with engine.iteration():
-            for size in sizes:
-                assert checker.free(checker.alloc(engine, size))
+        checked_iteration(engine, checker, sizes)
     follow, calls = engine._follow, []
 
     def cut_short(schedule):
@@ -382,8 +390,6 @@ def test_a_shape_plan_that_lands_after_the_boundarys_fit_is_not_followed_into_a_
     device) down to the plans its boundary fitted.  A shape's plan that landed after that
     fit is not covered, so it is followed from the next iteration, not this one: a trim
     inside this one could unmap the end it would hand out."""
-    import pgmo
-    from pgmo.engine.schedule import compile_schedule
     from pgmo.measure.hosts import host_engine
     from pgmo.measure.replay import Checker
 
@@ -392,14 +398,7 @@ def test_a_shape_plan_that_lands_after_the_boundarys_fit_is_not_followed_into_a_
     checker = Checker(host=True, device=engine.host_device, write=True)
 
     def iteration(sizes):
-        with engine.iteration():
-            for size in sizes:
-                assert checker.free(checker.alloc(engine, size))
-
-    def shape_plan(offsets, size):
-        n = len(offsets)
-        profile = pgmo.Trace.from_tuples([(i, i, i + 1, size) for i in range(n)])
-        return compile_schedule(profile, pgmo.Plan(profile, tuple(offsets)))
+        checked_iteration(engine, checker, sizes)
 
     for _ in range(3):
         iteration([MiB, MiB])
