@@ -73,13 +73,16 @@ def _in_device_model(frame) -> bool:
 class Injector:
     """Counts the engine's line events; raises :class:`Interrupt` at the ``at``-th one, or at
     every ``every``-th one (``at=None, every=None``: only counts, listing the lines).
+    ``functions``: only the lines of the engine's functions of these names count.
 
     ``real``: a real SIGINT is raised there instead, which Python's handler (or whatever
     the code let wait for it) turns into a KeyboardInterrupt."""
 
     def __init__(self, at: int | None = None, every: int | None = None,
-                 traced: tuple[str, ...] = TRACED, real: bool = False):
+                 traced: tuple[str, ...] = TRACED, real: bool = False,
+                 functions: frozenset[str] | None = None):
         self.traced = traced
+        self.functions = functions  # only the lines of functions of these names (None: all)
         self.real = real
         self.at = at
         self.every = every
@@ -107,6 +110,7 @@ class Injector:
 
     def _global(self, frame, event, arg):
         if frame.f_code.co_filename.startswith(self.traced) \
+                and (self.functions is None or frame.f_code.co_name in self.functions) \
                 and (self.every is not None or not self.fired) \
                 and frame.f_code.co_name not in DESTRUCTORS and not _in_device_model(frame):
             return self._local

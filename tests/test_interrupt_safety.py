@@ -262,3 +262,145 @@ def test_a_ctrl_c_while_a_plan_is_handed_over_to_be_kept_leaves_nothing_for_clos
     else:
         raise AssertionError("the hand-over never ran to its end uninterrupted")
     assert fired_somewhere
+
+
+# ------------------------------------------- a Ctrl-C the user catches, the iteration goes on
+# A notebook user may catch the KeyboardInterrupt inside an iteration and go on with it.
+# Each sweep raises it at every line of the functions named, one run per line, catches it
+# where the user would, and goes on: never a block lent twice, never an error later.
+
+def caught_at_every_line(scenario) -> int:
+    """``scenario(at)`` for at = 1, 2, ... until its Ctrl-C lands nowhere (it returns whether
+    it fired); the number of lines where it landed (some, or the sweep tests nothing)."""
+    at = 0
+    while scenario(at + 1):
+        at += 1
+    assert at > 3, "the sweep landed on too few lines to test anything"
+    return at
+
+
+def alloc_free_iterations(engine, checker, sizes, iterations: int) -> None:
+    for _ in range(iterations):
+        with engine.iteration():
+            for size in sizes:
+                assert checker.free(checker.alloc(engine, size))
+
+
+@pytest.mark.parametrize("hot_path", HOT_PATHS)
+def test_a_ctrl_c_caught_inside_reset_leaves_an_iteration_that_goes_on(hot_path):
+    """``reset()`` inside a planned iteration, cut short at any line: the iteration's later
+    requests, larger than planned (a departure from a plan half forgotten used to fail an
+    assertion), are served, and the pool goes on."""
+
+    def scenario(at: int) -> bool:
+        engine, checker = make(hot_path, "sync")
+        alloc_free_iterations(engine, checker, SIZES, 3)  # warm-up, profiled, planned
+        live = []
+        with engine.iteration():
+            assert engine.mode == "optimized"
+            live += [checker.alloc(engine, size) for size in SIZES[:3]]
+            with Injector(at, functions=frozenset({"reset", "_reset_plan"})) as injector:
+                try:
+                    engine.reset()
+                except Interrupt:
+                    pass
+            live += [checker.alloc(engine, 2 * size) for size in SIZES[3:]]
+            while live:
+                assert checker.free(live.pop()), at
+        alloc_free_iterations(engine, checker, SIZES, 4)
+        assert checker.corrupted == 0 and checker.overlaps == 0, at
+        check_books(engine, checker)
+        assert engine.mode == "optimized"  # planned again
+        engine.close()
+        return bool(injector.fired)
+
+    caught_at_every_line(scenario)
+
+
+def test_a_ctrl_c_caught_while_a_shape_is_marked_for_planning_leaves_it_to_be_planned():
+    """Iterations of two shapes, in turn: the second shape is planned the second time an
+    iteration of it leaves the main plan.  A Ctrl-C at any line of that (at the iteration's
+    end) leaves the shape to be planned at its next iteration (one cut short between its
+    mark and its planning was never planned)."""
+    from pgmo.measure.hosts import host_engine
+
+    a, b = [MiB, 3 * MiB, MiB], [2 * MiB, MiB]
+
+    def scenario(at: int) -> bool:
+        engine = host_engine(warmup=0, replan="sync", method="bestfit")
+        checker = Checker(host=True, device=engine.host_device, write=True)
+        for sizes in (a, b, a, b, a):
+            alloc_free_iterations(engine, checker, sizes, 1)
+        assert not engine.shapes.planned
+        with Injector(at, functions=frozenset({"observe"})) as injector:
+            try:
+                alloc_free_iterations(engine, checker, b, 1)  # its second departure
+            except Interrupt:
+                pass
+        for sizes in (a, b, a):
+            alloc_free_iterations(engine, checker, sizes, 1)
+        assert engine.shapes.planned == 1, f"the shape was never planned (line event {at})"
+        switches = engine.shapes.switches
+        alloc_free_iterations(engine, checker, b, 1)
+        assert engine.shapes.switches == switches + 1  # followed from its own plan
+        assert checker.corrupted == 0 and checker.overlaps == 0
+        engine.close()
+        return bool(injector.fired)
+
+    caught_at_every_line(scenario)
+
+
+def test_a_ctrl_c_caught_while_the_first_request_takes_a_cached_plan_leaves_a_usable_iteration(
+        monkeypatch, tmp_path):
+    """A second run's first request takes the plan cached by the first; cut short at any
+    line of that, the user asks again and goes on, with an interruption inside the
+    iteration, past the 64 requests its log began with (a plan followed in a log sized for
+    no plan used to fail there)."""
+    pytest.importorskip("cupy")  # the pool keeps and reads the plans
+    import shutil
+
+    from pgmo.measure.hosts import host_pool
+
+    sizes = [(k % 7 + 1) * 64 * 1024 for k in range(80)]
+
+    def train(pool, checker, iterations, injector=None):
+        for it in range(iterations):
+            with pool.iteration():
+                live = []
+                for k, size in enumerate(sizes):
+                    if k == 40:
+                        with pool.interrupted():
+                            assert checker.free(checker.alloc(pool, 3 * MiB))
+                    try:
+                        live.append(checker.alloc(pool, size))
+                    except Interrupt:
+                        assert it == 0 and k == 0 and injector is not None and injector.fired
+                        live.append(checker.alloc(pool, size))  # the user asks again
+                    if len(live) > 3:
+                        assert checker.free(live.pop(0))
+                while live:
+                    assert checker.free(live.pop())
+
+    first_cache = tmp_path / "first"
+    monkeypatch.setenv("PGMO_CACHE_DIR", str(first_cache))
+    first = host_pool(page=512, plan_cache=True)
+    train(first, Checker(host=True, device=first.host_device, write=True), 4)
+    first.close()
+
+    def scenario(at: int) -> bool:
+        cache = tmp_path / f"run-{at}"
+        shutil.copytree(first_cache, cache)
+        monkeypatch.setenv("PGMO_CACHE_DIR", str(cache))
+        pool = host_pool(page=512, plan_cache=True)
+        checker = Checker(host=True, device=pool.host_device, write=True)
+        with Injector(at, functions=frozenset({"_choose_hint", "_take_hint"})) as injector:
+            train(pool, checker, 1, injector)
+        train(pool, checker, 3)
+        assert checker.corrupted == 0 and checker.overlaps == 0, at
+        assert pool.used_bytes() == checker.live_bytes == 0
+        if not injector.fired:
+            assert pool.stats().planned_requests >= 3 * len(sizes)  # the cached plan served
+        pool.close()
+        return bool(injector.fired)
+
+    caught_at_every_line(scenario)

@@ -137,8 +137,10 @@ class HintedStart(EngineParts):
         first = self._take_hint(rs)
         if first is not None:
             self._follow(first)
-            state.begin(self._next_mode(), True)  # planned from this, its first request
+            # the log first, sized for the plan: a Ctrl-C between the two leaves an
+            # iteration recorded (in a log that grows), never one planned in a log too short
             self._start_hot(True, first)
+            state.begin(self._next_mode(), True)  # planned from this, its first request
         self._refresh_kind()
 
     def _take_hint(self, rs: int) -> Schedule | None:

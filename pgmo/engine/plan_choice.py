@@ -281,19 +281,20 @@ class PlanChoice(HintedStart):
     def _reset_plan(self) -> None:
         # An iteration that began planned and lost its plan half-way logged
         # only part of its requests: it is no profile.
+        # Off the plan first, then forget it: a Ctrl-C anywhere below leaves an iteration
+        # that no longer follows the plan, never one served from a plan half forgotten.
         state = self.state
         state.plan_dropped = state.inside and state.planned
+        state.on_plan = state.choosing = False
+        self._refresh_kind()
         self.planner.reset()
         self.hot.retire()
+        self.hot.install(None)
         self.schedule = self._pending = self.current = self._deferred = None
         self._declined_at = None  # profiled afresh: a new plan is judged anew
         self.shapes.clear()
         self._forget_hint()
         self._addresses.clear()
-        state.choosing = False
-        self.hot.install(None)
-        state.on_plan = False
-        self._refresh_kind()
         self.memory.drop()
 
     def close(self) -> None:

@@ -89,31 +89,40 @@ class ShapeBook:
     def observe(self, key: int, run_log: Log, again: bool = False) -> None:
         """An iteration of shape ``key`` ran off the shape plans (``run_log`` filled): the
         second time a shape is seen (or ``again``: it left its own plan) it is planned."""
-        with self._lock:
-            if key in self._plans or key in self._pending or key in self._given_up:
-                return
-            seen = self._seen.get(key)
-            if not again and (seen is None or seen.sizes != run_log.sizes):
-                self._seen[key] = run_log  # not (yet) a shape that recurs request by request
-                return
-            self._seen.pop(key, None)
-            self._pending.add(key)
-            epoch = self._epoch
+        epoch = self._epoch
+        pending = False
 
         def done(schedule: Schedule | None) -> None:
             with self._lock:
                 self._pending.discard(key)
-                if schedule is None or epoch != self._epoch:
+                if epoch != self._epoch:
+                    return
+                self._seen.pop(key, None)  # planned, or not to be planned from this log
+                if schedule is None:
                     return
                 self._plans[key] = schedule
                 self.planned += 1
                 while len(self._plans) > MAX_SHAPES:
                     self._plans.popitem(last=False)
 
+        # A Ctrl-C anywhere from the shape's marking as pending on takes the mark back (a
+        # shape left pending would never be planned); its first log goes only with its plan.
         try:
+            with self._lock:
+                if key in self._plans or key in self._pending or key in self._given_up:
+                    return
+                seen = self._seen.get(key)
+                if not again and (seen is None or seen.sizes != run_log.sizes):
+                    self._seen[key] = run_log  # not (yet) a shape that recurs request by request
+                    return
+                epoch = self._epoch
+                pending = True  # before the mark: taking back a mark not made is harmless
+                self._pending.add(key)
             self._plan(run_log, done)
         except BaseException:
-            done(None)
+            if pending:
+                with self._lock:
+                    self._pending.discard(key)
             raise
 
     def forget(self, key: int) -> bool:
