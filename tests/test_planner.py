@@ -508,22 +508,41 @@ def test_a_pool_used_after_close_plans_again_instead_of_waiting_for_a_lost_plan(
 
 @pytest.mark.parametrize("n, survivors", [
     (40, []), (40, [3]), (40, [0, 39]), (40, list(range(0, 40, 2))),  # a few, many
-    (1500, []), (1500, [7, 1499]),  # a long log: NumPy's scan
+    (1500, []), (1500, [7, 1499]), (1500, list(range(0, 1500, 3))),  # a long log: NumPy's
 ])
-def test_the_survivors_of_an_iteration_are_its_unfreed_requests(n, survivors):
-    """Whatever their number, the requests not freed in the log, in order; the log's room past
-    the iteration's requests is not looked at, whatever it holds."""
+def test_an_iteration_departed_when_a_request_outlived_it_that_its_plan_does_not_keep_apart(
+        n, survivors):
+    """Whatever their number: survivors the plan pins are expected, any other one is a
+    departure; the log's room past the iteration's requests is not looked at, whatever it
+    holds; requests beyond the plan's count are kept apart by none."""
     import array
     from types import SimpleNamespace
 
+    import pgmo
     from pgmo.engine.handout import NOT_FREED
-    from pgmo.engine.profiles import survivors_of
+    from pgmo.engine.profiles import outlived_its_plan
+    from pgmo.engine.schedule import compile_schedule
+
+    def schedule_pinning(pinned, length=n):
+        profile = pgmo.Trace.from_tuples([(i, i, None if i in pinned else i + 1, 512)
+                                          for i in range(length)])
+        closed = profile.without_open()
+        offsets = tuple(512 * k for k in range(len(closed)))
+        return compile_schedule(profile, pgmo.Plan(closed, offsets))
 
     uppers = array.array("q", [NOT_FREED]) * (n + 9)  # room past the n requests
     for i in range(n):
         if i not in survivors:
             uppers[i] = i + 1
     hot = SimpleNamespace(log_arrays=(None, uppers, None))
-    assert survivors_of(hot, n) == survivors
+    pinned = set(survivors)
+    assert not outlived_its_plan(hot, n, schedule_pinning(pinned))
+    assert not outlived_its_plan(hot, n, schedule_pinning(pinned | {1, n - 2}))
     uppers[n + 3] = 5
-    assert survivors_of(hot, n) == survivors
+    assert not outlived_its_plan(hot, n, schedule_pinning(pinned))
+    for unexpected in survivors[:1] + survivors[-1:]:
+        assert outlived_its_plan(hot, n, schedule_pinning(pinned - {unexpected}))
+    if survivors:  # a log longer than its plan: the requests past it are nobody's survivors
+        last = survivors[-1]
+        assert outlived_its_plan(hot, n, schedule_pinning(pinned - {last}, length=last))
+        assert not outlived_its_plan(hot, n, schedule_pinning(pinned, length=last + 1))

@@ -63,7 +63,7 @@ from .options import Backend, PoolOptions
 from .plan_choice import PlanChoice
 from .planner import Planner
 from .pool_queries import PoolQueries
-from .profiles import Log, log_of, survivors_of
+from .profiles import Log, log_of, outlived_its_plan
 from .schedule import Schedule
 from .scopes import InterruptedScope, IterationScope
 from .shapes import ShapeBook
@@ -448,8 +448,7 @@ class Engine(PlanChoice, PoolQueries):
         if state.planned:
             current = self.current
             assert current is not None  # a planned iteration with requests follows a plan
-            survivors = survivors_of(hot, n)
-            if survivors and not set(survivors) <= current.pinned:
+            if not state.departed and outlived_its_plan(hot, n, current):
                 state.departed = True  # planned blocks outlived the iteration
             # an earlier run's plan that did not hold
             if self._hinted and self._hinted_end(state.departed):

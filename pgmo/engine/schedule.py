@@ -22,6 +22,8 @@ import functools
 from dataclasses import dataclass
 from typing import Final, cast
 
+import numpy as np
+
 from ..errors import PlanError
 from ..plan import Plan
 from ..trace import Trace
@@ -65,6 +67,13 @@ class Schedule:
     def pinned_sizes(self) -> frozenset[int]:
         """The sizes of the requests that outlived their iteration (gradients, a kept loss)."""
         return frozenset(round_size(self.profile.size_of(i)) for i in self.pinned)
+
+    @functools.cached_property
+    def kept_apart(self) -> np.ndarray:
+        """Per request, whether it is pinned (a bool array: read at every planned boundary)."""
+        apart = np.zeros(self.n, dtype=bool)
+        apart[list(self.pinned)] = True
+        return apart
 
     @functools.cached_property
     def arena_size(self) -> int:
