@@ -1,8 +1,9 @@
-"""Build pgmo; compile its allocation hot path and its search's nodes with Cython when possible.
+"""Build pgmo; compile its allocation hot path, its search's nodes and best-fit with Cython.
 
-``pgmo/engine/handout.py``, ``pgmo/engine/frees.py`` and
-``pgmo/solver/search_nodes.py`` are plain Python that Cython compiles (with
-the types in their ``.pxd`` files) into extension modules of the same names.
+``pgmo/engine/handout.py``, ``pgmo/engine/frees.py``,
+``pgmo/solver/search_nodes.py`` and ``pgmo/solver/bestfit.py`` are plain
+Python that Cython compiles (with the types in their ``.pxd`` files) into
+extension modules of the same names.
 Each extension is optional: without a C compiler the build goes on and pgmo
 runs the same code as plain Python (see ``pgmo.engine.compiled()``).
 """
@@ -28,9 +29,16 @@ def extensions():
     # search keeps in range (its plain-Python tests index NumPy arrays, which check).
     search = [Extension("pgmo.solver.search_nodes", ["pgmo/solver/search_nodes.py"],
                         optional=True)]
+    # The paper's best-fit: its loop over int64 arrays whose indices it keeps in range (its
+    # plain-Python tests index NumPy arrays, which check) and which __init__ sets before any
+    # use.  binding=True keeps the module's functions' signatures for the API reference
+    # (they are called once per packing, not per block).
+    bestfit = [Extension("pgmo.solver.bestfit", ["pgmo/solver/bestfit.py"], optional=True)]
+    unchecked = dict(DIRECTIVES, boundscheck=False, wraparound=False)
     return (cythonize(hot_path, compiler_directives=DIRECTIVES, quiet=True)
-            + cythonize(search, compiler_directives=dict(DIRECTIVES, boundscheck=False,
-                                                         wraparound=False), quiet=True))
+            + cythonize(search, compiler_directives=unchecked, quiet=True)
+            + cythonize(bestfit, compiler_directives=dict(unchecked, binding=True,
+                                                          initializedcheck=False), quiet=True))
 
 
 setup(ext_modules=extensions())

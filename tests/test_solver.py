@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 import pgmo
 from pgmo import Trace
-from pgmo.solver.bestfit import bestfit_offsets, paper_priority
-from pgmo.solver.budget import Budget
+from pgmo.solver import bestfit as bestfit_module
+from pgmo.solver.bestfit import bestfit_offsets, paper_priority, skyline_offsets
+from pgmo.solver.budget import Budget, OutOfTime
 from pgmo.solver.greedy import ORDERS, gap_fit_offsets, order_by
 from pgmo.solver.skyline_search import SkylineSearch
 from pgmo.solver.skyline_dfs import capacity_search, skyline_dfs
@@ -359,3 +360,109 @@ def test_gap_fit_keeps_fixed_blocks_where_they_are(trace, data):
     offsets = gap_fit_offsets(*cols, order_by("size", *cols), "first", fixed)
     assert all(offsets[i] == o for i, o in fixed.items())
     assert_valid(trace, offsets)
+
+
+# -- best-fit compiled and as plain Python: the same offsets --------------------------
+
+def bestfit_ways(cols, priority) -> dict[str, list[int] | None]:
+    """Offsets from each way best-fit runs, from the same source: what
+    :func:`skyline_offsets` runs (its int64 array steps compiled, where pgmo is
+    built with a compiler), and uncompiled: the plain-Python steps and the
+    array steps (None where the columns do not fit them)."""
+    plain = bestfit_module.plain_module()
+    assert not plain.COMPILED
+    columns = plain._int64_columns(*cols, priority)
+    return {"default": skyline_offsets(*cols, priority),
+            "plain": plain._python_offsets(*cols, priority),
+            "plain array steps": None if columns is None else plain._Skyline(*columns).run(None)}
+
+
+@st.composite
+def priorities(draw, trace: Trace) -> list[int]:
+    """The paper's priority, or any order of the blocks."""
+    cols = trace.columns()
+    if draw(st.booleans()):
+        return paper_priority(*cols)
+    return draw(st.permutations(range(len(trace))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(traces(max_blocks=60), traces(max_blocks=40, max_tick=8, max_size=4),
+                 event_traces(max_blocks=40)), st.data())
+def test_compiled_bestfit_packs_as_plain_python(trace, data):
+    cols = trace.columns()
+    priority = data.draw(priorities(trace))
+    ways = bestfit_ways(cols, priority)
+    assert ways["default"] == ways["plain"] == ways["plain array steps"]
+    assert_valid(trace, ways["default"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(traces(max_blocks=40), st.data(),
+       st.sampled_from([0, -(2**63), 2**62, 2**63, 2**70]),
+       st.sampled_from([1, 10**12, 2**56, 2**62]))
+def test_bestfit_beyond_int64_packs_as_within(trace, data, shift, scale):
+    """Ticks or heights past the compiled steps' int64 run as plain Python: shifted ticks
+    give the same offsets, sizes scaled by k offsets scaled by k, either way."""
+    lowers, uppers, sizes = trace.columns()
+    priority = data.draw(priorities(trace))
+    base = skyline_offsets(lowers, uppers, sizes, priority)
+    moved = ([t + shift for t in lowers], [t + shift for t in uppers], [s * scale for s in sizes])
+    ways = bestfit_ways(moved, priority)
+    assert ways["default"] == ways["plain"] == [o * scale for o in base]
+    fits = max(uppers) + shift < 2**62 and scale * sum(sizes) < 2**62
+    assert (ways["plain array steps"] is not None) == fits
+    assert ways["plain array steps"] in (None, ways["plain"])
+
+
+def test_bestfit_with_a_priority_that_repeats_a_block_packs_as_plain_python():
+    # Not a permutation: ranks repeat, which only the plain steps' walk breaks ties of.
+    cols = ([0, 0, 1, 2, 0], [3, 2, 3, 3, 1], [4, 2, 1, 3, 5])
+    priority = [3, 1, 3, 0, 2]
+    ways = bestfit_ways(cols, priority)
+    assert ways["plain array steps"] is None
+    assert ways["default"] == ways["plain"]
+
+
+@needs_bench
+@pytest.mark.parametrize("name, inclusive", [
+    ("iopddl/S_1", False),
+    ("somas_tensors/bert_large", False),
+    ("iree/iree_mobilebert", True),
+])
+@pytest.mark.parametrize("order", ["paper", "area"])
+def test_compiled_bestfit_packs_real_traces_as_plain_python(name, inclusive, order):
+    trace = pgmo.read_trace(BENCH / "idealloc" / f"{name}.csv", inclusive=inclusive)
+    cols = trace.columns()
+    priority = paper_priority(*cols) if order == "paper" else ORDERS[order](*cols)
+    # The compiled steps run where pgmo is built with them (not for want of int64 columns).
+    assert bestfit_module._int64_columns(*cols, priority) is not None
+    offsets = skyline_offsets(*cols, priority)
+    assert offsets == bestfit_module.plain_module()._python_offsets(*cols, priority)
+    assert_valid(trace, offsets)
+
+
+@needs_bench
+def test_bestfit_array_steps_uncompiled_pack_a_real_trace_as_plain_python():
+    trace = pgmo.read_trace(BENCH / "idealloc" / "iopddl" / "G_1.csv")
+    ways = bestfit_ways(trace.columns(), paper_priority(*trace.columns()))
+    assert ways["default"] == ways["plain"] == ways["plain array steps"]
+
+
+@needs_bench
+@pytest.mark.parametrize("way", ["default", "plain"])
+def test_bestfit_looks_at_the_clock_while_it_packs(way):
+    """A deadline that passes during the run stops it (not only one passed at its start)."""
+    trace = pgmo.read_trace(BENCH / "idealloc" / "iopddl" / "G_1.csv")  # 3 647 lines
+    reads: list[int] = []
+
+    def clock() -> float:  # the deadline passes at the third look
+        reads.append(1)
+        return 0.0 if len(reads) < 3 else 9.0
+
+    budget = Budget(deadline=2.0, clock=clock)
+    run = skyline_offsets if way == "default" else bestfit_module.plain_module().skyline_offsets
+    with pytest.raises(OutOfTime):
+        run(*trace.columns(), paper_priority(*trace.columns()), budget)
+    assert len(reads) == 3  # every _CHECK_EVERY lines, from the first
+
