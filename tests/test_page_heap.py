@@ -81,7 +81,8 @@ def test_a_wholly_free_page_is_mapped_again_where_a_block_needs_memory():
     del a
     c = h.alloc(6 * MiB)  # no 6 MiB gap in the pages held: pages 0-1 remapped, one made
     assert h.heap.held == h.memory.in_use == 4 * PAGE
-    assert h.heap.calls == {"create": 4, "map": 6} and h.heap.stale == 2
+    # each block's pages mapped with one grant of access over them
+    assert h.heap.calls == {"create": 4, "map": 6, "access": 3} and h.heap.stale == 2
     assert h.checker.intact(b) and h.checker.intact(c)
     h.boundary()  # the old mappings go; the pages held are those with live bytes
     # pages 0-1 lie side by side: one cuMemUnmap drops both
@@ -117,12 +118,13 @@ def test_stale_pages_side_by_side_go_in_one_unmap_where_the_device_joins_them(jo
 def test_a_page_whose_blocks_died_is_mapped_again_at_fresh_addresses_not_made_again():
     h = Heap(runs_from=0)
     a = h.alloc(4 * MiB)  # two pages made
-    assert h.heap.calls == {"create": 2, "map": 2}
+    assert h.heap.calls == {"create": 2, "map": 2, "access": 1}
     a_ptr = a[0].ptr
     assert h.checker.free(a)
     del a
     b = h.alloc(6 * MiB)  # three pages: the two idle ones remapped, one made
     assert b[0].ptr != a_ptr and h.heap.calls["create"] == 3 and h.heap.calls["map"] == 5
+    assert h.heap.calls["access"] == 2
     assert h.heap.held == h.memory.in_use == 3 * PAGE
     assert h.heap.stale == 2  # their old mappings, dropped at the boundary
     assert h.checker.free(b)
@@ -224,15 +226,38 @@ def test_the_heap_makes_a_page_only_when_no_idle_one_is_left():
     assert h.checker.corrupted == 0
 
 
+def refused_inside(rng, name: str, when: set[int], error: BaseException):
+    """``rng`` whose own ``name`` calls (those its other methods make too) are refused at
+    the uses in ``when`` (0 = the first)."""
+    real, uses = getattr(rng, name), [0]
+
+    def call(*args, **kwargs):
+        k, uses[0] = uses[0], uses[0] + 1
+        if k in when:
+            raise error
+        return real(*args, **kwargs)
+
+    setattr(rng, name, call)
+    return rng
+
+
+@pytest.mark.parametrize("call, when", [("map_page", {3}), ("grant", {1})])
 @pytest.mark.parametrize("error", [MemoryError("device full"),
                                    DeviceError("cuMemMap", 2, "refused")])
 @pytest.mark.parametrize("runs_from", [0, 16])
-def test_a_refused_map_lends_nothing_and_the_heap_goes_on(error, runs_from):
-    h = Heap(wrap=lambda rng: Refusing(rng, "map_page", {3}, error), runs_from=runs_from)
-    a = h.alloc(4 * MiB)  # maps 0 and 1
+def test_a_refused_map_or_grant_maps_none_of_the_run_lends_nothing_and_the_heap_goes_on(
+        call, when, error, runs_from):
+    """A run of pages is mapped with one grant of access over it, all or nothing: a map
+    refused half-way, or the grant, leaves none of the run mapped; its pages serve the
+    next request."""
+    h = Heap(wrap=lambda rng: refused_inside(rng, call, when, error), runs_from=runs_from)
+    a = h.alloc(4 * MiB)  # maps 0 and 1, one grant
+    mapped = len(h.heap.range.mappings())
     with pytest.raises(type(error)):
-        h.alloc(6 * MiB)  # maps 2, then 3 is refused
+        h.alloc(6 * MiB)  # maps 2, then 3 is refused; or the grant over 2-4 is
+    assert len(h.heap.range.mappings()) == mapped  # none of the run stays mapped
     b = h.alloc(6 * MiB)
+    assert h.heap.calls["create"] == 5  # the refused run's pages made once, used by b
     c = h.alloc(100)
     assert h.checker.corrupted == h.checker.overlaps == 0
     for block in (a, b, c):

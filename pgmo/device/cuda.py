@@ -66,7 +66,7 @@ import collections
 import logging
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..errors import DeviceError
 from .cuda_calls import _allocation_prop, _check, _code, _driver, _runtime, vmm_granularity
@@ -234,6 +234,30 @@ class CudaRange:
             d.cuMemUnmap(self.ptr + offset, g)
             raise
         self._books.add(offset, g, handle=handle)
+
+    @whole
+    def map_pages(self, offset: int, handles: Sequence[Any]) -> None:
+        """Map the pages ``handles`` at consecutive granules from ``offset`` (a ``cuMemMap``
+        each) and grant access over all of them at once (one ``cuMemSetAccess``, the call
+        that costs: 55 us against 2 us on the H100 of the quick check's fit).  All or
+        nothing: a refusal unmaps what this call mapped (no kernel can have used it)."""
+        d, g = self.driver, self.granule
+        if any(self._pages.get(h, True) for h in handles):
+            raise ValueError("a page released, or not made by create_page")
+        nbytes = g * len(handles)
+        self._books.check_new(offset, nbytes, g, g, self.size)
+        made: list[int] = []
+        try:
+            for k, handle in enumerate(handles):
+                _check(d.cuMemMap(self.ptr + offset + k * g, g, 0, handle, 0), "cuMemMap")
+                self._books.add(offset + k * g, g, usable=False, handle=handle)
+                made.append(offset + k * g)
+            _check(d.cuMemSetAccess(self.ptr + offset, nbytes, [self._access], 1),
+                   "cuMemSetAccess")
+            self._books.make_usable(made)
+        except BaseException:
+            self._give_back_unused(made)
+            raise
 
     def unmap_page(self, offset: int) -> None:
         """Drop the page mapping at ``offset`` (``cuMemUnmap``; :meth:`synchronize` first)."""

@@ -20,7 +20,7 @@ import ctypes
 import mmap
 import os
 import weakref
-from typing import Protocol
+from typing import Protocol, Sequence
 
 from .mappings import MappingLedger
 
@@ -327,6 +327,23 @@ class HostRange:
         self.memory.charge("cuMemMap", g)
         if grant:
             self.memory.charge("cuMemSetAccess", g)
+
+    def map_pages(self, offset: int, handles: Sequence[int]) -> None:
+        """Map the pages ``handles`` at consecutive granules from ``offset`` (a ``cuMemMap``
+        each), then grant access over all of them at once (one ``cuMemSetAccess``): all or
+        nothing, as :meth:`pgmo.device.cuda.CudaRange.map_pages`."""
+        g = self.granule
+        self._books.check_new(offset, g * len(handles), g, g, self.size)
+        made = 0
+        try:
+            for handle in handles:
+                self.map_page(offset + made * g, handle, grant=False)
+                made += 1
+            self.grant(offset, made * g)
+        except BaseException:  # never usable, so never used: unmapped without a sync
+            for k in reversed(range(made)):
+                self.unmap_page(offset + k * g)
+            raise
 
     def unmap_page(self, offset: int) -> None:
         """Drop the page mapping at ``offset`` (``cuMemUnmap``, after the caller's

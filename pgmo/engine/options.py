@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..errors import out_of_memory as default_oom  # the error of a full pool without CuPy
 from ..solver.options import SolverOptions, solver_options
@@ -102,6 +102,8 @@ class PageRange(Reservation, Protocol):
     def create_page(self) -> Any: ...
 
     def map_page(self, offset: int, handle: Any) -> None: ...
+
+    def map_pages(self, offset: int, handles: Sequence[Any]) -> None: ...
 
     def unmap_page(self, offset: int) -> None: ...
 

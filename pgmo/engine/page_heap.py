@@ -16,6 +16,9 @@ the pages being filled, not a packing.
   the memory the heap holds, else where the address space is free
   (:class:`pgmo.placement.PagedSpace`, as :mod:`.own_heap` places); the
   pages they land on are backed with idle pages first.
+* Pages mapped together (a block's run, the pages under a small block) get
+  access in one grant over all of them (one ``cuMemSetAccess``, the call
+  that costs: about 55 us on the H100 fit, against 2 us per ``cuMemMap``).
 * Larger ones get **runs** of pages at fresh addresses (the start of the
   largest free range), going on from the last run's last page when the
   addresses after it are free; a dead run is handed out again as it lies
@@ -26,11 +29,12 @@ the pages being filled, not a packing.
   when the address space runs out (one sync, then).
 
 Never lent twice: a page is taken off the idle lists before it is mapped,
-listed live after; one a failed call leaves in between stays held (and
-counted) as an idle page, never lent, and what was not mapped goes back.
+listed live after; a run whose mapping fails is mapped nowhere (the range
+undoes it), and its pages and addresses go back.
 A block that dies on another stream than the heap's now is applied after
 the next device sync (as in :mod:`.own_heap`).  ``calls`` counts the
-driver's calls (create, map, unmap, release; ``requests`` the requests) and
+driver's calls (create, map, access grants, unmap, release; ``requests`` the
+requests) and
 ``boundary_calls`` those of the last :meth:`PageHeap.trim` or
 :meth:`PageHeap.tidy`.
 
@@ -107,7 +111,7 @@ class PageHeap:
         self._live_pages = 0  # run pages with live bytes
         self._returned: collections.deque = collections.deque()
         self._quarantine: list[tuple] = []  # deaths on another stream: after a sync
-        self.calls: collections.Counter[str] = collections.Counter()  # create/map/unmap/release
+        self.calls: collections.Counter[str] = collections.Counter()  # create/map/access/...
         self.boundary_calls: dict[str, int] = {}  # those of the last trim or tidy
         self.requests = 0
 
@@ -165,13 +169,12 @@ class PageHeap:
             for first, stop in small.unbacked(lo, lo + rs):
                 handles = self._take_pages(stop - first)
                 try:
-                    for k in range(first, stop):
-                        self.range.map_page(k * self.page, handles[-1])
-                        self.calls["map"] += 1
-                        self._small_handles[k] = handles.pop()
-                        small.set_backed(k, k + 1, True)
-                finally:
-                    self._loose.extend(handles)  # those a refusal left unmapped
+                    self._map_run(first, handles)
+                except BaseException:  # none mapped: the pages go back
+                    self._loose.extend(handles)
+                    raise
+                self._small_handles.update(zip(range(first, stop), handles))
+                small.set_backed(first, stop, True)
         except BaseException:
             small.free.release(lo, lo + rs)  # the pages mapped stay, idle where they are
             raise
@@ -251,18 +254,21 @@ class PageHeap:
         except BaseException:
             self._addresses.release(first, first + n)
             raise
-        run: list[_Page] = []
         try:
-            while handles:
-                self.range.map_page((first + len(run)) * self.page, handles[-1])
-                self.calls["map"] += 1
-                run.append(_Page(first + len(run), handles.pop()))
-        except BaseException:  # what was mapped is idle where it is; the rest goes back
-            self._idle.extend(run)
+            self._map_run(first, handles)
+        except BaseException:  # none mapped: the pages and the addresses go back
             self._loose.extend(handles)
-            self._addresses.release(first + len(run), first + n)
+            self._addresses.release(first, first + n)
             raise
-        return run
+        return [_Page(first + k, handle) for k, handle in enumerate(handles)]
+
+    def _map_run(self, first: int, handles: list[Any]) -> None:
+        """Map ``handles`` at pages ``first, first + 1, ...`` with one grant of access over
+        the run (a ``cuMemSetAccess``, 55 us on the H100 fit, against 2 us per
+        ``cuMemMap``): all or nothing."""
+        self.range.map_pages(first * self.page, handles)
+        self.calls["map"] += len(handles)
+        self.calls["access"] += 1
 
     def _take_pages(self, n: int) -> list[Any]:
         """``n`` physical pages no block uses: loose ones, idle ones (their mappings left
