@@ -39,6 +39,9 @@ MAX_THRESHOLD = (1 << 64) - 1
 #: The op name of one ``cuMemUnmap`` over a run of one-granule mappings (the host model
 #: times a joined unmap by its fitted line, where a GPU measured it).
 RUN_UNMAP = "cuMemUnmap (a run of granules)"
+#: And of one ``cuMemSetAccess`` over a run of one-granule mappings (pgmo's page heap grants
+#: access to a block's run of pages at once).
+RUN_ACCESS = "cuMemSetAccess (a run of granules)"
 
 
 # ------------------------------------------------------------------ timing one call
@@ -197,9 +200,9 @@ def granule_ops(granules: Granules, size_of: dict):
     yield ("cuMemRelease", lambda size: g.unmap(size, mapped(size)),
            lambda size, handle: g.release(handle), lambda _: None)
 
-    def apart(size):
+    def apart_ungranted(size):
         """``size`` as one mapping per granule, side by side (pgmo's heap's pages), each
-        handle released (the mappings keep the memory), access granted over all."""
+        handle released (the mappings keep the memory), no access granted yet."""
         step = g.granularity
         for k in range(g.rounded(size) // step):
             handle = g.create(step)
@@ -207,7 +210,16 @@ def granule_ops(granules: Granules, size_of: dict):
                 g.map(step, handle, k * step)
             finally:
                 g.release(handle)
+
+    def apart(size):
+        """:func:`apart_ungranted`, then access granted over all of them."""
+        apart_ungranted(size)
         return g.set_access(size, None)
+
+    def unmap_each(_):
+        step = g.granularity
+        for k in range(g.rounded(size_of["size"]) // step):
+            g.driver.cuMemUnmap(g.base + k * step, step)
 
     def unmap_run(size, _):
         """One ``cuMemUnmap`` over all of them: where the driver refuses, one call each (so
@@ -219,6 +231,7 @@ def granule_ops(granules: Granules, size_of: dict):
                 g.driver.cuMemUnmap(g.base + k * step, step)
             check(g.driver, "cuMemUnmap over several mappings", result)
 
+    yield (RUN_ACCESS, apart_ungranted, lambda size, _: g.set_access(size, None), unmap_each)
     # last: a driver that refuses it leaves nothing mapped for the rows after it
     yield (RUN_UNMAP, apart, unmap_run, lambda _: None)
 

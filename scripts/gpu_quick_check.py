@@ -27,8 +27,10 @@ keeps what was measured:
    after a trim with one live block per growth, and the pages cudaMalloc
    takes (:mod:`scripts.driver_pool_probe`);
 3. ``costs``: cudaMalloc/cudaFree, a stream-ordered pool's calls and the
-   virtual-memory calls (create, map, set access, unmap, release), idle and
-   behind kernels queued on their stream or another (:mod:`scripts.allocator_costs`);
+   virtual-memory calls (create, map, set access, unmap, release; set access
+   and unmap once over a run of one-page mappings, as the page heap makes
+   them), idle and behind kernels queued on their stream or another
+   (:mod:`scripts.allocator_costs`);
 4. ``replay-*``: one repeating workload (a real H100 trace made into a run)
    and one variable one (an LSTM with random lengths) replayed on the device
    through CuPy's pool and through pgmo, every block pattern-checked at its

@@ -365,6 +365,34 @@ def test_the_driver_clock_adds_each_calls_fitted_cost():
     assert spent[False] - spent[True] == pytest.approx(2 * unmap["fixed"])
 
 
+def test_a_grant_over_several_pages_costs_its_own_fitted_line_where_a_gpu_measured_it(
+        monkeypatch):
+    from pgmo.device import host_memory
+
+    memory = HostMemory()
+    r = memory.reserve(16 * PAGE)
+    pages = [r.create_page() for _ in range(4)]
+    before = memory.driver_us
+    r.map_pages(0, pages[:3])  # not measured: a grant of that size over one mapping
+    assert memory.driver_us - before == pytest.approx(
+        3 * host_memory.call_cost_us("cuMemMap", PAGE)
+        + host_memory.call_cost_us("cuMemSetAccess", 3 * PAGE))
+    monkeypatch.setitem(host_memory._CALL_US, host_memory.RUN_ACCESS,
+                        {"fixed": 100.0, "per_gib": 0.0})
+    before = memory.driver_us
+    r.map_pages(8 * PAGE, pages[3:])  # one page: the plain line
+    assert memory.driver_us - before == pytest.approx(
+        host_memory.call_cost_us("cuMemMap", PAGE)
+        + host_memory.call_cost_us("cuMemSetAccess", PAGE))
+    r.unmap_pages(0, 3)
+    before = memory.driver_us
+    r.map_pages(0, pages[:3])  # three pages: the run's line
+    assert memory.driver_us - before == pytest.approx(
+        3 * host_memory.call_cost_us("cuMemMap", PAGE) + 100.0)
+    assert memory.driver_calls["cuMemSetAccess"] == 3 and memory.driver_calls["cuMemMap"] == 7
+    r.close()
+
+
 def test_a_joined_unmap_costs_its_own_fitted_line_where_a_gpu_measured_it(monkeypatch):
     from pgmo.device import host_memory
 

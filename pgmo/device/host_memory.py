@@ -80,6 +80,9 @@ _CALL_US: dict = PARAMS.get("call_us") or {}
 #: check's costs, ``scripts/allocator_costs.py``); else a run costs what one mapping of its
 #: size does.
 RUN_UNMAP = "cuMemUnmap (a run of granules)"
+#: One ``cuMemSetAccess`` over several mappings: its own fitted line where a GPU timed it
+#: (the quick check's row of that name), else a call of that size over one mapping.
+RUN_ACCESS = "cuMemSetAccess (a run of granules)"
 
 
 def call_cost_us(call: str, nbytes: int = 0) -> float:
@@ -161,8 +164,8 @@ class HostMemory:
     def charge(self, call: str, nbytes: int = 0, mappings: int = 1) -> None:
         """One driver call of ``nbytes`` made (over ``mappings`` mappings): its modelled cost
         added to ``driver_us``."""
-        timed = RUN_UNMAP if call == "cuMemUnmap" and mappings > 1 and RUN_UNMAP in _CALL_US \
-            else call
+        run = {"cuMemUnmap": RUN_UNMAP, "cuMemSetAccess": RUN_ACCESS}.get(call)
+        timed = run if mappings > 1 and run in _CALL_US else call
         self.driver_us += call_cost_us(timed, nbytes)
         self.driver_calls[call] = self.driver_calls.get(call, 0) + 1
 

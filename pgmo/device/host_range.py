@@ -195,9 +195,10 @@ class HostRange:
             raise ValueError(f"access to [{offset:,}, {offset + nbytes:,}), which is not "
                              f"mapped throughout")
         self._open_granules(offset, nbytes)
-        self._books.make_usable([s for s, n in self._books.mappings()
-                                 if offset <= s and s + n <= offset + nbytes])
-        self.memory.charge("cuMemSetAccess", nbytes)
+        end = offset + nbytes
+        granted = [s for s, n in self._books.mappings() if offset <= s and s + n <= end]
+        self._books.make_usable(granted)
+        self.memory.charge("cuMemSetAccess", nbytes, len(granted))
 
     def unmap_one(self, start: int, nbytes: int) -> None:
         """One ``cuMemUnmap`` over ``[start, start + nbytes)``: one whole mapping, or a run of

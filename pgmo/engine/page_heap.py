@@ -25,8 +25,9 @@ the pages being filled, not a packing.
   (no call) to a request of its page count.
 * A page mapped elsewhere leaves its old mapping behind (*stale*): it is
   dropped (``cuMemUnmap``, one call per run of adjacent stale pages) at a
-  boundary, after one device sync, and its addresses are free again.  Nothing is unmapped inside an iteration but
-  when the address space runs out (one sync, then).
+  boundary, after one device sync, and its addresses are free again.
+  Nothing is unmapped inside an iteration but when the address space runs
+  out (one sync, then).
 
 Never lent twice: a page is taken off the idle lists before it is mapped,
 listed live after; a run whose mapping fails is mapped nowhere (the range
