@@ -83,6 +83,7 @@ RUN_UNMAP = "cuMemUnmap (a run of granules)"
 #: One ``cuMemSetAccess`` over several mappings: its own fitted line where a GPU timed it
 #: (the quick check's row of that name), else a call of that size over one mapping.
 RUN_ACCESS = "cuMemSetAccess (a run of granules)"
+_RUNS = {"cuMemUnmap": RUN_UNMAP, "cuMemSetAccess": RUN_ACCESS}
 
 
 def call_cost_us(call: str, nbytes: int = 0) -> float:
@@ -164,7 +165,7 @@ class HostMemory:
     def charge(self, call: str, nbytes: int = 0, mappings: int = 1) -> None:
         """One driver call of ``nbytes`` made (over ``mappings`` mappings): its modelled cost
         added to ``driver_us``."""
-        run = {"cuMemUnmap": RUN_UNMAP, "cuMemSetAccess": RUN_ACCESS}.get(call)
+        run = _RUNS.get(call, call)
         timed = run if mappings > 1 and run in _CALL_US else call
         self.driver_us += call_cost_us(timed, nbytes)
         self.driver_calls[call] = self.driver_calls.get(call, 0) + 1
