@@ -6,9 +6,10 @@ every ``every``-th one: a storm).  Destructors are left alone (Python drops
 an exception raised in one), as is engine code that the host model of the
 device calls on its own behalf (it plays the driver, whose calls are C).
 
-One kind of line event is skipped: the one CPython (3.11 and later) sends
-again for a ``with`` statement's line as its body ends, *before* ``__exit__``
-is called (:func:`with_exits`).  That point is outside the statement's
+Two kinds of line event are skipped.  A line whose instruction is a ``NOP``
+(a ``try:``, a ``pass``: :func:`nops`), where no signal is acted on.  And
+the one CPython (3.11 and later) sends again for a ``with`` statement's
+line as its body ends, *before* ``__exit__`` is called (:func:`with_exits`).  That point is outside the statement's
 clean-up, so raising there leaves a lock taken; but no signal can land there.
 CPython runs a signal's handler only where it checks for one (a function's
 entry, a backward jump, right after a call returns), and the first such check
@@ -44,6 +45,16 @@ DESTRUCTORS = {"__del__", "_queue_free"}
 
 class Interrupt(KeyboardInterrupt):
     """The injected Ctrl-C (a KeyboardInterrupt, told apart from a real one)."""
+
+
+@lru_cache(maxsize=None)
+def nops(code) -> frozenset[int]:
+    """Offsets in ``code`` of ``NOP`` instructions: a ``try:`` line (or a ``pass``).  No signal
+    is acted on there (CPython checks for one at a function's entry, a backward jump and
+    after a call), and a ``try:`` line's ``NOP`` lies outside the exception table of the
+    ``try`` around it, so an exception the tracer raised there would skip a handler that
+    a real Ctrl-C, acted on at the check before, reaches."""
+    return frozenset(i.offset for i in dis.get_instructions(code) if i.opname == "NOP")
 
 
 @lru_cache(maxsize=None)
@@ -96,7 +107,8 @@ class Injector:
         return self.at is not None and self.seen == self.at
 
     def _local(self, frame, event, arg):
-        if event == "line" and frame.f_lasti not in with_exits(frame.f_code):
+        if event == "line" and frame.f_lasti not in with_exits(frame.f_code) \
+                and frame.f_lasti not in nops(frame.f_code):
             self.seen += 1
             if self.at is None and self.every is None:
                 self.lines.append((frame.f_code.co_filename, frame.f_lineno))

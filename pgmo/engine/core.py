@@ -313,8 +313,11 @@ class Engine(PlanChoice, PoolQueries):
                   why)
         self.departures += 1
         self.state.depart()
-        self.memory.start_placing(current.pinned_sizes | schedule.pinned_sizes)
+        # off the plan first: a Ctrl-C the user catches below leaves an iteration served
+        # from memory of its own, never from the plan beside a placer that lists its places
+        # as gaps (which a trim inside the iteration would unmap)
         self._refresh_kind()
+        self.memory.start_placing(current.pinned_sizes | schedule.pinned_sizes)
 
     def _freed_late(self, iteration: int) -> None:
         """A block of ``iteration``, freed later than planned, lies where a request was
@@ -436,9 +439,11 @@ class Engine(PlanChoice, PoolQueries):
             hot.set_placer(None)
             hot.drain()
         finally:
-            # one line (see "Commits" in frees.py): no longer inside, no longer numbered
-            state.end(); hot.end(); self.completed += 1  # noqa: E702
-            self.memory.stop_placing()  # (a placer left by a Ctrl-C: holes under blocks)
+            # one line (see "Commits" in frees.py): no longer inside, no longer numbered, and
+            # no placer that a later trim would trust (its gaps are the next plan's places)
+            memory = self.memory
+            state.end(); hot.end(); self.completed += 1; placer, memory.placer = memory.placer, None  # noqa: E501,E702
+            memory.stop_placing(placer)
         self._refresh_kind()
         n = hot.n
         if aborted or not n or state.plan_dropped:

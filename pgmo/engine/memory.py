@@ -462,10 +462,10 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
             placer.withhold(start, start + nbytes)
         hot.set_placer(placer)
 
-    def stop_placing(self) -> None:
-        """The iteration ended: a cudaMalloc arena whose gaps it overflowed grows at the next
-        boundary (when the workload varies; otherwise its next plan covers it)."""
-        placer, self.placer = self.placer, None
+    def stop_placing(self, placer: Placer | None) -> None:
+        """The iteration ended (``placer``: its placer, already taken off :attr:`placer` as
+        it ended): a cudaMalloc arena whose gaps it overflowed grows at the next boundary
+        (when the workload varies; otherwise its next plan covers it)."""
         if placer is None and not self.holes:  # (at every boundary: the usual case)
             return
         arena = self.hot.arena
@@ -548,7 +548,10 @@ class DeviceMemory(ReservedArena, HeapChoice, StockUse, MemoryAccounts):
 
     # ------------------------------------------------------------- the limit
     def set_limit(self, size: int) -> None:
-        self.limit = int(size)
+        limit = int(size)
+        if limit > 0:  # checked inline first: a Ctrl-C below never leaves a limit unchecked
+            self.hot.set_limited(True)
+        self.limit = limit
         self.blocked = False
-        self.hot.set_limited(self.limit > 0)
+        self.hot.set_limited(limit > 0)
         self.sync_stock_limit()

@@ -109,6 +109,10 @@ class OwnHeap:
                 self.synchronize()
                 self._release_quarantine()
             self._current = stream
+        block = _OwnBlock()
+        self._used = None  # (first: the sum is never older than ``live``)
+        # Suspect from the placement to the commit: a Ctrl-C anywhere in between leaves a
+        # range neither free nor live, and the rebuild from ``live`` frees it.
         try:
             self._collect()
             lo = self._space.place(rs)
@@ -120,15 +124,13 @@ class OwnHeap:
             except BaseException:
                 self._space.free.release(lo, lo + rs)
                 raise
+            block.ptr, block.size, block._lo, block._stream, block._heap = \
+                self.range.ptr + lo, rs, lo, stream, self
+            # one line: listed live and armed together (see "Commits" in frees.py)
+            self.live[lo] = rs; block._returned = self._returned  # noqa: E702
         except BaseException:
             self._suspect = True  # the free list may be half changed: rebuilt next time
             raise
-        block = _OwnBlock()
-        block.ptr, block.size, block._lo, block._stream, block._heap = \
-            self.range.ptr + lo, rs, lo, stream, self
-        self._used = None  # (first: the sum is never older than ``live``)
-        # one line: listed live and armed together (see "Commits" in frees.py)
-        self.live[lo] = rs; block._returned = self._returned  # noqa: E702
         return block
 
     def pending_frees(self) -> int:
