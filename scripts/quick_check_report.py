@@ -21,6 +21,7 @@ import statistics
 from typing import NamedTuple
 
 from pgmo.engine.own_heap import OwnHeap
+from pgmo.engine.page_heap import PageHeap
 
 from .markdown import mib, table
 
@@ -30,8 +31,9 @@ SAME = 0.02
 #: Device memory a dropped pool may leave behind (one driver page) before teardown fails.
 LEFT_MAX = 2 * MiB
 RANGE, STREAM_POOL = "reserved range", "stream-ordered pool"
-#: The heap a pool made with the defaults uses (``heap="own"``).
-OWN_HEAP = OwnHeap.kind
+#: The heaps of pgmo's own in a reserved range: the own heap (the default, ``heap="own"``)
+#: and the page heap (``heap="pages"``); either says the device's virtual memory serves.
+RANGE_HEAPS = (PageHeap.kind, OwnHeap.kind)
 WORKLOADS = ("repeating", "variable")
 POOLS = ("stock", "pgmo")
 
@@ -84,11 +86,12 @@ def device_checks(data: dict) -> list[Check]:
     stats = r.get("stats") or {}
     reasons = {**(r.get("probe") or {}).get("reasons", {}), **(stats.get("device_reasons")
                                                                or {})}
-    for part, key, wanted in (("arena", "arena_kind", RANGE), ("heap", "heap_kind", OWN_HEAP)):
+    for part, key, wanted in (("arena", "arena_kind", (RANGE,)),
+                              ("heap", "heap_kind", RANGE_HEAPS)):
         kind = stats.get(key) or "not reported"
         why = reasons.get(part)
-        verdict, status = _passed(kind == wanted and not why,
-                                  f"pgmo's {part} uses the {wanted}",
+        verdict, status = _passed(kind in wanted and not why,
+                                  f"pgmo's {part} uses the {kind}",
                                   f"pgmo's {part} fell back to {kind}"
                                   + (f": {why}" if why else ""))
         out.append(Check(f"device layer: pgmo's {part} ({key})", kind, verdict, status))
