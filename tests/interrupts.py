@@ -9,8 +9,9 @@ device calls on its own behalf (it plays the driver, whose calls are C).
 Two kinds of line event are skipped.  A line whose instruction is a ``NOP``
 (a ``try:``, a ``pass``: :func:`nops`), where no signal is acted on.  And
 the one CPython (3.11 and later) sends again for a ``with`` statement's
-line as its body ends, *before* ``__exit__`` is called (:func:`with_exits`).  That point is outside the statement's
-clean-up, so raising there leaves a lock taken; but no signal can land there.
+line as its body ends, *before* ``__exit__`` is called (:func:`with_exits`).
+That point is outside the statement's clean-up, so raising there leaves a
+lock taken; but no signal can land there.
 CPython runs a signal's handler only where it checks for one (a function's
 entry, a backward jump, right after a call returns), and the first such check
 after a body ends is after ``__exit__`` has returned (the lock released).  A

@@ -20,8 +20,9 @@ memory back, is decided in one place, with its accounting.  Four sources:
     default) or page heap (:mod:`.page_heap`, ``heap="pages"``) in a
     reserved range of their own where the device has virtual memory; else
     from a private stream-ordered pool (``Backend.heap``:
-    cudaMallocFromPoolAsync / cudaFreeAsync) when the device has one; else a raw allocation per request (:mod:`.raw_heap`,
-    whose cudaFree waits for the device).  See :mod:`.heap_choice`.
+    cudaMallocFromPoolAsync / cudaFreeAsync) when the device has one; else
+    a raw allocation per request (:mod:`.raw_heap`, whose cudaFree waits
+    for the device).  See :mod:`.heap_choice`.
 ``kept``
     Survivors get a buffer of their own (from the heap) that, once freed,
     waits for the same size in the next iteration (:mod:`.kept`).
