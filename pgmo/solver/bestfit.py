@@ -46,18 +46,16 @@ from __future__ import annotations
 
 import functools
 import heapq
-import importlib.util
-import logging
 import os
 import sys
 import types
 from bisect import bisect_left
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from .budget import Budget
+from .compiled import older_than_source, plain_copy
 from .packing import Packing
 
 try:
@@ -70,7 +68,6 @@ except ImportError:  # Cython is a build dependency only
 __all__ = ["solve", "bestfit_offsets", "skyline_offsets", "paper_priority", "COMPILED",
            "plain_module", "runs_compiled"]
 
-log = logging.getLogger(__name__)
 
 _INF = float("inf")
 #: "None" in the compiled steps' int64 arrays: an empty tree node's rank and upper, the
@@ -603,26 +600,11 @@ def runs_compiled() -> bool:
 @functools.cache
 def plain_module() -> types.ModuleType:
     """This module's source run as plain Python (this very module where it is not compiled)."""
-    if not COMPILED:
-        return sys.modules[__name__]
-    spec = importlib.util.spec_from_file_location(f"{__name__}_plain",
-                                                  Path(__file__).with_name("bestfit.py"))
-    assert spec is not None and spec.loader is not None  # the .py next to the compiled one
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return plain_copy(__name__, __file__) if COMPILED else sys.modules[__name__]
 
 
 @functools.cache
 def _stale() -> bool:
     """Whether this compiled module is older than its source (edited, not rebuilt): then
     :func:`skyline_offsets` runs the source, with a warning."""
-    built = Path(__file__)
-    try:
-        stale = built.with_name("bestfit.py").stat().st_mtime > built.stat().st_mtime
-    except OSError:
-        return False
-    if stale:
-        log.warning("pgmo's compiled best-fit (%s) is older than its source; running the "
-                    "plain-Python one (rebuild with: pip install -e .)", built.name)
-    return stale
+    return older_than_source(__name__, __file__, "best-fit")

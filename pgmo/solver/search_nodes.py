@@ -20,16 +20,14 @@ run as plain Python, against the search's pinned nodes and packings).
 from __future__ import annotations
 
 import functools
-import importlib.util
-import logging
 import os
 import sys
 import types
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .compiled import older_than_source, plain_copy
 from .numpy_nodes import NumpyNodes
 
 try:
@@ -41,7 +39,6 @@ except ImportError:  # Cython is a build dependency only
 
 __all__ = ["Nodes", "COMPILED", "default_kind", "plain_module"]
 
-log = logging.getLogger(__name__)
 
 #: A placed block's floor (as :mod:`.canonical_search`'s).
 BIG = 1 << 62
@@ -63,27 +60,12 @@ def default_kind() -> type[Nodes] | type[NumpyNodes]:
 @functools.cache
 def plain_module() -> types.ModuleType:
     """This module's source run as plain Python (this very module where it is not compiled)."""
-    if not COMPILED:
-        return sys.modules[__name__]
-    spec = importlib.util.spec_from_file_location(f"{__name__}_plain",
-                                                  Path(__file__).with_name("search_nodes.py"))
-    assert spec is not None and spec.loader is not None  # the .py next to the compiled one
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return plain_copy(__name__, __file__) if COMPILED else sys.modules[__name__]
 
 
 @functools.cache
 def _stale() -> bool:
-    built = Path(__file__)
-    try:
-        stale = built.with_name("search_nodes.py").stat().st_mtime > built.stat().st_mtime
-    except OSError:
-        return False
-    if stale:
-        log.warning("pgmo's compiled search (%s) is older than its source; running the "
-                    "plain-Python one (rebuild with: pip install -e .)", built.name)
-    return stale
+    return older_than_source(__name__, __file__, "search")
 
 
 class Nodes:
