@@ -37,8 +37,10 @@ APART = -2
 def _guarded(method: Callable) -> Callable:
     """A change of a :class:`Placer`'s three indexes is several statements: a Ctrl-C (any
     exception) inside one leaves them split, and the next call rebuilds them first from the
-    gaps' ends, which only ever list free space (what was being changed is lost to the
-    placer, never given twice)."""
+    gaps' ends (:meth:`Placer.mend`).  Those list only free space at every step, a gap's
+    rest before the gap goes, a joined gap before its parts go, so what they cover is
+    the free space: a change cut short gives nothing twice and loses at most the block
+    being placed."""
     @functools.wraps(method)
     def guarded(self: "Placer", *args: Any) -> Any:
         if self._broken:
@@ -112,16 +114,13 @@ class Placer:
         if k == len(gaps):
             self.overflowed += 1
             return -1
-        length, lo = gaps.pop(k)
+        length, lo = gaps[k]
         hi = lo + length
-        del self._ends[lo], self._starts[hi]
+        at = hi - nbytes if self.snug and length > nbytes and nbytes * 8 >= length \
+            and hi != self.size else lo
+        self._carve(lo, hi, at, at + nbytes)
         self.placed += 1
-        if self.snug and length > nbytes and nbytes * 8 >= length and hi != self.size:
-            self._add(lo, hi - nbytes)
-            return hi - nbytes
-        if length > nbytes:
-            self._add(lo + nbytes, hi)
-        return lo
+        return at
 
     def gaps_from(self, nbytes: int) -> Iterator[tuple[int, int]]:
         """The gaps that hold ``nbytes``, smallest first: ``(start, length)``."""
@@ -186,27 +185,35 @@ class Placer:
         return sorted(self._ends.items())
 
     def mend(self) -> None:
-        """The indexes rebuilt from the gaps' ends (after a change cut short, see
-        :func:`_guarded`)."""
-        ends = dict(self._ends)
-        self._gaps = sorted((end - start, start) for start, end in ends.items())
-        self._starts = {end: start for start, end in ends.items()}
+        """The indexes rebuilt from what the gaps' ends cover (after a change cut short, see
+        :func:`_guarded`: gaps listed there may overlap or touch, and are joined)."""
+        joined: list[list[int]] = []
+        for start, end in sorted(self._ends.items()):
+            if joined and start <= joined[-1][1]:
+                joined[-1][1] = max(joined[-1][1], end)
+            else:
+                joined.append([start, end])
+        self._ends = {start: end for start, end in joined}
+        self._gaps = sorted((end - start, start) for start, end in joined)
+        self._starts = {end: start for start, end in joined}
         self._broken = False
 
     @_guarded
     def release(self, lo: int, hi: int) -> None:
         """``[lo, hi)`` is free again: one gap with its free neighbours."""
-        end = self._ends.pop(hi, None)
-        if end is not None:  # the gap right after it
-            del self._starts[end]
+        ends, starts = self._ends, self._starts
+        end = ends.get(hi)  # the gap right after it
+        start = starts.get(lo)  # the gap right before it
+        first, last = lo if start is None else start, hi if end is None else end
+        ends[first] = last  # the joined gap is listed before its parts go (see _guarded)
+        if end is not None:
+            del ends[hi], starts[end]
             self._drop((end - hi, hi))
-            hi = end
-        start = self._starts.pop(lo, None)
-        if start is not None:  # the gap right before it
-            del self._ends[start]
+        if start is not None:
+            del starts[lo]
             self._drop((lo - start, start))
-            lo = start
-        self._add(lo, hi)
+        insort(self._gaps, (last - first, first))
+        starts[last] = first
 
     @_guarded
     def release_many(self, spans: list[tuple[int, int]]) -> None:
@@ -230,13 +237,24 @@ class Placer:
         return sum(end - start for start, end in self._ends.items())
 
     def _carve(self, start: int, end: int, lo: int, hi: int) -> None:
-        """Cut ``[lo, hi)`` out of the gap ``[start, end)``; what is left of it stays free."""
-        self._drop((end - start, start))
-        del self._ends[start], self._starts[end]
-        if start < lo:
-            self._add(start, lo)
+        """Cut ``[lo, hi)`` out of the gap ``[start, end)``; what is left of it stays free.
+        The gap's ends change first, one statement each, the rest listed before the gap
+        goes (see :func:`_guarded`)."""
+        ends = self._ends
         if hi < end:
-            self._add(hi, end)
+            ends[hi] = end  # the rest after it (the gap still listed: they overlap)
+        if start < lo:
+            ends[start] = lo  # the rest before it: the gap, shortened, in one statement
+        else:
+            del ends[start]
+        self._drop((end - start, start))
+        del self._starts[end]
+        if start < lo:
+            insort(self._gaps, (lo - start, start))
+            self._starts[lo] = start
+        if hi < end:
+            insort(self._gaps, (end - hi, hi))
+            self._starts[end] = hi
 
     def _drop(self, gap: tuple[int, int]) -> None:
         gaps = self._gaps

@@ -17,6 +17,9 @@ entry, a backward jump, right after a call returns), and the first such check
 after a body ends is after ``__exit__`` has returned (the lock released).  A
 Ctrl-C there would be an artefact of the tracer, not one a user can send.
 The real signals of :class:`SignalStorm` keep every point they can reach.
+Nor is a Ctrl-C raised inside a call that holds one until it ends
+(:func:`pgmo.device.whole_calls.whole`, as the page heap's boundary calls
+do), unless it is sent as a real signal (``real``), which the hold keeps.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ from functools import lru_cache
 from pathlib import Path
 
 import pgmo.engine
+from pgmo.device.whole_calls import whole
+
+#: The code of the wrapper :func:`~pgmo.device.whole_calls.whole` puts around a call.
+HELD = whole(lambda: None).__code__
 
 __all__ = ["Interrupt", "Injector", "DESTRUCTORS"]
 
@@ -82,6 +89,18 @@ def _in_device_model(frame) -> bool:
     return False
 
 
+def _held(frame) -> bool:
+    """Whether ``frame`` runs inside a call that holds a Ctrl-C until it ends
+    (:func:`pgmo.device.whole_calls.whole`: a page heap's trim, say): no real Ctrl-C is
+    acted on there, so a raised one would be the tracer's artefact (a real one, ``real``,
+    is still sent: the hold is what is tested then)."""
+    while frame is not None:
+        if frame.f_code is HELD:
+            return True
+        frame = frame.f_back
+    return False
+
+
 class Injector:
     """Counts the engine's line events; raises :class:`Interrupt` at the ``at``-th one, or at
     every ``every``-th one (``at=None, every=None``: only counts, listing the lines).
@@ -125,7 +144,8 @@ class Injector:
         if frame.f_code.co_filename.startswith(self.traced) \
                 and (self.functions is None or frame.f_code.co_name in self.functions) \
                 and (self.every is not None or not self.fired) \
-                and frame.f_code.co_name not in DESTRUCTORS and not _in_device_model(frame):
+                and frame.f_code.co_name not in DESTRUCTORS and not _in_device_model(frame) \
+                and (self.real or not _held(frame)):
             return self._local
         return None
 
@@ -139,7 +159,8 @@ class Injector:
 
 def _engine_frame(frame) -> bool:
     return frame is not None and frame.f_code.co_filename.startswith(TRACED) \
-        and frame.f_code.co_name not in DESTRUCTORS and not _in_device_model(frame)
+        and frame.f_code.co_name not in DESTRUCTORS and not _in_device_model(frame) \
+        and not _held(frame)
 
 
 class SignalStorm:

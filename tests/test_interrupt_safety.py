@@ -515,7 +515,7 @@ def test_a_ctrl_c_caught_inside_the_own_heaps_malloc_loses_no_range():
 
     def scenario(at: int) -> bool:
         engine = host_engine(hot_path=HOT_PATHS_CLASSES["plain"], warmup=5, page=512,
-                             replan="sync", method="bestfit")
+                             replan="sync", method="bestfit", heap="own")
         checker = Checker(host=True, device=host_device_of(engine), write=True)
         abce_iteration(engine, checker)
         heap = engine.memory.heap

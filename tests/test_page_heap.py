@@ -7,6 +7,7 @@ by the replay checker; faults injected into the range's calls.
 
 from __future__ import annotations
 
+import gc
 import random
 
 import pytest
@@ -419,3 +420,139 @@ def test_the_address_helpers_the_page_heap_uses():
     space.set_backed(1, 6, True)  # pages 1-2 backed already: 3 more
     space.set_backed(5, 8, False)
     assert space.backed_pages == space.backed.count(1) == 4  # counted, never scanned
+
+
+# ------------------------------------------------------------------------ a Ctrl-C
+def churn(h: Heap, seed: int, steps: int = 40, interrupted=None):
+    """Random requests and frees over every path of the heap (small blocks, runs, the last
+    run's last page, dead runs, idle pages remapped), a boundary half-way; a Ctrl-C
+    (``interrupted``) is caught where a user would, around each call, and the run goes on.
+    Every block is written and checked; what is left is freed."""
+    rnd = random.Random(seed)
+    live = []
+
+    def caught(call):
+        try:
+            return call()
+        except interrupted or ():
+            return None
+
+    for step in range(steps):
+        if step == steps // 2:
+            caught(h.boundary)
+        if live and rnd.random() < 0.45:
+            block = live.pop(rnd.randrange(len(live)))
+            assert h.checker.free(block)
+            del block
+        else:
+            size = rnd.choice([700, 64 * 1024, 1 * MiB, 3 * MiB, 5 * MiB, 9 * MiB, 33 * MiB])
+            block = caught(lambda: h.alloc(size))
+            if block is not None:
+                live.append(block)
+    for block in live:
+        assert h.checker.free(block)
+    del live, block
+    caught(h.boundary)
+    assert h.checker.corrupted == h.checker.overlaps == 0
+
+
+def test_a_ctrl_c_at_any_line_of_a_request_never_lends_a_page_twice_and_the_heap_goes_on():
+    """A Ctrl-C caught by the user at any line of the heap's request (and of the placement
+    it calls), the run going on: no block shares a byte with a live one, every later call
+    works.  (A Ctrl-C there may cost the pages it was placing: they stay held until the
+    heap goes.)"""
+    from .interrupts import Injector, Interrupt
+
+    functions = frozenset({"malloc", "_collect", "_died", "_place_small", "_place_large",
+                           "_run", "_dead_run", "_after", "_map_fresh", "_map_run",
+                           "_take_pages", "place", "take", "release", "take_idle",
+                           "unbacked", "set_backed", "largest", "gap_at"})
+    with Injector(functions=functions) as counting:
+        churn(Heap(runs_from=2), seed=3)
+    assert counting.seen > 300
+    for at in range(1, counting.seen, max(1, counting.seen // 120)):
+        h = Heap(runs_from=2)
+        with Injector(at=at, functions=functions) as injector:
+            churn(h, seed=3, interrupted=Interrupt)
+        assert injector.fired == 1, at
+
+
+def test_a_real_ctrl_c_inside_a_boundarys_trim_or_tidy_waits_for_it_to_end():
+    """A boundary's calls give pages back and drop mappings in steps that must not part
+    (a page released twice, a mapping dropped and still listed): a Ctrl-C there is held
+    and acted on as the call ends, with the books whole."""
+    from .interrupts import Injector
+
+    functions = frozenset({"trim", "tidy"})
+    with Injector(functions=functions, real=True) as counting:  # (counts only)
+        churn(Heap(runs_from=2), seed=5)
+    assert counting.seen > 50
+    for at in range(1, counting.seen, max(1, counting.seen // 60)):
+        h = Heap(runs_from=2)
+        with Injector(at=at, functions=functions, real=True) as injector:
+            churn(h, seed=5, interrupted=KeyboardInterrupt)
+        assert injector.fired == 1
+        gc.collect()  # the interrupt's traceback held the last block a while
+        h.boundary()  # nothing was left half done
+        assert h.heap.held == h.heap.used == h.memory.in_use == 0 and h.heap.stale == 0
+
+
+def test_a_ctrl_c_as_a_runs_mapping_returns_leaves_the_run_booked_and_the_heap_goes_on():
+    """The CUDA layer holds a Ctrl-C through its call and raises it as the call returns, the
+    run mapped: the heap books the run's pages as mapped and idle (the range's books say
+    so, whatever the exception), so their addresses are never mapped again while mapped
+    and the pages serve the next requests."""
+    def ctrl_c_after(rng):
+        real = rng.map_pages
+
+        def map_pages(*args):
+            real(*args)
+            raise KeyboardInterrupt  # as :func:`pgmo.device.whole_calls.whole` delivers it
+
+        rng.map_pages = map_pages
+        return rng
+
+    for size in (3 * MiB, 40 * MiB):  # a small block's pages; a run
+        h = Heap(wrap=ctrl_c_after)
+        with pytest.raises(KeyboardInterrupt):
+            h.alloc(size)
+        h.heap.range.map_pages = type(h.heap.range).map_pages.__get__(h.heap.range)
+        blocks = [h.alloc(size) for _ in range(3)]
+        assert h.checker.corrupted == h.checker.overlaps == 0
+        for block in blocks:
+            assert h.checker.free(block)
+        del blocks, block
+        h.boundary()  # the interrupted request's pages were given back with the rest
+        assert h.heap.held == h.memory.in_use == 0 and h.heap.stale == 0
+
+
+def test_a_refused_map_whose_undo_is_refused_too_retires_the_heap_with_a_device_error():
+    """Two refusals in a row (a grant refused, then the unmap that undoes the run's maps)
+    leave pages mapped that the heap did not place: it places nothing more (DeviceError,
+    so the engine's next heap serves: rule 7 of pgmo/engine/memory.py), and never hands
+    those addresses out."""
+    h = Heap(wrap=lambda rng: refused_inside(
+        refused_inside(rng, "grant", {1}, MemoryError("device full")),
+        "unmap_page", {0}, DeviceError("cuMemUnmap", 2, "refused")))
+    a = h.alloc(4 * MiB)
+    for _ in range(2):
+        with pytest.raises(DeviceError, match="left pages mapped"):
+            h.alloc(40 * MiB)
+    assert h.checker.intact(a) and h.checker.free(a)
+
+
+def test_the_engine_moves_to_its_next_heap_when_the_page_heap_retires():
+    from pgmo.measure.hosts import host_engine
+
+    engine = host_engine(heap="pages", replan="sync", method="bestfit")
+    a = engine.malloc(4 * MiB)  # the page heap serves
+    refused_inside(refused_inside(engine.memory.heap.range, "grant", {0},
+                                  MemoryError("device full")),
+                   "unmap_page", {0}, DeviceError("cuMemUnmap", 2, "refused"))
+    b = engine.malloc(40 * MiB)  # the page heap retires; the next heap serves it
+    stats = engine.stats()
+    assert stats.heap_kind != "page heap (recycled pages)"
+    assert "left pages mapped" in stats.device_reasons["heap"]
+    assert a.ptr + 4 * MiB <= b.ptr or b.ptr + 40 * MiB <= a.ptr
+    del a, b
+    engine.close()

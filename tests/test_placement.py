@@ -62,34 +62,73 @@ def test_placed_blocks_never_overlap_each_other_or_the_live_ones(ops, live):
     assert placer.free_bytes() == size - len(covered)
 
 
-class _CtrlCAsPopReturns(dict):
-    """A Placer's index of gap ends whose ``pop`` is followed by a Ctrl-C (a signal is
-    delivered as a call returns)."""
+class _CtrlCAfterChange(dict):
+    """A Placer's index of gap ends that raises a Ctrl-C after its ``at``-th change (a
+    signal is acted on as a call returns, or between two statements)."""
+
+    def __init__(self, ends, at):
+        super().__init__(ends)
+        self.at = at
+
+    def _changed(self):
+        self.at -= 1
+        if self.at == 0:
+            raise KeyboardInterrupt
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self._changed()
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        self._changed()
 
     def pop(self, *args):
-        super().pop(*args)
-        raise KeyboardInterrupt
+        value = super().pop(*args)
+        self._changed()
+        return value
 
 
-def test_a_ctrl_c_inside_a_placer_update_leaves_it_usable():
-    """The page heap's and the arenas' free space, interrupted as a freed range merges with
-    the gap after it (the three indexes used to stay split: the page heap's requests then
-    raised KeyError): every later request gets a free range or -1, never a range given
-    twice."""
-    placer = Placer(100, [(10, 20), (30, 40)])
-    placer._ends = _CtrlCAsPopReturns(placer._ends)
-    with pytest.raises(KeyboardInterrupt):
-        placer.release(10, 20)  # [10, 20) free again, with the gap [20, 30) after it
+@pytest.mark.parametrize("change", ["release", "release between", "place", "place snug",
+                                    "take inside"])
+@pytest.mark.parametrize("at", [1, 2, 3])
+def test_a_ctrl_c_inside_a_placer_update_gives_nothing_twice_and_loses_at_most_its_block(
+        change, at):
+    """The page heap's and the arenas' free space, interrupted after any change of a gap's
+    ends (the gap after a freed range, the one before, the rest of a gap a block is cut
+    from): the free space listed is free, and what is lost is at most the range being
+    placed or freed; every later request gets a free range or -1, never one given twice."""
+    live = [(10, 20), (30, 40), (60, 64)]
+    placer = Placer(100, live, snug=change == "place snug")
+    block = {"release": (10, 20), "release between": (30, 40), "place": (0, 4),
+             "place snug": (6, 10), "take inside": (44, 50)}[change]
+    placer._ends = _CtrlCAfterChange(placer._ends, at)
+    try:
+        if change.startswith("release"):
+            placer.release(*block)
+        elif change.startswith("place"):
+            assert placer.place(4) == block[0]
+        else:
+            placer.take(40, 44, 6)
+    except KeyboardInterrupt:
+        pass
     placer._ends = dict(placer._ends)
+    freed = [] if change.startswith("release") else [block]
+    held = [span for span in live if span != block or not change.startswith("release")]
+    free = set(range(100)) - {b for lo, hi in held + freed for b in range(lo, hi)}
+    listed = {b for lo, hi in placer.free_spans() for b in range(lo, hi)}
+    lost = free - listed
+    # the range being placed or freed may be listed free (a request cut short hands
+    # nothing out) or lost; every other byte is listed exactly when it is free
+    assert listed - free <= set(range(*block)) and lost <= set(range(*block))
     taken = []
-    for nbytes in (10, 10, 10, 60, 10):
+    for nbytes in (10, 10, 10, 20, 4, 2):
         lo = placer.place(nbytes)
         if lo >= 0:
-            assert all(lo + nbytes <= a or b <= lo for a, b in taken)
-            assert all(lo + nbytes <= a or b <= lo for a, b in [(10, 20), (30, 40)]) or \
-                (lo, lo + nbytes) == (10, 20)
+            span = set(range(lo, lo + nbytes))
+            assert span <= listed and not any(span & set(range(*t)) for t in taken)
             taken.append((lo, lo + nbytes))
-    assert taken  # the free space not being changed is still placed in
+    assert taken
 
 
 @settings(max_examples=60, deadline=None)

@@ -293,6 +293,11 @@ class CudaRange:
     def mappings(self) -> list[tuple[int, int]]:
         return self._books.mappings()
 
+    def page_at(self, offset: int) -> Any:
+        """The physical page (a :meth:`create_page` handle) mapped at ``offset``; None where
+        none is (what a call cut short mapped, as the books say)."""
+        return self._books.handle(offset)
+
     def starts_in(self, lo: int, hi: int) -> bool:
         """Whether a mapping starts in ``[lo, hi)``."""
         return self._books.starts_in(lo, hi)

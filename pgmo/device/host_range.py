@@ -20,7 +20,7 @@ import ctypes
 import mmap
 import os
 import weakref
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 from .mappings import MappingLedger
 
@@ -70,6 +70,13 @@ def _check(result: int, what: str) -> None:
     if result != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what} failed: errno {err}")
+
+
+def _flags(n: int) -> mmap.mmap:
+    """``n`` zero bytes, one per granule, whose memory the OS gives only where one is set: a
+    page heap reserves 32x the device, 2**28 granules of a 512-byte test device, and
+    touches a few (a bytearray would be gigabytes, zeroed at once)."""
+    return mmap.mmap(-1, n)
 
 
 def _release_reservation(memory: _Device, mapped: list, base: int, size: int) -> None:
@@ -122,8 +129,8 @@ class HostRange:
         # bytes backed by memory, bytes of physical pages, the pages' file (shared with the
         # finalizer)
         self._state = [0, 0, -1]
-        self._backed = bytearray(size // granule)  # 1: the granule is backed by memory
-        self._open = bytearray(size // granule)  # 1: and access to it was granted
+        self._backed = _flags(size // granule)  # 1: the granule is backed by memory
+        self._open = _flags(size // granule)  # 1: and access to it was granted
         self._books = MappingLedger()
         self._slots: set[int] = set()  # the pages' file: free page slots (handles)
         self._slot_count = 0  # page slots the file has
@@ -196,7 +203,7 @@ class HostRange:
                              f"mapped throughout")
         self._open_granules(offset, nbytes)
         end = offset + nbytes
-        granted = [s for s, n in self._books.mappings() if offset <= s and s + n <= end]
+        granted = self._books.inside(offset, end)
         self._books.make_usable(granted)
         self.memory.charge("cuMemSetAccess", nbytes, len(granted))
 
@@ -396,6 +403,11 @@ class HostRange:
         """``(offset, nbytes)`` of each mapping, in address order."""
         return self._books.mappings()
 
+    def page_at(self, offset: int) -> Any:
+        """The physical page (a :meth:`create_page` handle) mapped at ``offset``; None where
+        none is (what a call cut short mapped, as the books say)."""
+        return self._books.handle(offset)
+
     def starts_in(self, lo: int, hi: int) -> bool:
         """Whether a mapping starts in ``[lo, hi)``."""
         return self._books.starts_in(lo, hi)
@@ -423,7 +435,7 @@ class HostRange:
             self.memory._unmap(self._state[0] + self._state[1],
                                calls=len(self._books.mappings()))
             self._books.clear()
-            self._backed[:] = bytes(len(self._backed))
-            self._open[:] = bytes(len(self._open))
+            for flags in (self._backed, self._open):
+                flags.madvise(mmap.MADV_DONTNEED)  # all zero again, their memory given back
             self._state[0] = self._state[1] = 0
         self._finalizer()

@@ -154,6 +154,13 @@ class MappingLedger:
         """``(offset, nbytes)`` of each mapping, in address order."""
         return [(s, self._lengths[s]) for s in self._starts]
 
+    def inside(self, lo: int, hi: int) -> list[int]:
+        """The starts of the mappings lying wholly in ``[lo, hi)``, in address order (found
+        by bisection: a grant over a few pages does not scan thousands of mappings)."""
+        starts, lengths = self._starts, self._lengths
+        k, stop = bisect.bisect_left(starts, lo), bisect.bisect_left(starts, hi)
+        return [s for s in starts[k:stop] if s + lengths[s] <= hi]
+
     def starts_in(self, lo: int, hi: int) -> bool:
         """Whether a mapping starts in ``[lo, hi)`` (a trim to ``lo`` would unmap one)."""
         k = bisect.bisect_left(self._starts, lo)

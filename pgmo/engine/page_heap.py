@@ -31,7 +31,15 @@ the pages being filled, not a packing.
 
 Never lent twice: a page is taken off the idle lists before it is mapped,
 listed live after; a run whose mapping fails is mapped nowhere (the range
-undoes it), and its pages and addresses go back.
+undoes it), and its pages and addresses go back.  A Ctrl-C that the user
+catches may land at any line of a request: what the range's books say is
+mapped is booked so (a run mapped as its call returned is idle where it
+lies), no list ever holds a page twice, and what is lost is at most the
+pages being placed, held until the heap goes.  A boundary's :meth:`PageHeap.trim`
+and :meth:`PageHeap.tidy` hold a Ctrl-C until they end
+(:func:`~pgmo.device.whole_calls.whole`).  A run left half mapped (a
+refused map whose undo is refused too) retires the heap: DeviceError, and
+the engine's next heap serves (rule 7 of :mod:`.memory`).
 A block that dies on another stream than the heap's now is applied after
 the next device sync (as in :mod:`.own_heap`).  ``calls`` counts the
 driver's calls (create, map, access grants, unmap, release; ``requests`` the
@@ -47,6 +55,8 @@ from __future__ import annotations
 import collections
 from typing import Any, Callable
 
+from ..device.whole_calls import whole
+from ..errors import DeviceError
 from ..placement import PagedSpace, Placer
 from ..units import round_size
 from .options import PageRange
@@ -115,6 +125,7 @@ class PageHeap:
         self.calls: collections.Counter[str] = collections.Counter()  # create/map/access/...
         self.boundary_calls: dict[str, int] = {}  # those of the last trim or tidy
         self.requests = 0
+        self._broken: tuple[str, int, str] | None = None  # no block placed any more: why
 
     @property
     def held(self) -> int:
@@ -135,6 +146,8 @@ class PageHeap:
 
     # ----------------------------------------------------------------- blocks
     def malloc(self, size: int) -> _PageBlock:
+        if self._broken is not None:
+            raise DeviceError(*self._broken)
         rs = round_size(size)
         stream = self._stream() if self._stream is not None else None
         if stream != self._current:
@@ -171,22 +184,37 @@ class PageHeap:
                 handles = self._take_pages(stop - first)
                 try:
                     self._map_run(first, handles)
-                except BaseException:  # none mapped: the pages go back
-                    self._loose.extend(handles)
+                except BaseException:
+                    if not self._mapped(first, stop - first):
+                        self._loose.extend(handles)  # none mapped: the pages go back
                     raise
                 self._small_handles.update(zip(range(first, stop), handles))
                 small.set_backed(first, stop, True)
         except BaseException:
+            self._book_mapped(lo, lo + rs)
             small.free.release(lo, lo + rs)  # the pages mapped stay, idle where they are
             raise
         return lo
+
+    def _book_mapped(self, lo: int, hi: int) -> None:
+        """A small request cut short (a Ctrl-C after a run's call, a refusal): the pages under
+        ``[lo, hi)`` that the range maps are booked as backed, with the page the range says
+        is there, so that no later request maps them again."""
+        g, small = self.page, self._small
+        for first, stop in small.unbacked(lo, hi):
+            for k in range(first, stop):
+                handle = self.range.page_at(k * g)
+                if handle is not None and self._mapped(k, 1):
+                    self._small_handles[k] = handle
+                    small.set_backed(k, k + 1, True)
 
     def _place_large(self, rs: int) -> tuple[list[_Page], int]:
         g = self.page
         filling = self._filling
         if filling is not None and not filling.live and rs > g:
-            self._idle.append(filling)  # empty, and too small: an idle page like the others
-            self._filling = filling = None
+            self._filling = None  # first: a Ctrl-C between the two loses it, never lists it
+            self._idle.append(filling)  # twice (empty, and too small: an idle page)
+            filling = None
         room = g - filling.fill if filling is not None else 0
         more = None
         if filling is not None and room < rs:
@@ -217,11 +245,7 @@ class PageHeap:
         it lies (or an idle page where it is), else pages remapped at fresh addresses, else
         new ones (MemoryError when the device is full)."""
         if n in self._dead:
-            dead = self._dead[n]
-            run = dead.pop()
-            if not dead:
-                del self._dead[n]
-            return run
+            return self._dead_run(n)
         if n == 1 and self._idle:
             return [self._idle.pop()]
         first, length = self._addresses.largest()
@@ -236,6 +260,17 @@ class PageHeap:
         # to go on into from the last run's last page (see _after)
         self._addresses.take(first, first, n)
         return self._map_fresh(first, n)
+
+    def _dead_run(self, n: int) -> list[_Page]:
+        """A dead run of ``n`` pages taken off its list, which is never left empty (a Ctrl-C
+        between the two steps loses the run, never lists it twice)."""
+        runs = self._dead[n]
+        run = runs[-1]
+        if len(runs) == 1:
+            del self._dead[n]
+        else:
+            runs.pop()
+        return run
 
     def _after(self, filling: _Page, nbytes: int, alone: int) -> list[_Page] | None:
         """Fresh pages right after the last run's last page, for ``nbytes`` more: None when
@@ -257,29 +292,51 @@ class PageHeap:
             raise
         try:
             self._map_run(first, handles)
-        except BaseException:  # none mapped: the pages and the addresses go back
-            self._loose.extend(handles)
-            self._addresses.release(first, first + n)
+            return [_Page(first + k, handle) for k, handle in enumerate(handles)]
+        except BaseException:
+            if self._mapped(first, n):  # a Ctrl-C after the call: idle pages where they lie
+                self._idle.extend(_Page(first + k, handle) for k, handle in enumerate(handles))
+            else:  # none mapped: the pages and the addresses go back
+                self._loose.extend(handles)
+                self._addresses.release(first, first + n)
             raise
-        return [_Page(first + k, handle) for k, handle in enumerate(handles)]
 
     def _map_run(self, first: int, handles: list[Any]) -> None:
         """Map ``handles`` at pages ``first, first + 1, ...`` with one grant of access over
         the run (a ``cuMemSetAccess``, 55 us on the H100 fit, against 2 us per
-        ``cuMemMap``): all or nothing."""
-        self.range.map_pages(first * self.page, handles)
-        self.calls["map"] += len(handles)
+        ``cuMemMap``): all or nothing.
+
+        What the range says decides, not the exception (:meth:`_mapped`): a Ctrl-C held
+        through the call (:func:`~pgmo.device.whole_calls.whole`) arrives as it returns,
+        the run mapped, and the callers book such a run as mapped.  A run left half
+        mapped (a refused map whose undo was refused too) retires the heap (DeviceError:
+        the engine's next heap serves from now on), its addresses never handed out
+        again."""
+        g, n = self.page, len(handles)
+        try:
+            self.range.map_pages(first * g, handles)
+        except BaseException as e:
+            if not self._mapped(first, n) and self.range.starts_in(first * g, (first + n) * g):
+                self._broken = (getattr(e, "call", "cuMemMap"), getattr(e, "code", 0),
+                                f"a refused map left pages mapped ({e})")
+                if isinstance(e, Exception):
+                    raise DeviceError(*self._broken) from e
+            raise
+        self.calls["map"] += n
         self.calls["access"] += 1
+
+    def _mapped(self, first: int, n: int) -> bool:
+        """Whether pages ``[first, first + n)`` are mapped with access (what a call cut short
+        did, as the range's books say)."""
+        g = self.page
+        return self.range.usable_end(first * g) >= (first + n) * g
 
     def _take_pages(self, n: int) -> list[Any]:
         """``n`` physical pages no block uses: loose ones, idle ones (their mappings left
         behind), those of dead runs and small blocks' wholly free pages, then new ones."""
         idle = self._idle
         while len(self._loose) + len(idle) < n and self._dead:
-            most = max(self._dead)
-            idle.extend(self._dead[most].pop())
-            if not self._dead[most]:
-                del self._dead[most]
+            idle.extend(self._dead_run(max(self._dead)))
         taken = [self._loose.pop() for _ in range(min(n, len(self._loose)))]
         while len(taken) < n and idle:
             page = idle.pop()
@@ -339,6 +396,7 @@ class PageHeap:
             self._died(self._quarantine.pop())
 
     # ------------------------------------------------------------- boundaries
+    @whole
     def tidy(self) -> int:
         """Drop the stale mappings (after the caller's device sync), their addresses free
         again; returns the calls made: one ``cuMemUnmap`` per run of adjacent ones where the
@@ -369,6 +427,7 @@ class PageHeap:
         self.boundary_calls = {"unmap": made}
         return made
 
+    @whole
     def trim(self) -> int:
         """Give back every page no live block uses (after the caller's device sync): their
         mappings dropped, the pages released; returns the bytes given back.  After it, the
@@ -381,10 +440,10 @@ class PageHeap:
         if filling is not None and not filling.live:
             self._filling = None
             self._idle.append(filling)
-        for runs in self._dead.values():
+        dead, self._dead = self._dead, {}
+        for runs in dead.values():
             for run in runs:
                 self._idle.extend(run)
-        self._dead.clear()
         while self._idle:
             page = self._idle.pop()
             self._stale.append(page.index)
