@@ -414,6 +414,36 @@ def test_a_small_warm_up_is_planned_with_the_full_method_and_once_per_profile(mo
     assert calls == [opening]
 
 
+def test_a_best_fit_plan_kept_from_the_worker_is_written_as_the_full_methods(monkeypatch):
+    """A run planned with best-fit (``method="bestfit"``, or background planning whose
+    better plan never landed) leaves the next run a better plan: the worker searches the
+    profile before it writes the entry; a plan at its lower bound, or another method's, is
+    written as installed; a plan installed again is not searched again."""
+    from pgmo.solver import SolverOptions, solve
+
+    run = workloads.make("serving", iterations=1, scale=0.05, batches=(32,))
+    lo, hi = run.iterations[0]
+    closed = [b for b in run.trace.blocks if lo <= b.lower and b.upper is not None
+              and b.upper < hi]
+    profile = Trace.from_tuples([(k, b.lower, b.upper, -(-b.size // 512) * 512)
+                                 for k, b in enumerate(closed)])  # sizes as the pool rounds
+    best_fit = solve(profile, SolverOptions(method="bestfit"))
+    assert best_fit.peak > 1.2 * profile.lower_bound()
+    cache = plan_cache.PlanCache(plan_cache.DeviceKey("searched", 1 << 40, None))
+    caches = {(cache.folder.parent.parent, cache.device): cache}
+    searches = []
+    real = plan_cache.searched_plan
+    monkeypatch.setattr(plan_cache, "searched_plan", lambda p: searches.append(p) or real(p))
+    for _ in range(2):
+        path = plan_cache.keep_from_request(cache.keep_request(profile, best_fit), caches)
+    assert path is not None and len(searches) == 1
+    entry = plan_cache.PlanCache(cache.device).find(profile.blocks[0].size)
+    assert entry is not None and entry.plan.is_valid()
+    assert entry.plan.peak < best_fit.peak and entry.plan.peak <= 1.02 * profile.lower_bound()
+    other = plan_cache.Plan(profile, best_fit.offsets, method="best")
+    assert plan_cache.searched_plan(other) is other  # the full method's: as installed
+
+
 # --------------------------------------------------------------------- atomic writes
 WRITER = textwrap.dedent("""
     import sys
