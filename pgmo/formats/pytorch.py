@@ -185,9 +185,8 @@ def _choose_device(segments: list, traces: list, options: ReadOptions, where: _W
     if options.device is not None:
         if options.device not in known:
             listed = ", ".join(map(str, known)) or "none"
-            raise where.fail("snapshot", f"no device {options.device} in this snapshot "
-                                         f"(devices with events or segments: {listed})",
-                             "device")
+            raise TraceFormatError(f"no device {options.device} in it (devices with events "
+                                   f"or segments: {listed})", path=where.path, field="device")
         return options.device
     if counts:  # most events; the lowest device number on a tie
         return min(counts, key=lambda d: (-counts[d], d))
