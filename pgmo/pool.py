@@ -148,9 +148,10 @@ class ProfileGuidedMemoryPool(_memory.MemoryPool):
         fields or those of its :class:`~pgmo.SolverOptions`:
         ``warmup=1``, ``replan="background"`` (or ``"sync"``,
         ``"bestfit"``), ``detect_iterations=True``, ``warn_after``,
-        ``heap="own"`` (or ``"driver"``: the driver's stream-ordered
-        pool for what no plan covers; or ``"pages"``: fresh addresses
-        over recycled pages, see ``docs/footprint.md``), ``method="best"``,
+        ``heap="pages"`` (what no plan covers gets fresh addresses over
+        recycled pages, see ``docs/footprint.md``; or ``"own"``: pgmo's
+        heap at fixed addresses; or ``"driver"``: the driver's
+        stream-ordered pool), ``method="best"``,
         ``time_limit``, ``seed``, ``budget``...
     ``plan_path``
         load a saved plan from here when the file exists (a bad

@@ -391,11 +391,15 @@ class _Struct:
 
 
 class _Handle:
-    """What ``cuMemCreate`` returns: the memory is taken when it is mapped."""
+    """What ``cuMemCreate`` returns: the memory is taken when it is mapped.  A granule's
+    handle is a page of the host range it is first mapped in, which the driver maps at
+    as many addresses as asked (pgmo's page heap maps a page again before its old
+    mapping is dropped), its bytes shared."""
 
     def __init__(self, size: int):
         self.size = size
         self.mapped = self.released = False
+        self.page = self.range = None
 
 
 class Driver:
@@ -497,7 +501,11 @@ class Driver:
 
     def cuMemRelease(self, handle):  # noqa: N802
         self.device.touch()
+        if handle.released:
+            return (self.CUresult.CUDA_ERROR_INVALID_VALUE,)
         handle.released = True
+        if handle.page is not None:  # its memory goes back once it is mapped nowhere
+            handle.range.release_page(handle.page)
         return self._ok()
 
     def cuMemMap(self, ptr, size: int, offset: int, handle, flags: int):  # noqa: N802
@@ -506,6 +514,18 @@ class Driver:
         if refused:
             return refused
         rng = self._range(int(ptr))
+        if rng is not None and size == PAGE == handle.size and not handle.released \
+                and handle.range in (None, rng):
+            try:
+                if handle.page is None:
+                    handle.page, handle.range = rng.create_page(), rng
+                rng.map_page(int(ptr) - rng.ptr, handle.page, grant=False)
+            except ValueError:
+                return (self.CUresult.CUDA_ERROR_INVALID_VALUE,)
+            except MemoryError:
+                return (self.CUresult.CUDA_ERROR_OUT_OF_MEMORY,)
+            handle.mapped = True
+            return self._ok()
         if rng is None or handle.mapped or handle.released or handle.size != size:
             return (self.CUresult.CUDA_ERROR_INVALID_VALUE,)
         try:

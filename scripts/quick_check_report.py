@@ -31,8 +31,8 @@ SAME = 0.02
 #: Device memory a dropped pool may leave behind (one driver page) before teardown fails.
 LEFT_MAX = 2 * MiB
 RANGE, STREAM_POOL = "reserved range", "stream-ordered pool"
-#: The heaps of pgmo's own in a reserved range: the own heap (the default, ``heap="own"``)
-#: and the page heap (``heap="pages"``); either says the device's virtual memory serves.
+#: The heaps of pgmo's own in a reserved range: the page heap (the default, ``heap="pages"``)
+#: and the own heap (``heap="own"``); either says the device's virtual memory serves.
 RANGE_HEAPS = (PageHeap.kind, OwnHeap.kind)
 WORKLOADS = ("repeating", "variable")
 POOLS = ("stock", "pgmo")

@@ -81,26 +81,6 @@ def with_exits(code) -> frozenset[int]:
                      and i.offset > entered[i.positions.lineno])
 
 
-def _in_device_model(frame) -> bool:
-    while frame is not None:
-        if frame.f_code.co_filename in DEVICE_MODEL:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _held(frame) -> bool:
-    """Whether ``frame`` runs inside a call that holds a Ctrl-C until it ends
-    (:func:`pgmo.device.whole_calls.whole`: a page heap's trim, say): no real Ctrl-C is
-    acted on there, so a raised one would be the tracer's artefact (a real one, ``real``,
-    is still sent: the hold is what is tested then)."""
-    while frame is not None:
-        if frame.f_code is HELD:
-            return True
-        frame = frame.f_back
-    return False
-
-
 class Injector:
     """Counts the engine's line events; raises :class:`Interrupt` at the ``at``-th one, or at
     every ``every``-th one (``at=None, every=None``: only counts, listing the lines).
@@ -144,8 +124,7 @@ class Injector:
         if frame.f_code.co_filename.startswith(self.traced) \
                 and (self.functions is None or frame.f_code.co_name in self.functions) \
                 and (self.every is not None or not self.fired) \
-                and frame.f_code.co_name not in DESTRUCTORS and not _in_device_model(frame) \
-                and (self.real or not _held(frame)):
+                and frame.f_code.co_name not in DESTRUCTORS and not _aside(frame, self.real):
             return self._local
         return None
 
@@ -157,10 +136,23 @@ class Injector:
         sys.settrace(None)
 
 
+def _aside(frame, real: bool = False) -> bool:
+    """Whether ``frame`` runs on behalf of the host model of the device (which plays the
+    driver, whose calls are C), or (unless ``real``) inside a call that holds a Ctrl-C
+    until it ends (:func:`pgmo.device.whole_calls.whole`: a page heap's trim, say), where
+    no real Ctrl-C is acted on: a raised one would be the tracer's artefact (a real one
+    is still sent, ``real``: the hold is what is tested then).  One walk up the stack."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename in DEVICE_MODEL or (code is HELD and not real):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _engine_frame(frame) -> bool:
     return frame is not None and frame.f_code.co_filename.startswith(TRACED) \
-        and frame.f_code.co_name not in DESTRUCTORS and not _in_device_model(frame) \
-        and not _held(frame)
+        and frame.f_code.co_name not in DESTRUCTORS and not _aside(frame)
 
 
 class SignalStorm:

@@ -73,7 +73,7 @@ def test_a_small_workloads_smallest_device_is_searched_in_whole_pages():
 
 def test_the_bench_prints_the_split_and_judges_a_small_workload_by_its_pages():
     args = bench_footprint.parse_args(["--only", "small-cnn-infer-b1", "--modes", "sync/bestfit",
-                                       "--heaps", "own heap"])
+                                       "--heaps", "page heap"])
     [w] = bench_footprint.all_workloads(args)
     w.run = workloads.make("serving", **{**SMALL[w.name][1], "iterations": 5})
     row = bench_footprint.bench(w, args)

@@ -229,7 +229,7 @@ def test_the_device_step_reports_what_pgmo_chose_and_passes_on_a_full_device_lay
     result = run_step("device")
     assert result["probe"] == {"arena": True, "heap": True, "reasons": {}, "joins_unmaps": True}
     assert result["stats"]["arena_kind"] == "reserved range"
-    assert result["stats"]["heap_kind"] == "own heap (reserved range)"  # the default heap
+    assert result["stats"]["heap_kind"] == "page heap (recycled pages)"  # the default heap
     assert result["replay"]["corrupted"] == 0 and result["replay"]["requests"] > 0
     assert result["versions"]["cuDriverGetVersion"] == 13000
     data = {"steps": [{"name": "device", "status": "done"}], "results": {"device": result}}

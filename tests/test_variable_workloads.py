@@ -74,9 +74,13 @@ def test_a_variable_run_holds_near_its_limit_without_syncing_in_iterations(name,
     assert result.peak <= 1.10 * limit_of(run)
     assert result.most_syncs_inside() == 0  # no cudaFree, no sync inside an iteration
     assert max(result.releases_inside) == 0  # no unmap, no trim either
-    assert result.most_syncs_at_a_boundary() <= 1  # one device sync, before one release
-    assert result.raw_share(5) == 0.0  # nothing reaches cudaMalloc
     st = result.stats
+    # one device sync before the boundary's one release (rule 4 of pgmo/engine/memory.py);
+    # the page heap's old mappings may go at that boundary too, after a sync of their own
+    # (rule 1), when the plan lands there
+    tidies = st.heap_kind == "page heap (recycled pages)"
+    assert result.most_syncs_at_a_boundary() <= (2 if tidies else 1)
+    assert result.raw_share(5) == 0.0  # nothing reaches cudaMalloc
     assert st.stock_bytes == 0
     # A background plan is made in the worker process (at the lowest priority) and lands
     # at a later boundary: on a loaded machine a run this short can end before it does.

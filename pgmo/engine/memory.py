@@ -16,8 +16,8 @@ memory back, is decided in one place, with its accounting.  Four sources:
     Memory of a block's own, for the requests no plan covers: the warm-up
     and profiled iterations, an iteration waiting for its plan, survivors
     (blocks that outlive their iteration), and what finds no room in an
-    arena that cannot grow.  From pgmo's own heap (:mod:`.own_heap`, the
-    default) or page heap (:mod:`.page_heap`, ``heap="pages"``) in a
+    arena that cannot grow.  From pgmo's page heap (:mod:`.page_heap`, the
+    default) or own heap (:mod:`.own_heap`, ``heap="own"``) in a
     reserved range of their own where the device has virtual memory; else
     from a private stream-ordered pool (``Backend.heap``:
     cudaMallocFromPoolAsync / cudaFreeAsync) when the device has one; else
@@ -47,7 +47,7 @@ The footprint policy, and why:
    beside the arena (on the H100, 2026-11-25: 1.5x-1.8x CuPy's footprint).
    The heap places blocks as they come and keeps freed memory for reuse,
    without a device sync; its idle memory goes back at boundaries (rule 4).
-   The page heap (``heap="pages"``, :mod:`.page_heap`) maps wholly free pages again where
+   The page heap (the default, :mod:`.page_heap`) maps wholly free pages again where
    blocks need memory, holding the pages with live bytes; old mappings go at boundaries.
 2. **No device sync inside an iteration.**  cudaFree and unmapping wait for
    (or must follow) every queued kernel: inside an iteration pgmo calls

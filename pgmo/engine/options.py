@@ -207,12 +207,12 @@ class PoolOptions:
     detect_iterations: bool = True  # find iterations when the user marks none
     warn_after: int = 10_000  # requests without iterations before one warning
     shape_plans: bool = True  # a recurring iteration shape gets its own plan (see .shapes)
-    # where memory of a block's own comes from: "own" (a heap of pgmo's own in reserved
-    # address space, page by page), "pages" (fresh addresses per request over recycled
-    # pages: it holds only the pages with live bytes) or "driver" (the driver's
+    # where memory of a block's own comes from: "pages" (fresh addresses per request over
+    # recycled pages: it holds only the pages with live bytes), "own" (a heap of pgmo's own
+    # in reserved address space, page by page, at fixed addresses) or "driver" (the driver's
     # stream-ordered pool, which grows and trims in 32 MiB steps); see engine/memory.py,
     # engine/own_heap.py and engine/page_heap.py
-    heap: str = "own"
+    heap: str = "pages"
     # keep each plan in the user's cache folder and start a later run on it, warm-up
     # included (see pgmo.plan_cache); off where the pool is given a plan_path
     plan_cache: bool = True

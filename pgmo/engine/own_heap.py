@@ -2,8 +2,9 @@
 
 The heap serves what no plan covers: the warm-up and profiled iterations, an
 iteration waiting for its plan, survivors' buffers (see :mod:`.memory`).  On
-a device with virtual memory management it is, by default, this one rather
-than the driver's stream-ordered pool: the driver's pool grows and trims in
+a device with virtual memory management it is this one (``heap="own"``), or
+the page heap (:mod:`.page_heap`, the default), rather than the driver's
+stream-ordered pool: the driver's pool grows and trims in
 32 MiB steps (CuPy documents it), so that a small model's first iterations
 hold whole chunks of idle memory (on the CPU model, GoogLeNet inference
 1.48x its limit, AlexNet inference 1.08x: ``python -m

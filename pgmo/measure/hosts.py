@@ -52,7 +52,7 @@ def device_sources(memory: HostMemory, vmm: bool = True, stream_pool: bool = Tru
     :class:`~pgmo.device.host_async_pool.HostAsyncPool`) unless ``stream_pool`` is false, and the
     device's size.  ``pool_chunk``: the step in which the driver's pool grows and trims
     (None: one page; :data:`~pgmo.device.host_async_pool.DRIVER_POOL_CHUNK`: 32 MiB, as documented).
-    Which heap the pool uses is its ``heap`` option (pgmo's own by default)."""
+    Which heap the pool uses is its ``heap`` option (the page heap by default)."""
     reasons = {}
     if not vmm:
         reasons["arena"] = "the device has no virtual memory management"
