@@ -106,9 +106,9 @@ class Placer:
         if k == len(gaps) and self.grow is not None:
             tail = self._starts.get(self.size)  # the free gap at the end, if any
             size = self.grow(nbytes - (self.size - tail if tail is not None else 0))
-            if size > self.size:
-                self.release(self.size, size)
-                self.size = size
+            if size > self.size:  # the size first: a Ctrl-C before the release loses the
+                old, self.size = self.size, size  # new span, never lists it free twice
+                self.release(old, size)
             # (a full device may have cut the range or withheld gaps meanwhile: look again)
             k = bisect_left(gaps, (nbytes, -1))
         if k == len(gaps):
@@ -133,6 +133,8 @@ class Placer:
 
     def gap_at(self, start: int) -> int:
         """The length of the gap that begins at ``start`` (0: none does)."""
+        if self._broken:
+            self.mend()
         end = self._ends.get(start)
         return 0 if end is None else end - start
 
@@ -182,6 +184,8 @@ class Placer:
 
     def free_spans(self) -> list[tuple[int, int]]:
         """Every gap as ``(lo, hi)``, in address order."""
+        if self._broken:
+            self.mend()
         return sorted(self._ends.items())
 
     def mend(self) -> None:
@@ -201,6 +205,8 @@ class Placer:
     @_guarded
     def release(self, lo: int, hi: int) -> None:
         """``[lo, hi)`` is free again: one gap with its free neighbours."""
+        if lo >= hi:
+            return
         ends, starts = self._ends, self._starts
         end = ends.get(hi)  # the gap right after it
         start = starts.get(lo)  # the gap right before it
@@ -234,12 +240,16 @@ class Placer:
         release(self, lo, hi)
 
     def free_bytes(self) -> int:
+        if self._broken:
+            self.mend()
         return sum(end - start for start, end in self._ends.items())
 
     def _carve(self, start: int, end: int, lo: int, hi: int) -> None:
         """Cut ``[lo, hi)`` out of the gap ``[start, end)``; what is left of it stays free.
         The gap's ends change first, one statement each, the rest listed before the gap
         goes (see :func:`_guarded`)."""
+        if lo >= hi:
+            return
         ends = self._ends
         if hi < end:
             ends[hi] = end  # the rest after it (the gap still listed: they overlap)

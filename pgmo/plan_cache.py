@@ -186,7 +186,7 @@ class PlanCache:
         self.device = device
         self.folder = (folder if folder is not None else cache_dir()) / device.folder
         self._warmup_plans: dict[tuple, Plan] = {}  # a warm-up's blocks -> its plan
-        self._searched: dict[tuple, tuple] = {}  # a profile's blocks -> (offsets, searched)
+        self._searched: tuple | None = None  # the last plan kept: blocks, offsets, searched
         self._by_first: dict[int, list[Path]] = {}
         try:
             files = [p for p in self.folder.iterdir()
@@ -234,12 +234,12 @@ class PlanCache:
 
 
     def searched(self, plan: Plan) -> Plan:
-        """:func:`searched_plan`, once per profile (a plan installed again is not searched
-        again)."""
-        known = self._searched.get(plan.trace.blocks)
-        if known is None or known[0] != plan.offsets:
-            known = self._searched[plan.trace.blocks] = (plan.offsets, searched_plan(plan))
-        return known[1]
+        """:func:`searched_plan`, once per plan (the same plan installed again is not searched
+        again; only the last is remembered, so a long run's worker does not grow)."""
+        known = self._searched
+        if known is None or known[0] != plan.trace.blocks or known[1] != plan.offsets:
+            known = self._searched = (plan.trace.blocks, plan.offsets, searched_plan(plan))
+        return known[2]
 
     def keep(self, profile: Trace, plan: Plan,
              openings: Sequence[tuple[Trace, Plan | None]] = ()) -> Path | None:
@@ -317,7 +317,8 @@ WARMUP_SEARCH = 0.05
 #: background planning's first plan where the worker's had not landed) and above its lower
 #: bound is searched with the full method for up to this many seconds before it is written:
 #: a later run then starts on the better plan (serving's best-fit plan holds 1.23x its
-#: bound), at no cost to this run's training process.
+#: bound).  It costs the training process nothing; a plan the worker is asked for meanwhile
+#: waits for it (one second at most).
 CACHE_SEARCH = 1.0
 
 

@@ -412,3 +412,16 @@ def test_a_joined_unmap_costs_its_own_fitted_line_where_a_gpu_measured_it(monkey
     assert memory.driver_us - before == pytest.approx(100.0)
     assert memory.driver_calls["cuMemUnmap"] == 2
     r.close()
+
+
+def test_a_closed_range_holds_nothing_and_its_flags_are_zero_again():
+    """After ``close`` nothing of the range counts as mapped: the checker sees any use of
+    its addresses as a use after free."""
+    memory = HostMemory(capacity=64 << 20)
+    rng = memory.reserve(16 << 20)
+    g = rng.granule
+    rng.map(0, 2 * g)
+    assert rng.holds(rng.ptr, g) and memory.holds(rng.ptr, g)
+    rng.close()
+    assert not rng.holds(rng.ptr, g) and not memory.holds(rng.ptr, g)
+    assert rng.mapped == 0 and rng._backed[0] == rng._open[0] == 0

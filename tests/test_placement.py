@@ -151,3 +151,42 @@ def test_releasing_many_spans_at_once_leaves_the_gaps_that_one_at_a_time_does(si
     assert many.free_bytes() == one.free_bytes()
     for lo, hi in freed:
         assert many.place(hi - lo) >= 0
+
+
+def test_a_ctrl_c_as_the_range_grows_never_lists_the_new_span_free_twice():
+    """A placer that grows its range, cut short as the new span's release returns: the span
+    is listed free once, inside the range's size (a block placed there is never freed again
+    by the next growth)."""
+    size = [100]
+
+    def grow(extra):
+        size[0] += max(extra, 50)
+        return size[0]
+
+    class CtrlC(Exception):
+        pass
+
+    placer = Placer(100, [(0, 100)], grow=grow)
+    release = placer.release
+
+    def cut_short(lo, hi):  # a Ctrl-C as the release returns
+        release(lo, hi)
+        raise CtrlC
+
+    placer.release = cut_short
+    with pytest.raises(CtrlC):
+        placer.place(30)
+    placer.release = release
+    taken = []
+    for nbytes in (30, 200, 10):
+        lo = placer.place(nbytes)
+        assert all(lo + nbytes <= a or b <= lo for a, b in [(0, 100)] + taken)
+        taken.append((lo, lo + nbytes))
+
+
+def test_empty_spans_change_nothing():
+    placer = Placer(100, [(10, 20)])
+    before = placer.free_spans()
+    placer.release(40, 40)
+    placer.take(20, 20, 0)
+    assert placer.free_spans() == before and placer.place(80) == 20

@@ -73,10 +73,11 @@ def _check(result: int, what: str) -> None:
 
 
 def _flags(n: int) -> mmap.mmap:
-    """``n`` zero bytes, one per granule, whose memory the OS gives only where one is set: a
-    page heap reserves 32x the device, 2**28 granules of a 512-byte test device, and
-    touches a few (a bytearray would be gigabytes, zeroed at once)."""
-    return mmap.mmap(-1, n)
+    """``n`` zero bytes, one per granule, in private anonymous memory that the OS backs only
+    where one is written (reading zeros takes none; ``madvise(MADV_DONTNEED)`` zeroes them
+    again): a page heap reserves 32x the device, 2**28 granules of a 512-byte test device,
+    and touches a few (a bytearray would be gigabytes, zeroed at once)."""
+    return mmap.mmap(-1, max(n, 1), flags=mmap.MAP_PRIVATE | _MAP_NORESERVE)
 
 
 def _release_reservation(memory: _Device, mapped: list, base: int, size: int) -> None:

@@ -1,5 +1,9 @@
 """A Ctrl-C waits for the device layer's call to end: :func:`whole`.
 
+(The page heap's boundary calls, :meth:`pgmo.engine.page_heap.PageHeap.trim` and
+``tidy``, use it too: each drops mappings and gives pages back in steps that
+must not part, and runs once per boundary, where its cost does not count.)
+
 A range's call (:class:`~pgmo.device.cuda.CudaRange`) is a driver call and the
 books that say what it did.  Python raises KeyboardInterrupt between any two
 bytecodes, so a Ctrl-C could land after ``cuMemUnmap`` returned and before
@@ -41,7 +45,8 @@ _MAIN = threading.main_thread().ident
 
 
 def whole(call: F) -> F:
-    """``call`` (a method of the device layer) ends before a Ctrl-C is acted on."""
+    """``call`` (a method of the device layer, or a page heap's trim or tidy) ends before a
+    Ctrl-C is acted on."""
 
     @functools.wraps(call)
     def held(*args: Any, **kwargs: Any) -> Any:

@@ -1,7 +1,7 @@
 """Which heap serves memory of a block's own, made at its first request, and its fallbacks.
 
-pgmo's own heap (:mod:`.own_heap`, or with ``heap="pages"`` the page heap of
-:mod:`.page_heap`) where the device has virtual memory, else
+pgmo's page heap (:mod:`.page_heap`, the default; or with ``heap="own"`` its
+own heap of :mod:`.own_heap`) where the device has virtual memory, else
 the driver's stream-ordered pool, else a cudaMalloc per request
 (:mod:`.raw_heap`); a heap the driver refuses is replaced by the next for good
 (rule 7 of :mod:`.memory`), the old one kept for its blocks.  Part of

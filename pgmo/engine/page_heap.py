@@ -185,8 +185,9 @@ class PageHeap:
                 try:
                     self._map_run(first, handles)
                 except BaseException:
-                    if not self._mapped(first, stop - first):
-                        self._loose.extend(handles)  # none mapped: the pages go back
+                    if not self._mapped(first, stop - first):  # the pages not mapped go back
+                        self._loose.extend(h for k, h in enumerate(handles, first)
+                                           if self.range.page_at(k * self.page) != h)
                     raise
                 self._small_handles.update(zip(range(first, stop), handles))
                 small.set_backed(first, stop, True)
@@ -296,7 +297,7 @@ class PageHeap:
         except BaseException:
             if self._mapped(first, n):  # a Ctrl-C after the call: idle pages where they lie
                 self._idle.extend(_Page(first + k, handle) for k, handle in enumerate(handles))
-            else:  # none mapped: the pages and the addresses go back
+            elif not self._broken:  # none mapped: the pages and the addresses go back
                 self._loose.extend(handles)
                 self._addresses.release(first, first + n)
             raise
