@@ -514,22 +514,18 @@ class Driver:
         if refused:
             return refused
         rng = self._range(int(ptr))
-        if rng is not None and size == PAGE == handle.size and not handle.released \
-                and handle.range in (None, rng):
-            try:
+        page = rng is not None and size == PAGE == handle.size and not handle.released \
+            and handle.range in (None, rng)  # a granule's handle: mapped at any address
+        if not page and (rng is None or handle.mapped or handle.released
+                         or handle.size != size):
+            return (self.CUresult.CUDA_ERROR_INVALID_VALUE,)
+        try:
+            if not page:
+                rng.map_one(int(ptr) - rng.ptr, size)
+            else:
                 if handle.page is None:
                     handle.page, handle.range = rng.create_page(), rng
                 rng.map_page(int(ptr) - rng.ptr, handle.page, grant=False)
-            except ValueError:
-                return (self.CUresult.CUDA_ERROR_INVALID_VALUE,)
-            except MemoryError:
-                return (self.CUresult.CUDA_ERROR_OUT_OF_MEMORY,)
-            handle.mapped = True
-            return self._ok()
-        if rng is None or handle.mapped or handle.released or handle.size != size:
-            return (self.CUresult.CUDA_ERROR_INVALID_VALUE,)
-        try:
-            rng.map_one(int(ptr) - rng.ptr, size)
         except ValueError:
             return (self.CUresult.CUDA_ERROR_INVALID_VALUE,)
         except MemoryError:
